@@ -1,0 +1,62 @@
+"""The parts an algorithm is made of, in the manner of FedJAX (client init/step/final, server state + apply).
+
+A local rule is written for ONE client as pure tensor functions of flat parameter vectors; how many clients run at
+once (a Python loop, or ``vmap`` over a stacked cohort) is the executor's business, never the rule's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from ..functional import FunctionalModel
+
+State = dict[str, Any]
+
+
+@dataclass
+class ClientContext:
+    """What the server broadcasts in a round; read-only for clients."""
+
+    round: int
+    params: torch.Tensor  # w_t, flat
+    buffers: dict[str, torch.Tensor]  # non-trainable model state (BatchNorm running statistics)
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # server quantities a rule needs
+
+
+class LocalRule(Protocol):
+    """What one client computes in a round.
+
+    ``client_init`` -> step state (always holds ``w``, the local model, and ``buffers``);
+    ``client_step`` -> (step state, minibatch loss) for one minibatch;
+    ``client_final`` -> (update sent to the server, the client's new persistent state or None).
+    """
+
+    name: str
+
+    def client_init(self, ctx: ClientContext, client_state: State | None) -> State: ...
+
+    def client_step(self, model: FunctionalModel, ctx: ClientContext, state: State, x: torch.Tensor,
+                    y: torch.Tensor) -> tuple[State, torch.Tensor]: ...
+
+    def client_final(self, ctx: ClientContext, state: State, client_state: State | None
+                     ) -> tuple[torch.Tensor, State | None]: ...
+
+
+class Aggregator(Protocol):
+    name: str
+
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor) -> torch.Tensor: ...
+
+
+class ServerOptimizer(Protocol):
+    name: str
+
+    def init(self, params: torch.Tensor) -> State: ...
+
+    def apply(self, params: torch.Tensor, update: torch.Tensor, state: State) -> tuple[torch.Tensor, State]: ...

@@ -1,0 +1,106 @@
+"""Checks of a composed config, run before any data is loaded or any model is built.
+
+Every problem names the key, the bad value, the allowed range and a fix; all problems are reported at once.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from .algorithms import check_parts
+from .data import DATASETS
+from .engine.executor import EXECUTORS
+from .errors import ConfigError
+from .models import check_fit
+from .partition import PARTITIONS
+
+LOGGERS = ("csv", "wandb", "none")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def validate(cfg) -> None:
+    problems: list[str] = []
+
+    def need(ok: bool, key: str, value, rule: str, fix: str) -> None:
+        if not ok:
+            problems.append(f"{key}={value!r}: {rule}. Fix: {fix}")
+
+    fl = cfg.fl
+    need(_is_int(cfg.seed), "seed", cfg.seed, "must be an integer", "seed=0")
+    need(_is_int(fl.rounds) and fl.rounds >= 1, "fl.rounds", fl.rounds, "must be an integer >= 1", "fl.rounds=10")
+    n_ok = _is_int(fl.num_clients) and fl.num_clients >= 1
+    need(n_ok, "fl.num_clients", fl.num_clients, "must be an integer >= 1", "fl.num_clients=10")
+    c = fl.clients_per_round
+    if n_ok:
+        need(_is_int(c) and 1 <= c <= fl.num_clients, "fl.clients_per_round", c,
+             f"must be an integer in [1, fl.num_clients={fl.num_clients}]",
+             f"fl.clients_per_round={min(fl.num_clients, c) if _is_int(c) and c > 0 else 1}")
+    need(_is_num(fl.local_epochs) and fl.local_epochs > 0, "fl.local_epochs", fl.local_epochs,
+         "must be > 0 (fractions allowed: tau_i = floor(E n_i / B))", "fl.local_epochs=1")
+    need(_is_int(fl.batch_size) and fl.batch_size >= 1, "fl.batch_size", fl.batch_size, "must be an integer >= 1",
+         "fl.batch_size=32")
+    need(_is_num(fl.lr) and fl.lr > 0, "fl.lr", fl.lr, "must be > 0", "fl.lr=0.01")
+    need(_is_num(fl.momentum) and 0 <= fl.momentum < 1, "fl.momentum", fl.momentum, "must be in [0, 1)",
+         "fl.momentum=0.9 or 0")
+    need(_is_num(fl.weight_decay) and fl.weight_decay >= 0, "fl.weight_decay", fl.weight_decay, "must be >= 0",
+         "fl.weight_decay=0")
+
+    ev = cfg.eval
+    need(_is_int(ev.every) and ev.every >= 1, "eval.every", ev.every, "must be an integer >= 1", "eval.every=1")
+    need(ev.target_acc is None or (_is_num(ev.target_acc) and 0 < ev.target_acc <= 1), "eval.target_acc",
+         ev.target_acc, "must be null or an accuracy in (0, 1]", "eval.target_acc=0.95")
+
+    # data, partition and model: from the dataset's static description, nothing is loaded
+    data_name = cfg.data.name
+    spec = DATASETS.get(data_name)
+    if spec is None:
+        problems.append(f"data={data_name!r}: unknown dataset. Fix: choose one of {sorted(DATASETS)}")
+    p = cfg.partition
+    if p.name not in PARTITIONS:
+        problems.append(f"partition={p.name!r}: unknown partition. Fix: choose one of {list(PARTITIONS)}")
+    if p.name in ("dirichlet", "dirichlet_resample"):
+        need(_is_num(p.alpha) and p.alpha > 0, "partition.alpha", p.alpha,
+             "must be > 0 (Dirichlet concentration: small = skewed, large = close to IID)", "partition.alpha=0.5")
+    if p.name == "dirichlet":
+        need(_is_int(p.get("min_size", 1)) and p.get("min_size", 1) >= 0, "partition.min_size", p.get("min_size"),
+             "must be an integer >= 0", "partition.min_size=1")
+    if p.name == "dirichlet_resample":
+        need(_is_num(p.client_fraction) and 0 < p.client_fraction <= 1, "partition.client_fraction",
+             p.client_fraction, "must be in (0, 1]", "partition.client_fraction=0.01")
+    if spec is not None:
+        kind, shape, num_classes = spec.meta(cfg.data)
+        if p.name == "classes":
+            k = p.classes_per_client
+            ks = [k] if _is_int(k) else list(k) if hasattr(k, "__len__") else [k]
+            need(len(ks) in (1, 2) and all(_is_int(v) and 1 <= v <= num_classes for v in ks) and ks == sorted(ks),
+                 "partition.classes_per_client", k, f"must be an integer or [lo, hi] within [1, {num_classes}]",
+                 "partition.classes_per_client=2")
+        if p.name == "natural" and not spec.has_users:
+            problems.append(f"partition=natural: data={data_name} has no users. Fix: use partition=dirichlet, or a "
+                            f"dataset with users ({sorted(n for n, s in DATASETS.items() if s.has_users)})")
+        why = check_fit(cfg.model.name, kind, shape, data_name)
+        if why:
+            problems.append(f"{why}. Fix: choose a model that fits (model=...)")
+
+    problems += [f"{msg}. Fix: pick a listed part" for msg in check_parts(cfg.algo)]
+    hw = cfg.hardware
+    need(hw.device in DEVICES, "hardware.device", hw.device, f"must be one of {DEVICES}", "hardware=auto")
+    if hw.device == "cuda" and not torch.cuda.is_available():
+        problems.append("hardware.device='cuda': no CUDA device is visible. Fix: hardware=cpu or hardware=auto")
+    need(hw.executor in ("auto", *EXECUTORS), "hardware.executor", hw.executor,
+         f"must be one of {('auto', *EXECUTORS)}", "hardware.executor=auto")
+    need(hw.num_threads is None or (_is_int(hw.num_threads) and hw.num_threads >= 1), "hardware.num_threads",
+         hw.num_threads, "must be null or an integer >= 1", "hardware.num_threads=2")
+    need(cfg.logger.name in LOGGERS, "logger", cfg.logger.name, f"must be one of {LOGGERS}", "logger=csv")
+    if problems:
+        raise ConfigError(problems)

@@ -1,0 +1,32 @@
+"""The dataset registry: every loader returns a :class:`FedDataset` of tensors, so partitions, models and
+executors work unchanged across datasets."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import ConfigError
+from . import cifar, digits, fashion_mnist, mnist, synthetic
+from .base import DatasetSpec, FedDataset, default_root, resolve_root
+
+DATASETS: dict[str, DatasetSpec] = {
+    s.name: s
+    for s in (mnist.SPEC, fashion_mnist.SPEC, cifar.CIFAR10, cifar.CIFAR100, digits.SPEC, synthetic.LEAF,
+              synthetic.FEDPROX)
+}
+
+
+def get_spec(name: str) -> DatasetSpec:
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise ConfigError([f"data={name!r} is not a known dataset; choose one of {sorted(DATASETS)}"]) from None
+
+
+def load_dataset(data_cfg, device: torch.device | str = "cpu") -> FedDataset:
+    """Load (fetching where allowed) the dataset of ``data_cfg`` and move it to ``device``."""
+    spec = get_spec(data_cfg.name)
+    return spec.load(resolve_root(data_cfg.get("root")), data_cfg).to(device)
+
+
+__all__ = ["DATASETS", "DatasetSpec", "FedDataset", "default_root", "get_spec", "load_dataset", "resolve_root"]

@@ -1,0 +1,104 @@
+"""The in-memory form every dataset loader returns, and where datasets live on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+INPUT_KINDS = ("image", "vector", "tokens", "sequence")
+
+
+@dataclass
+class FedDataset:
+    """Train and test tensors of one dataset, resident on one device.
+
+    ``train_users``/``test_users`` give each sample's user for datasets that come with users (LEAF, FedProx
+    synthetic); ``partition=natural`` turns them into clients.
+    """
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    input_kind: str
+    train_users: np.ndarray | None = None
+    test_users: np.ndarray | None = None
+    source: str = ""
+
+    def __post_init__(self):
+        if self.input_kind not in INPUT_KINDS:
+            raise ValueError(f"input_kind {self.input_kind!r} is not one of {INPUT_KINDS}")
+        if len(self.x_train) != len(self.y_train) or len(self.x_test) != len(self.y_test):
+            raise ValueError(f"{self.name}: features and labels differ in length")
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    def to(self, device: torch.device | str) -> "FedDataset":
+        for name in ("x_train", "y_train", "x_test", "y_test"):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
+    def fingerprint(self) -> str:
+        """A short hash of the exact tensors a run trains and tests on."""
+        h = hashlib.sha256()
+        for t in (self.x_train, self.y_train, self.x_test, self.y_test):
+            h.update(t.detach().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What fedrun knows about a dataset before loading it, so a config can be checked before any work.
+
+    ``meta(data_cfg)`` returns ``(input_kind, input_shape, num_classes)``; ``load(root, data_cfg)`` returns a
+    :class:`FedDataset` or raises :class:`~fedrun.errors.DataMissingError` naming the files to put where.
+    """
+
+    name: str
+    description: str
+    meta: Callable[[object], tuple[str, tuple[int, ...], int]]
+    load: Callable[[Path, object], FedDataset]
+    is_present: Callable[[Path, object], bool]
+    how_to_get: str
+    fetch: Callable[[Path], None] | None = None
+    has_users: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def default_root() -> Path:
+    """``$FEDRUN_DATA`` if set, else the user's cache directory (``$XDG_CACHE_HOME/fedrun`` or ``~/.cache/fedrun``)."""
+    env = os.environ.get("FEDRUN_DATA")
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "fedrun"
+
+
+def resolve_root(root: str | os.PathLike | None) -> Path:
+    return Path(root).expanduser() if root else default_root()
+
+
+def standardize_images(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 images (N, C, H, W) -> float32 standardised per channel with the training set's statistics."""
+    xt = torch.from_numpy(np.ascontiguousarray(x_train)).float().div_(255.0)
+    xs = torch.from_numpy(np.ascontiguousarray(x_test)).float().div_(255.0)
+    mean = xt.mean(dim=(0, 2, 3), keepdim=True)
+    std = xt.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+    return (xt - mean) / std, (xs - mean) / std
+
+
+def sha256_arrays(*arrays: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()

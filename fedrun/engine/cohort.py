@@ -1,0 +1,56 @@
+"""Who trains in a round, for how many steps, on which minibatches.
+
+Every random choice here is a pure function of (seed, round, client), independent of the algorithm, so runs of
+different algorithms with the same seed sample the same clients and see the same batch orders (paired comparisons).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+_SAMPLE, _BATCHES = 0x5A3D, 0xB47C
+
+
+@dataclass
+class ClientPlan:
+    """Client ``id`` takes ``tau`` steps; step k uses training samples ``batches[k]`` (global indices)."""
+
+    id: int
+    num_samples: int
+    tau: int
+    batches: torch.Tensor  # (tau, b) int64
+
+
+def sample_clients(num_clients: int, per_round: int, seed: int, round_: int) -> np.ndarray:
+    """C of N clients without replacement, sorted; all clients when C == N."""
+    if per_round >= num_clients:
+        return np.arange(num_clients)
+    rng = np.random.default_rng([seed, _SAMPLE, round_])
+    return np.sort(rng.choice(num_clients, size=per_round, replace=False))
+
+
+def local_steps(num_samples: int, epochs: float, batch_size: int) -> int:
+    """tau_i = floor(E |D_i| / B), at least 1 (BHerd Sec. III-A)."""
+    return max(1, math.floor(epochs * num_samples / batch_size + 1e-9))
+
+
+def plan_client(client: int, indices: np.ndarray, epochs: float, batch_size: int, seed: int, round_: int,
+                reshuffle: bool, device) -> ClientPlan:
+    """Consecutive minibatches of size min(B, n_i) from a permutation of the client's data, continued into the next
+    epoch's permutation when tau_i * B exceeds n_i. With ``reshuffle`` each (round, epoch) has a fresh permutation;
+    without it the client keeps one fixed order, the same every round (BHerd's non-RR protocol)."""
+    n = len(indices)
+    b = min(batch_size, n)
+    tau = local_steps(n, epochs, batch_size)
+    epochs_needed = math.ceil(tau * b / n)
+    rng = np.random.default_rng([seed, _BATCHES, round_ if reshuffle else -1, client])
+    if reshuffle:
+        order = np.concatenate([rng.permutation(n) for _ in range(epochs_needed)])
+    else:
+        order = np.tile(rng.permutation(n), epochs_needed)
+    batches = indices[order[: tau * b]].reshape(tau, b)
+    return ClientPlan(client, n, tau, torch.from_numpy(batches).to(device))

@@ -1,0 +1,165 @@
+"""One federated run, in one process: sample a cohort, train it through the executor, aggregate, evaluate, record.
+
+:class:`Simulation` holds the whole state of a run (global model, server and client states) and advances it one
+round at a time; :func:`run_experiment` drives it and writes the run directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..algorithms import ClientContext, aggregate_buffers, build_algorithm
+from ..config import validate
+from ..data import FedDataset, get_spec, load_dataset
+from ..functional import FunctionalModel
+from ..loggers import ProgressBar, WandbLogger
+from ..models import build_model
+from ..partition import Partition, make_partition
+from ..results import RunDirectory, base_summary
+from .cohort import ClientPlan, plan_client, sample_clients
+from .executor import CohortResult, make_executor
+
+log = logging.getLogger("fedrun")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@dataclass
+class RoundOutput:
+    round: int
+    plans: list[ClientPlan]
+    weights: torch.Tensor  # p_i over the round's clients
+    result: CohortResult
+
+    @property
+    def train_loss(self) -> float:
+        return float(self.weights.to(self.result.mean_loss.dtype) @ self.result.mean_loss)
+
+
+class Simulation:
+    """The state of a run and one step of it: ``run_round(r)``. Config is validated before anything is loaded."""
+
+    def __init__(self, cfg, data: FedDataset | None = None):
+        validate(cfg)
+        self.cfg = cfg
+        if cfg.hardware.num_threads:
+            torch.set_num_threads(int(cfg.hardware.num_threads))
+        self.device = resolve_device(cfg.hardware.device)
+        self.data = (data or load_dataset(cfg.data, self.device)).to(self.device)
+        self.labels = self.data.y_train.cpu().numpy()
+        self.algo = build_algorithm(cfg.algo)
+        partition = make_partition(cfg.partition, self.labels, self.data.train_users, cfg.fl.num_clients, cfg.seed)
+        if self.algo.pooled:  # centralized SGD: one client holding every training sample
+            partition = Partition([np.arange(len(self.labels))], f"pooled (centralized; {partition.layout} ignored)")
+        self.partition = partition
+        self.num_clients = len(partition.indices)
+
+        torch.manual_seed(cfg.seed)
+        kind = get_spec(cfg.data.name).meta(cfg.data)[0]
+        module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
+        self.model = FunctionalModel(module.to(self.device), objective)
+        self.params, self.buffers = self.model.init_params(), self.model.init_buffers()
+        self.server_state = self.algo.server_opt.init(self.params)
+        self.client_states: dict[int, object] = {}
+        self.executor = make_executor(cfg.hardware.executor)
+        self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.buffers)
+
+    def run_round(self, rnd: int) -> RoundOutput:
+        fl, seed = self.cfg.fl, self.cfg.seed
+        cohort = sample_clients(self.num_clients, min(fl.clients_per_round, self.num_clients), seed, rnd)
+        plans = [plan_client(int(c), self.partition.indices[c], fl.local_epochs, fl.batch_size, seed, rnd,
+                             fl.reshuffle, self.device) for c in cohort]
+        ctx = ClientContext(rnd, self.params, self.buffers, fl.lr, fl.momentum, fl.weight_decay)
+        result = self.executor.run(self.algo.local, self.model, ctx, plans, self.data.x_train, self.data.y_train,
+                                   [self.client_states.get(int(c)) for c in cohort])
+        for c, state in zip(cohort, result.client_states):
+            if state is not None:
+                self.client_states[int(c)] = state
+        sizes = torch.tensor([p.num_samples for p in plans], dtype=torch.float64)
+        weights = (sizes / sizes.sum()).to(device=self.device, dtype=self.params.dtype)
+        update = self.algo.aggregator(result.updates, weights)
+        self.params, self.server_state = self.algo.server_opt.apply(self.params, update, self.server_state)
+        self.buffers = aggregate_buffers(result.buffers, weights)
+        return RoundOutput(rnd, plans, weights, result)
+
+    def evaluate(self) -> tuple[float, float]:
+        return self.model.evaluate(self.params, self.buffers, self.data.x_test, self.data.y_test,
+                                   self.cfg.eval.batch_size)
+
+
+def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> dict:
+    """Run the experiment of ``cfg`` and write its files to ``run_dir``; returns the summary."""
+    validate(cfg)  # before any work (and before the run directory gets files): a bad value costs nothing
+    out = RunDirectory(run_dir, write_metrics=cfg.logger.name != "none")
+    out.save_config(cfg)
+    summary = base_summary(cfg) | {"status": "running"}
+    started = time.perf_counter()
+    wandb = None
+    try:
+        sim = Simulation(cfg)
+        out.save_partition(sim.partition.to_json(sim.labels, sim.data.num_classes))
+        log.info(sim.partition.summary(sim.labels, sim.data.num_classes))
+        log.info("%s on %s: %s (%d parameters), %s executor, device %s", sim.algo.name, sim.data.name,
+                 cfg.model.name, sim.model.dim, sim.executor.name, sim.device)
+        summary |= {"dataset_fingerprint": sim.data.fingerprint(), "partition_fingerprint": sim.partition.fingerprint(),
+                    "num_parameters": sim.model.dim, "device": str(sim.device), "executor": sim.executor.name}
+        if cfg.logger.name == "wandb":
+            wandb = WandbLogger(cfg, out.path, sweep_group)
+        rounds = cfg.fl.rounds
+        bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}")
+        bytes_up = bytes_down = 0
+        history: list[dict] = []
+        for rnd in range(1, rounds + 1):
+            step = sim.run_round(rnd)
+            k = len(step.plans)
+            bytes_down += k * sim.model_bytes
+            bytes_up += k * sim.model_bytes
+            row = None
+            if rnd % cfg.eval.every == 0 or rnd == rounds:
+                acc, test_loss = sim.evaluate()
+                row = {"round": rnd, "test_acc": acc, "test_loss": test_loss, "train_loss": step.train_loss,
+                       "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
+                       "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
+                       "bytes_down": bytes_down}
+                history.append(row)
+                out.append_metrics(row)
+                if wandb:
+                    wandb.log(row)
+                if not math.isfinite(row["train_loss"]):
+                    log.warning("round %d: training loss is %s", rnd, row["train_loss"])
+            bar.update(row)
+        bar.close()
+        summary |= finish_summary(history, cfg.eval.target_acc) | {"status": "finished", "rounds_completed": rounds}
+    except BaseException as e:
+        summary |= {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+        raise
+    finally:
+        summary["wall_time_s"] = round(time.perf_counter() - started, 3)
+        out.close()
+        out.save_summary(summary)
+        if wandb:
+            wandb.finish(summary)
+    log.info("final test accuracy %.4f (best %.4f) after %d rounds, %.1f s; files in %s",
+             summary["final_test_acc"], summary["best_test_acc"], cfg.fl.rounds, summary["wall_time_s"], out.path)
+    return summary
+
+
+def finish_summary(history: list[dict], target_acc: float | None) -> dict:
+    final, best = history[-1], max(history, key=lambda r: r["test_acc"])
+    reached = [r["round"] for r in history if target_acc is not None and r["test_acc"] >= target_acc]
+    return {"final_test_acc": final["test_acc"], "final_test_loss": final["test_loss"],
+            "best_test_acc": best["test_acc"], "best_round": best["round"],
+            "best_test_loss": min(r["test_loss"] for r in history),
+            "target_acc": target_acc, "rounds_to_target": reached[0] if reached else None,
+            "total_bytes_up": final["bytes_up"], "total_bytes_down": final["bytes_down"]}

@@ -1,0 +1,17 @@
+"""Errors that fedrun reports to a user as a message, not a traceback."""
+
+
+class FedrunError(Exception):
+    """Base class: the message says what is wrong and how to fix it."""
+
+
+class ConfigError(FedrunError):
+    """A composed config holds a value fedrun refuses; raised before any work is done."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class DataMissingError(FedrunError):
+    """A dataset's files are not where fedrun looks; the message says which files to put where."""

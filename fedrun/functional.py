@@ -1,0 +1,84 @@
+"""A model as pure functions of one flat parameter vector.
+
+Algorithms and executors see parameters as a flat tensor ``w`` of length d (a client's state is a few such
+vectors), so a cohort is a (K, d) stack that ``torch.func.vmap`` can map over, and server-side rules (aggregation,
+harmonisers, herding) work on plain matrices. The ``nn.Module`` is only a template for ``functional_call``: no
+per-client module copies exist anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad_and_value
+
+from .models import Objective
+
+
+class FunctionalModel:
+    def __init__(self, module: nn.Module, objective: Objective):
+        self.module = module
+        self.objective = objective
+        named = list(module.named_parameters())
+        self.names = [n for n, _ in named]
+        self.shapes = [p.shape for _, p in named]
+        self.numels = [p.numel() for _, p in named]
+        self.dim = sum(self.numels)
+        self.buffer_names = [n for n, _ in module.named_buffers()]
+        self._training = module.training
+        self.grad_and_loss = grad_and_value(self._loss)
+
+    # -- parameters as one vector -------------------------------------------------------------------------------
+    def init_params(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]).clone()
+
+    def init_buffers(self) -> dict[str, torch.Tensor]:
+        return {n: b.detach().clone() for n, b in self.module.named_buffers()}
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {n: t.view(s) for n, t, s in zip(self.names, torch.split(flat, self.numels), self.shapes)}
+
+    @property
+    def param_bytes(self) -> int:
+        return self.dim * 4
+
+    def buffer_bytes(self, buffers: dict[str, torch.Tensor]) -> int:
+        return sum(b.numel() * b.element_size() for b in buffers.values())
+
+    # -- forward, loss, gradient --------------------------------------------------------------------------------
+    def set_training(self, training: bool) -> None:
+        if training != self._training:
+            self.module.train(training)
+            self._training = training
+
+    def forward(self, flat: torch.Tensor, buffers: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
+
+    def _loss(self, flat, buffers, x, y):
+        return self.objective.loss(self.forward(flat, buffers, x), y)
+
+    def loss_and_grad(self, flat, buffers, x, y) -> tuple[torch.Tensor, torch.Tensor]:
+        """Minibatch loss and its gradient w.r.t. ``flat``. BatchNorm running statistics in ``buffers`` are
+        updated in place (pass a client's own copy)."""
+        self.set_training(True)
+        g, loss = self.grad_and_loss(flat, buffers, x, y)
+        return loss, g
+
+    @torch.no_grad()
+    def evaluate(self, flat, buffers, x, y, batch_size: int = 2048) -> tuple[float, float]:
+        """(accuracy, mean loss) on (x, y), in eval mode."""
+        self.set_training(False)
+        correct, loss_sum = 0, 0.0
+        for s in range(0, len(y), batch_size):
+            out = self.forward(flat, buffers, x[s : s + batch_size])
+            yb = y[s : s + batch_size]
+            loss_sum += float(self.objective.loss(out, yb)) * len(yb)
+            correct += int(self.objective.correct(out, yb))
+        n = max(1, len(y))
+        return correct / n, loss_sum / n
+
+
+def num_params(module: nn.Module) -> int:
+    return sum(math.prod(p.shape) for p in module.parameters())

@@ -1,0 +1,214 @@
+"""Model registry. Each model adapts to the dataset's input shape and class count and declares which inputs it takes,
+so ``model=X data=Y`` can be refused before any work when they do not fit."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The training loss and the correctness count used for accuracy."""
+
+    name: str
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    correct: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+CROSS_ENTROPY = Objective("cross_entropy", lambda out, y: F.cross_entropy(out, y),
+                          lambda out, y: (out.argmax(dim=-1) == y).sum())
+
+
+def _parity_target(y: torch.Tensor) -> torch.Tensor:
+    return 1.0 - 2.0 * (y % 2).to(torch.float32)  # +1 for even digits, -1 for odd
+
+
+SQUARED_HINGE_PARITY = Objective(
+    "squared_hinge_parity",
+    lambda out, y: F.relu(1.0 - _parity_target(y) * out.squeeze(-1)).pow(2).mean(),
+    lambda out, y: ((out.squeeze(-1) >= 0) == (y % 2 == 0)).sum(),
+)
+
+
+class Flatten(nn.Module):
+    def forward(self, x):
+        return x.flatten(1)
+
+
+def _linear(shape, classes, mcfg):
+    return nn.Sequential(Flatten(), nn.Linear(math.prod(shape), classes))
+
+
+def _svm(shape, classes, mcfg):
+    return nn.Sequential(Flatten(), nn.Linear(math.prod(shape), 1))
+
+
+def _mlp(shape, classes, mcfg):
+    hidden = list(mcfg.get("hidden", [200, 200]))
+    layers, width = [Flatten()], math.prod(shape)
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
+def _conv_out(h: int, k: int, pad: int = 0, pool: int = 1) -> int:
+    return (h + 2 * pad - k + 1) // pool
+
+
+def _cnn_bherd(shape, classes, mcfg):
+    """BHerd footnote 2: two 5x5x32 convolutions (same padding) with 2x2 max-pool, FC 1568x256 (28x28), FC 256xC."""
+    c, h, w = shape
+    flat = 32 * (h // 4) * (w // 4)
+    return nn.Sequential(nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         Flatten(), nn.Linear(flat, 256), nn.ReLU(), nn.Linear(256, classes))
+
+
+def _cnn_fedgh(shape, classes, mcfg):
+    """McMahan et al.'s CIFAR CNN (NOTES.md: FedGH's "CNN with two convolution layers"): conv 5x5 32, pool,
+    conv 5x5 64, pool, FC 512, FC C; no padding (flatten 1600 on 32x32)."""
+    c, h, w = shape
+    oh, ow = _conv_out(_conv_out(h, 5, pool=2), 5, pool=2), _conv_out(_conv_out(w, 5, pool=2), 5, pool=2)
+    return nn.Sequential(nn.Conv2d(c, 32, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5), nn.ReLU(),
+                         nn.MaxPool2d(2), Flatten(), nn.Linear(64 * oh * ow, 512), nn.ReLU(), nn.Linear(512, classes))
+
+
+def _cnn_reddi(shape, classes, mcfg):
+    """Reddi et al.'s EMNIST CNN: conv 3x3 32, conv 3x3 64, max-pool 2, dropout .25, FC 128, dropout .5, FC C."""
+    c, h, w = shape
+    oh, ow = (h - 4) // 2, (w - 4) // 2
+    return nn.Sequential(nn.Conv2d(c, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Dropout(0.25), Flatten(), nn.Linear(64 * oh * ow, 128), nn.ReLU(), nn.Dropout(0.5),
+                         nn.Linear(128, classes))
+
+
+def _cnn3(shape, classes, mcfg):
+    """DGT's "three-layer CNN" (the paper gives no sizes): conv 3x3 32 + pool, conv 3x3 64 + pool, FC C."""
+    c, h, w = shape
+    return nn.Sequential(nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         Flatten(), nn.Linear(64 * (h // 4) * (w // 4), classes))
+
+
+def _lenet5(shape, classes, mcfg):
+    """LeNet-5 as in GraB's code: conv 5x5 6, pool, conv 5x5 16, pool, conv 5x5 120, FC 84, FC C. Inputs smaller
+    than 32x32 (MNIST) are zero-padded to 32x32 by the first convolution, as LeCun did."""
+    c, h, w = shape
+    pad = max(0, (32 - min(h, w) + 1) // 2)
+    s = _conv_out(_conv_out(min(h, w) + 2 * pad, 5, pool=2), 5, pool=2)
+    return nn.Sequential(nn.Conv2d(c, 6, 5, padding=pad), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Conv2d(16, 120, 5), nn.ReLU(), Flatten(),
+                         nn.Linear(120 * (s - 4) ** 2, 84), nn.ReLU(), nn.Linear(84, classes))
+
+
+def _vgg16(shape, classes, mcfg):
+    """torchvision's VGG-16 feature stack (with BatchNorm if ``model.batch_norm``) and the CIFAR-style classifier
+    (global pooling, FC 512 -> C) that CIFAR papers use instead of the 4096-wide ImageNet head."""
+    from torchvision.models import vgg16, vgg16_bn
+
+    net = (vgg16_bn if mcfg.get("batch_norm", False) else vgg16)(weights=None)
+    features = net.features
+    if shape[0] != 3:
+        features[0] = nn.Conv2d(shape[0], 64, 3, padding=1)
+    return nn.Sequential(features, nn.AdaptiveAvgPool2d(1), Flatten(), nn.Linear(512, classes))
+
+
+def _mobilenetv2(shape, classes, mcfg):
+    """torchvision's MobileNetV2 (BatchNorm); the stem takes the dataset's channel count."""
+    from torchvision.models import mobilenet_v2
+
+    net = mobilenet_v2(weights=None, num_classes=classes, width_mult=float(mcfg.get("width_mult", 1.0)))
+    if shape[0] != 3:
+        net.features[0][0] = nn.Conv2d(shape[0], net.features[0][0].out_channels, 3, 2, 1, bias=False)
+    return net
+
+
+class RecurrentClassifier(nn.Module):
+    """Embedding (for token inputs) -> stacked GRU/LSTM -> the final hidden state of every layer, concatenated ->
+    MLP head. BHerd's RNN (footnote 3): vocab 1000, embedding 100, 2 GRU layers of 100, FC 200x50 + ReLU, FC 50x2."""
+
+    def __init__(self, cell: str, shape, classes, vocab_size, embed_dim, hidden, layers, head_hidden, tokens):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_dim) if tokens else None
+        in_dim = embed_dim if tokens else shape[-1]
+        self.rnn = (nn.GRU if cell == "gru" else nn.LSTM)(in_dim, hidden, num_layers=layers, batch_first=True)
+        width = hidden * layers
+        self.head = nn.Sequential(*([nn.Linear(width, head_hidden), nn.ReLU(), nn.Linear(head_hidden, classes)]
+                                    if head_hidden else [nn.Linear(width, classes)]))
+
+    def forward(self, x):
+        if self.embedding is not None:
+            x = self.embedding(x)
+        _, state = self.rnn(x)
+        h = state[0] if isinstance(state, tuple) else state  # (layers, B, hidden)
+        return self.head(h.transpose(0, 1).flatten(1))
+
+
+def _recurrent(cell, defaults):
+    def build(shape, classes, mcfg, kind):
+        g = lambda k: mcfg.get(k, defaults[k])  # noqa: E731
+        return RecurrentClassifier(cell, shape, classes, g("vocab_size"), g("embed_dim"), g("hidden"), g("layers"),
+                                   g("head_hidden"), tokens=(kind == "tokens"))
+
+    return build
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    build: Callable
+    kinds: tuple[str, ...]
+    min_hw: int = 1
+    objective: Objective = CROSS_ENTROPY
+    needs_kind: bool = False
+
+
+MODELS: dict[str, ModelSpec] = {
+    "svm": ModelSpec(_svm, ("image", "vector"), objective=SQUARED_HINGE_PARITY),
+    "logreg": ModelSpec(_linear, ("image", "vector")),
+    "mlp": ModelSpec(_mlp, ("image", "vector")),
+    "cnn_bherd": ModelSpec(_cnn_bherd, ("image",), min_hw=4),
+    "cnn_fedgh": ModelSpec(_cnn_fedgh, ("image",), min_hw=16),
+    "cnn_reddi": ModelSpec(_cnn_reddi, ("image",), min_hw=6),
+    "cnn3": ModelSpec(_cnn3, ("image",), min_hw=4),
+    "lenet5": ModelSpec(_lenet5, ("image",), min_hw=28),
+    "vgg16": ModelSpec(_vgg16, ("image",), min_hw=32),
+    "mobilenetv2": ModelSpec(_mobilenetv2, ("image",), min_hw=32),
+    "gru": ModelSpec(_recurrent("gru", dict(vocab_size=1000, embed_dim=100, hidden=100, layers=2, head_hidden=50)),
+                     ("tokens", "sequence"), needs_kind=True),
+    "lstm": ModelSpec(_recurrent("lstm", dict(vocab_size=1000, embed_dim=64, hidden=64, layers=2, head_hidden=0)),
+                      ("tokens", "sequence"), needs_kind=True),
+}
+
+
+def check_fit(model_name: str, kind: str, shape: tuple[int, ...], data_name: str) -> str | None:
+    """Why ``model_name`` cannot take this dataset's inputs, or None if it can."""
+    if model_name not in MODELS:
+        return f"model={model_name!r} is unknown; choose one of {sorted(MODELS)}"
+    spec = MODELS[model_name]
+    fits = sorted(n for n, s in MODELS.items() if kind in s.kinds and (kind != "image" or min(shape[1:]) >= s.min_hw))
+    if kind not in spec.kinds:
+        return (f"model={model_name} takes {'/'.join(spec.kinds)} inputs but data={data_name} has {kind} inputs of "
+                f"shape {tuple(shape)}; models that fit: {fits}")
+    if kind == "image" and min(shape[1:]) < spec.min_hw:
+        return (f"model={model_name} needs images of at least {spec.min_hw}x{spec.min_hw} but data={data_name} has "
+                f"{tuple(shape)}; models that fit: {fits}")
+    return None
+
+
+def build_model(model_cfg, kind: str, shape: tuple[int, ...], num_classes: int, data_name: str = "?"):
+    """Return ``(module, objective)`` for the dataset's input kind/shape and class count."""
+    problem = check_fit(model_cfg.name, kind, shape, data_name)
+    if problem:
+        raise ConfigError([problem])
+    spec = MODELS[model_cfg.name]
+    args = (tuple(shape), num_classes, model_cfg) + ((kind,) if spec.needs_kind else ())
+    return spec.build(*args), spec.objective

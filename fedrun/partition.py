@@ -1,0 +1,186 @@
+"""How the training set is split over clients. Every scheme returns one index array per client.
+
+All randomness comes from the ``rng`` passed in (seeded from the run's seed), so a partition is reproducible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ConfigError
+
+
+@dataclass
+class Partition:
+    """Client ``i`` holds training samples ``indices[i]``; ``layout`` records how it was made."""
+
+    indices: list[np.ndarray]
+    layout: str
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.array([len(ix) for ix in self.indices], dtype=np.int64)
+
+    def label_histograms(self, labels: np.ndarray, num_classes: int) -> np.ndarray:
+        return np.stack([np.bincount(labels[ix], minlength=num_classes) for ix in self.indices])
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        for ix in self.indices:
+            h.update(np.int64(len(ix)).tobytes())
+            h.update(np.ascontiguousarray(ix, dtype=np.int64).tobytes())
+        return h.hexdigest()[:16]
+
+    def summary(self, labels: np.ndarray, num_classes: int) -> str:
+        s = self.sizes
+        classes = (self.label_histograms(labels, num_classes) > 0).sum(axis=1)
+        return (f"partition {self.layout}: {len(s)} clients, {int(s.sum())} samples, size min/median/max "
+                f"{int(s.min())}/{int(np.median(s))}/{int(s.max())}, classes per client "
+                f"min/mean/max {int(classes.min())}/{classes.mean():.1f}/{int(classes.max())}")
+
+    def to_json(self, labels: np.ndarray, num_classes: int) -> dict:
+        hist = self.label_histograms(labels, num_classes)
+        return {
+            "layout": self.layout,
+            "num_clients": len(self.indices),
+            "num_samples": int(self.sizes.sum()),
+            "fingerprint": self.fingerprint(),
+            "clients": [{"id": i, "num_samples": int(n), "label_counts": h.tolist()}
+                        for i, (n, h) in enumerate(zip(self.sizes, hist))],
+        }
+
+
+def iid(labels: np.ndarray, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    return [np.sort(ix) for ix in np.array_split(rng.permutation(len(labels)), n)]
+
+
+def dirichlet(labels: np.ndarray, n: int, rng: np.random.Generator, alpha: float, min_size: int = 1):
+    """Label skew without replacement: each class is split over clients in proportions ~ Dir(alpha * 1_n).
+
+    One draw per class, O(samples) work: no retry loop, so 1000 clients and alpha = 0.01 cannot hang. Clients left
+    with fewer than ``min_size`` samples get them from the largest clients (random samples of theirs), a bounded
+    repair that keeps every sample on exactly one client.
+    """
+    owner = np.empty(len(labels), dtype=np.int64)
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        props = rng.dirichlet(np.full(n, alpha))
+        cuts = np.floor(np.cumsum(props)[:-1] * len(idx)).astype(np.int64)
+        owner[idx] = np.repeat(np.arange(n), np.diff(np.concatenate([[0], cuts, [len(idx)]])))
+    if min_size * n > len(labels):
+        raise ConfigError([f"partition.min_size={min_size} x fl.num_clients={n} exceeds the {len(labels)} samples"])
+    sizes = np.bincount(owner, minlength=n)
+    for client in np.flatnonzero(sizes < min_size):
+        need = min_size - sizes[client]
+        while need > 0:
+            donor = int(np.argmax(sizes))
+            take = min(need, sizes[donor] - min_size)
+            moved = rng.choice(np.flatnonzero(owner == donor), size=take, replace=False)
+            owner[moved] = client
+            sizes[donor] -= take
+            sizes[client] += take
+            need -= take
+    order = np.argsort(owner, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(owner, minlength=n))[:-1])
+
+
+def dirichlet_resample(labels: np.ndarray, n: int, rng: np.random.Generator, alpha: float, client_fraction: float):
+    """GIFT Sec. 2.2: each client draws ``client_fraction`` of the dataset *with replacement*, class mix ~ Dir(alpha)."""
+    classes = np.unique(labels)
+    by_class = [np.flatnonzero(labels == c) for c in classes]
+    size = max(1, int(round(client_fraction * len(labels))))
+    out = []
+    for _ in range(n):
+        counts = rng.multinomial(size, rng.dirichlet(np.full(len(classes), alpha)))
+        out.append(np.sort(np.concatenate([rng.choice(ix, k, replace=True) for ix, k in zip(by_class, counts)])))
+    return out
+
+
+def classes_per_client(labels: np.ndarray, n: int, rng: np.random.Generator, k) -> list[np.ndarray]:
+    """Each client holds ``k`` classes (an int, or [lo, hi] for a per-client draw). Classes are handed to each client
+    least-used first (random among ties), so all are covered when n*k >= classes; a class's samples are split evenly
+    over the clients that hold it."""
+    classes = np.unique(labels)
+    lo, hi = (int(k), int(k)) if np.isscalar(k) else (int(k[0]), int(k[1]))
+    usage = np.zeros(len(classes), dtype=np.int64)
+    held = []
+    for _ in range(n):
+        ki = int(rng.integers(lo, hi + 1))
+        pick = np.lexsort((rng.random(len(classes)), usage))[:ki]
+        usage[pick] += 1
+        held.append(pick)
+    holders = [[i for i, h in enumerate(held) if c in h] for c in range(len(classes))]
+    parts: list[list[np.ndarray]] = [[] for _ in range(n)]
+    for c, owners in enumerate(holders):
+        if not owners:
+            continue
+        idx = rng.permutation(np.flatnonzero(labels == classes[c]))
+        for owner, chunk in zip(owners, np.array_split(idx, len(owners))):
+            parts[owner].append(chunk)
+    return [np.sort(np.concatenate(p)) if p else np.empty(0, np.int64) for p in parts]
+
+
+def bherd_case2(labels: np.ndarray, n: int, rng: np.random.Generator, label_deal: str = "blocks"):
+    """BHerd Sec. V-A3 Case 2 (NOTES.md): the first half of the (shuffled) samples IID over the first ceil(n/2)
+    clients; the second half split by label so that the remaining clients hold disjoint label sets, each label on
+    exactly one client, labels dealt as evenly as possible (``blocks``: contiguous label ranges; ``round_robin``)."""
+    n_iid = math.ceil(n / 2)
+    order = rng.permutation(len(labels))
+    if n == n_iid:
+        return iid(labels, n, rng)
+    first, second = order[: len(order) // 2], order[len(order) // 2 :]
+    out = [np.sort(ix) for ix in np.array_split(first, n_iid)]
+    classes = np.unique(labels)
+    m = n - n_iid
+    if label_deal == "blocks":
+        groups = np.array_split(classes, m)
+    elif label_deal == "round_robin":
+        groups = [classes[j::m] for j in range(m)]
+    else:
+        raise ConfigError([f"partition.label_deal={label_deal!r}: use blocks or round_robin"])
+    for g in groups:
+        out.append(np.sort(second[np.isin(labels[second], g)]))
+    return out
+
+
+def natural(users: np.ndarray | None, n: int) -> list[np.ndarray]:
+    """Datasets that come with users (LEAF, FedProx synthetic): user j is client j; the first n users are used."""
+    if users is None:
+        raise ConfigError(["partition=natural needs a dataset with users (e.g. data=leaf_synthetic); "
+                           "this dataset has none: use partition=dirichlet or iid"])
+    ids = np.unique(users)
+    if n > len(ids):
+        raise ConfigError([f"fl.num_clients={n} exceeds the {len(ids)} users of this dataset under "
+                           f"partition=natural: set fl.num_clients<={len(ids)}"])
+    return [np.flatnonzero(users == u) for u in ids[:n]]
+
+
+def make_partition(cfg, labels: np.ndarray, users: np.ndarray | None, num_clients: int, seed: int) -> Partition:
+    """Build the partition named by ``cfg.name`` with its parameters; the seed makes it reproducible."""
+    rng = np.random.default_rng([seed, 0x9A27])
+    name = cfg.name
+    if name in ("iid", "case1"):
+        return Partition(iid(labels, num_clients, rng), name)
+    if name == "dirichlet":
+        return Partition(dirichlet(labels, num_clients, rng, cfg.alpha, cfg.get("min_size", 1)),
+                         f"dirichlet(alpha={cfg.alpha})")
+    if name == "dirichlet_resample":
+        return Partition(dirichlet_resample(labels, num_clients, rng, cfg.alpha, cfg.client_fraction),
+                         f"dirichlet_resample(alpha={cfg.alpha}, client_fraction={cfg.client_fraction})")
+    if name == "classes":
+        return Partition(classes_per_client(labels, num_clients, rng, cfg.classes_per_client),
+                         f"classes(k={cfg.classes_per_client})")
+    if name in ("case2", "case3"):
+        deal = cfg.get("label_deal", "blocks")
+        layout = f"case2(label_deal={deal})" + (" [case3 is an alias of case2]" if name == "case3" else "")
+        return Partition(bherd_case2(labels, num_clients, rng, deal), layout)
+    if name == "natural":
+        return Partition(natural(users, num_clients), "natural")
+    raise ConfigError([f"partition={name!r} is unknown; use one of {PARTITIONS}"])
+
+
+PARTITIONS = ("iid", "dirichlet", "dirichlet_resample", "classes", "case1", "case2", "case3", "natural")

@@ -1,0 +1,145 @@
+"""``fedrun-report``: collect run directories into one table (mean and std over seeds) and accuracy curves.
+
+    fedrun-report multirun/2026-11-21/12-00-00            # a sweep directory (searched recursively)
+    fedrun-report RUN_A RUN_B --by algo.name,fl.local_epochs --out report/
+
+Rows are grouped by the config keys given with --by, or by default by every key whose value differs between the
+runs (the seed excepted), so a sweep reports what it swept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from .results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+
+IGNORED_KEYS = {"seed", "data.root", "progress"}
+VALUE_COLUMNS = ["final_test_acc", "best_test_acc", "rounds_to_target", "wall_time_s"]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out |= _flatten(v, key + ".")
+        else:
+            out[key] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
+def find_runs(paths: list[str]) -> list[Path]:
+    runs = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"{p} does not exist")
+        candidates = [p] if (p / CONFIG_FILE).exists() else sorted(c.parent for c in p.rglob(CONFIG_FILE))
+        runs += [c for c in candidates if (c / SUMMARY_FILE).exists() or (c / METRICS_FILE).exists()]
+    return runs
+
+
+def load_runs(run_dirs: list[Path]) -> pd.DataFrame:
+    rows = []
+    for d in run_dirs:
+        cfg = _flatten(yaml.safe_load((d / CONFIG_FILE).read_text()) or {})
+        summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {"status": "missing"}
+        rows.append({"run_dir": str(d), **cfg, **{k: summary.get(k) for k in VALUE_COLUMNS + ["status"]}})
+    return pd.DataFrame(rows)
+
+
+def varying_keys(df: pd.DataFrame) -> list[str]:
+    skip = set(VALUE_COLUMNS) | {"run_dir", "status"} | IGNORED_KEYS
+    keys = []
+    for col in df.columns:
+        if col in skip or col.startswith("hydra."):
+            continue
+        if df[col].astype(str).nunique(dropna=False) > 1:
+            keys.append(col)
+    return keys
+
+
+def summarize(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Mean and std over seeds (and any other unlisted key) of each group's results."""
+    work = df.copy()
+    for c in VALUE_COLUMNS:
+        work[c] = pd.to_numeric(work[c], errors="coerce")
+    grouped = work.groupby(by, dropna=False, sort=True) if by else work.assign(_all="all").groupby("_all")
+    table = grouped[VALUE_COLUMNS].agg(["mean", "std"])
+    table.columns = [f"{a}_{b}" for a, b in table.columns]
+    table.insert(0, "runs", grouped.size())
+    table.insert(1, "seeds", grouped["seed"].nunique() if "seed" in work else 1)
+    return table.reset_index()
+
+
+def plot_curves(df: pd.DataFrame, by: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    groups = df.groupby(by, dropna=False, sort=True) if by else [("all", df)]
+    for key, g in groups:
+        curves = [pd.read_csv(Path(d) / METRICS_FILE).set_index("round")["test_acc"]
+                  for d in g["run_dir"] if (Path(d) / METRICS_FILE).exists()]
+        if not curves:
+            continue
+        frame = pd.concat(curves, axis=1)
+        mean, std = frame.mean(axis=1), frame.std(axis=1).fillna(0)
+        label = ", ".join(f"{k}={v}" for k, v in zip(by, key if isinstance(key, tuple) else (key,))) or "all runs"
+        ax.plot(mean.index, mean.values, label=f"{label} (n={len(curves)})")
+        ax.fill_between(mean.index, (mean - std).values, (mean + std).values, alpha=0.2)
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fedrun-report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="+", help="run directories or directories that contain them (sweeps)")
+    parser.add_argument("--by", default=None, help="comma-separated config keys to group by (default: the keys "
+                                                    "that vary across the runs, except the seed)")
+    parser.add_argument("--out", default=None, help="write report.md, report.csv and curves.png into this folder")
+    args = parser.parse_args(argv)
+    try:
+        runs = find_runs(args.paths)
+    except FileNotFoundError as e:
+        print(f"fedrun-report: {e}", file=sys.stderr)
+        return 2
+    if not runs:
+        print(f"fedrun-report: no run directories (with {CONFIG_FILE}) under {args.paths}", file=sys.stderr)
+        return 2
+    df = load_runs(runs)
+    by = [k.strip() for k in args.by.split(",")] if args.by else varying_keys(df)
+    unknown = [k for k in by if k not in df.columns]
+    if unknown:
+        print(f"fedrun-report: --by keys {unknown} are not in the runs' configs; e.g. {sorted(df.columns)[:12]}",
+              file=sys.stderr)
+        return 2
+    table = summarize(df, by)
+    markdown = table.to_markdown(index=False, floatfmt=".4f")
+    print(f"{len(runs)} runs, grouped by {by or 'nothing'}\n")
+    print(markdown)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.md").write_text(f"{len(runs)} runs from {', '.join(args.paths)}\n\n{markdown}\n")
+        table.to_csv(out / "report.csv", index=False)
+        plot_curves(df, by, out / "curves.png")
+        print(f"\nwrote {out / 'report.md'}, {out / 'report.csv'}, {out / 'curves.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""A run directory's files: config.yaml, partition.json, metrics.csv (row by row, flushed) and summary.json.
+
+Rows are flushed as they are written, so a run that fails keeps every row it wrote; summary.json records the
+status (finished or failed, with the error)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from . import __version__
+
+METRICS_FILE, SUMMARY_FILE, CONFIG_FILE, PARTITION_FILE = "metrics.csv", "summary.json", "config.yaml", "partition.json"
+BASE_COLUMNS = ["round", "test_acc", "test_loss", "train_loss", "tau", "num_clients", "elapsed_s", "bytes_up",
+                "bytes_down"]
+
+
+def git_commit() -> str | None:
+    """The commit of the fedrun source tree, with ``-dirty`` when it has uncommitted changes."""
+    src = Path(__file__).resolve().parent.parent
+    try:
+        proc = subprocess.run(["git", "-C", str(src), "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        sha = proc.stdout.strip()
+        if proc.returncode != 0 or not sha:
+            return None
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write_json(path: Path, obj) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=float) + "\n")
+    os.replace(tmp, path)
+
+
+class RunDirectory:
+    def __init__(self, path: str | os.PathLike, write_metrics: bool = True):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.write_metrics = write_metrics
+        self._file = None
+        self._writer = None
+        self.columns: list[str] | None = None
+
+    def save_config(self, cfg) -> None:
+        (self.path / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+
+    def save_partition(self, info: dict) -> None:
+        write_json(self.path / PARTITION_FILE, info)
+
+    def append_metrics(self, row: dict) -> None:
+        if not self.write_metrics:
+            return
+        if self._writer is None:
+            extra = [k for k in row if k not in BASE_COLUMNS]
+            self.columns = BASE_COLUMNS + extra
+            self._file = open(self.path / METRICS_FILE, "w", newline="")
+            self._writer = csv.DictWriter(self._file, fieldnames=self.columns, extrasaction="ignore")
+            self._writer.writeheader()
+        self._writer.writerow({k: _fmt(row.get(k)) for k in self.columns})
+        self._file.flush()
+
+    def save_summary(self, summary: dict) -> None:
+        write_json(self.path / SUMMARY_FILE, summary)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return repr(v)  # shortest exact repr: rows compare equal across identical runs
+    return v
+
+
+def base_summary(cfg) -> dict:
+    return {"fedrun_version": __version__, "git_commit": git_commit(), "seed": int(cfg.seed),
+            "algo": cfg.algo.name, "data": cfg.data.name, "model": cfg.model.name}
