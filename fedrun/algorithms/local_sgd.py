@@ -30,7 +30,7 @@ class LocalSGD:
 
     def client_step(self, model, ctx: ClientContext, state: State, x, y):
         loss, grad = model.loss_and_grad(state["w"], state["buffers"], x, y)
-        state["w"] = state["w"] - ctx.lr * self.direction(ctx, state, grad)
+        state["w"] = torch.add(state["w"], self.direction(ctx, state, grad), alpha=-ctx.lr)
         return state, loss
 
     def client_final(self, ctx: ClientContext, state: State, client_state: State | None):

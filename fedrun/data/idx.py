@@ -21,7 +21,7 @@ def read_idx(path: Path) -> np.ndarray:
     data = np.frombuffer(raw, dtype=dtype, offset=4 + 4 * ndim)
     if data.size != int(np.prod(shape)):
         raise ValueError(f"{path}: header says {shape} but holds {data.size} values")
-    return data.reshape(shape)
+    return data.reshape(shape).copy()  # writable, so torch can take it without a warning
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:

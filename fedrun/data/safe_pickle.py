@@ -1,11 +1,12 @@
 """Read pickled numpy data without executing code from the file.
 
 MNIST's ``mnist.pkl.gz`` and CIFAR's python batches are pickles. ``pickle.load`` on a downloaded file can run
-arbitrary code; this unpickler admits only numpy's array reconstruction, so a tampered file fails to load instead.
+arbitrary code; this unpickler admits only numpy's array reconstruction (and text-to-bytes encoding), so a tampered file fails to load instead.
 """
 
 from __future__ import annotations
 
+import codecs
 import io
 import pickle
 
@@ -21,6 +22,7 @@ _ALLOWED = {
     ("numpy", "dtype"): np.dtype,
     ("numpy.core.multiarray", "_reconstruct"): _multiarray._reconstruct,
     ("numpy._core.multiarray", "_reconstruct"): _multiarray._reconstruct,
+    ("_codecs", "encode"): codecs.encode,  # how Python 3 writes bytes in protocol-2 pickles; it only encodes text
 }
 
 

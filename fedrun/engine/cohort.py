@@ -47,7 +47,7 @@ def plan_client(client: int, indices: np.ndarray, epochs: float, batch_size: int
     b = min(batch_size, n)
     tau = local_steps(n, epochs, batch_size)
     epochs_needed = math.ceil(tau * b / n)
-    rng = np.random.default_rng([seed, _BATCHES, round_ if reshuffle else -1, client])
+    rng = np.random.default_rng([seed, _BATCHES, round_, client] if reshuffle else [seed, _BATCHES, client])
     if reshuffle:
         order = np.concatenate([rng.permutation(n) for _ in range(epochs_needed)])
     else:

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from fedrun.cli import CONF_DIR
+from fedrun.data import DATASETS, DatasetSpec, FedDataset
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_cfg(*overrides: str):
+    """The config `fedrun <overrides>` would run, composed in-process."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=["progress=false", *overrides])
+
+
+@pytest.fixture
+def cfg_factory():
+    return make_cfg
+
+
+def run_cli(*args: str, cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "fedrun.cli", *args], cwd=cwd, env=full_env, capture_output=True,
+                          text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"fedrun {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def register_tiny(monkeypatch, name: str, x: np.ndarray, y: np.ndarray, x_test=None, y_test=None, classes=None,
+                  users=None):
+    """Register an in-memory vector dataset so the engine can run on a hand-made problem."""
+    classes = classes or int(y.max()) + 1
+    x_test = x if x_test is None else x_test
+    y_test = y if y_test is None else y_test
+
+    def load(root, cfg):
+        return FedDataset(name, torch.tensor(x, dtype=torch.float32), torch.tensor(y), torch.tensor(
+            x_test, dtype=torch.float32), torch.tensor(y_test), num_classes=classes, input_kind="vector",
+            train_users=users)
+
+    spec = DatasetSpec(name=name, description="test data", meta=lambda cfg: ("vector", (x.shape[1],), classes),
+                       load=load, is_present=lambda root, cfg=None: True, how_to_get="test",
+                       has_users=users is not None)
+    monkeypatch.setitem(DATASETS, name, spec)
+    return spec

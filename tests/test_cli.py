@@ -1,0 +1,132 @@
+"""`fedrun` end to end, as a user types it."""
+
+import csv
+import json
+import logging
+
+import pytest
+
+import wandb_reader
+from conftest import REPO, run_cli
+from fedrun.engine.simulation import run_experiment
+from fedrun.results import BASE_COLUMNS
+
+SMALL = ["data=digits", "model=logreg", "fl.rounds=3", "progress=false"]
+
+
+def read_metrics(run_dir):
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_run_writes_its_files_to_hydra_run_dir(tmp_path):
+    run = tmp_path / "run"
+    run_cli(*SMALL, "eval.target_acc=0.3", f"hydra.run.dir={run}", cwd=tmp_path)
+    assert {"config.yaml", "metrics.csv", "summary.json", "partition.json"} <= {p.name for p in run.iterdir()}
+    rows = read_metrics(run)
+    assert list(rows[0]) == BASE_COLUMNS and [int(r["round"]) for r in rows] == [1, 2, 3]
+    assert all(int(r["num_clients"]) == 10 for r in rows)
+    assert [int(r["bytes_up"]) for r in rows] == [int(rows[0]["bytes_up"]) * k for k in (1, 2, 3)]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["final_test_acc"] == float(rows[-1]["test_acc"])
+    assert summary["best_test_acc"] == max(float(r["test_acc"]) for r in rows)
+    first = next(int(r["round"]) for r in rows if float(r["test_acc"]) >= 0.3)
+    assert summary["rounds_to_target"] == first
+    for key in ("wall_time_s", "seed", "fedrun_version", "git_commit", "dataset_fingerprint", "partition_fingerprint"):
+        assert key in summary
+    partition = json.loads((run / "partition.json").read_text())
+    assert sum(c["num_samples"] for c in partition["clients"]) == 1438 and partition["num_clients"] == 10
+    assert "model:\n  name: logreg" in (run / "config.yaml").read_text()
+
+
+def test_same_config_and_seed_give_the_same_metrics(tmp_path):
+    def metrics(name):
+        run_cli(*SMALL, "model=cnn3", "fl.clients_per_round=5", f"hydra.run.dir={tmp_path / name}", cwd=tmp_path)
+        return [{k: v for k, v in r.items() if k != "elapsed_s"} for r in read_metrics(tmp_path / name)]
+
+    assert metrics("a") == metrics("b")
+
+
+def test_multirun_sweeps_two_jobs(tmp_path):
+    sweep = tmp_path / "sweep"
+    run_cli("--multirun", "algo=fedavg,centralized", *SMALL, "fl.rounds=2", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
+    assert len(jobs) == 2
+    layouts = [json.loads((j / "partition.json").read_text())["num_clients"] for j in jobs]
+    assert layouts == [10, 1]  # centralized SGD: one client holding everything
+    assert all(json.loads((j / "summary.json").read_text())["status"] == "finished" for j in jobs)
+
+
+def test_bad_value_exits_with_the_message_before_any_work(tmp_path):
+    run = tmp_path / "bad"
+    proc = run_cli("partition.alpha=-1", "fl.clients_per_round=30", f"hydra.run.dir={run}", cwd=tmp_path,
+                   check=False)
+    assert proc.returncode == 2
+    assert "partition.alpha=-1: must be > 0" in proc.stderr and "fl.clients_per_round=30" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (run / "metrics.csv").exists() and not (run / "summary.json").exists()
+
+
+def test_cfg_job_and_help(tmp_path):
+    job = run_cli("--cfg", "job", "algo=centralized", "fl.lr=0.3", cwd=tmp_path).stdout
+    assert "lr: 0.3" in job and "name: centralized" in job
+    helptext = run_cli("--help", cwd=tmp_path).stdout
+    for group in ("data:", "partition:", "model:", "algo:", "hardware:", "logger:", "experiment:"):
+        assert group in helptext
+    assert "fedrun --multirun" in helptext
+
+
+def test_wandb_offline_run_logs_every_round(tmp_path):
+    run = tmp_path / "wb"
+    run_cli(*SMALL, "logger=wandb", "logger.tags=[smoke]", f"hydra.run.dir={run}", cwd=tmp_path,
+            env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    files = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    logged = wandb_reader.history(files[0])
+    rows = read_metrics(run)
+    assert [h["_step"] for h in logged] == [int(r["round"]) for r in rows]
+    assert [h["test_acc"] for h in logged] == [float(r["test_acc"]) for r in rows]
+    config = wandb_reader.config(files[0])
+    assert config["fl"]["rounds"] == 3 and config["model"]["name"] == "logreg"
+
+
+def test_run_goes_on_when_wandb_cannot_start(tmp_path, cfg_factory, monkeypatch, caplog):
+    import wandb
+
+    def broken(**kwargs):
+        raise RuntimeError("no W&B server")
+
+    monkeypatch.setattr(wandb, "init", broken)
+    with caplog.at_level(logging.WARNING, logger="fedrun"):
+        summary = run_experiment(cfg_factory(*SMALL, "logger=wandb"), tmp_path)
+    assert summary["status"] == "finished" and len(read_metrics(tmp_path)) == 3
+    warnings = [r for r in caplog.records if "W&B could not start" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_failed_run_keeps_its_rows_and_says_failed(tmp_path, cfg_factory, monkeypatch):
+    from fedrun.engine import simulation
+
+    calls = {"n": 0}
+    original = simulation.Simulation.run_round
+
+    def failing(self, rnd):
+        calls["n"] += 1
+        if rnd == 3:
+            raise RuntimeError("disk on fire")
+        return original(self, rnd)
+
+    monkeypatch.setattr(simulation.Simulation, "run_round", failing)
+    with pytest.raises(RuntimeError):
+        run_experiment(cfg_factory(*SMALL), tmp_path)
+    assert len(read_metrics(tmp_path)) == 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and "disk on fire" in summary["error"]
+
+
+@pytest.mark.slow
+def test_default_run_on_real_mnist_is_accurate_and_fast(tmp_path):
+    """`fedrun` with no overrides: FedAvg, MNIST, Dirichlet over 10 clients, LeNet-5; >95% within 3 minutes."""
+    run_cli(f"hydra.run.dir={tmp_path / 'default'}", "progress=false", cwd=REPO)
+    summary = json.loads((tmp_path / "default" / "summary.json").read_text())
+    assert summary["final_test_acc"] > 0.95 and summary["wall_time_s"] < 180

@@ -1,0 +1,177 @@
+"""Loaders on fixture files written here in each dataset's official format, the real MNIST, and missing data."""
+
+import gzip
+import io
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from fedrun.data import DATASETS, default_root, fashion_mnist, mnist, synthetic
+from fedrun.data.cli import main as data_cli
+from fedrun.data.idx import write_idx
+from fedrun.data.safe_pickle import load_numpy_pickle
+from fedrun.errors import DataMissingError
+
+EMPTY = OmegaConf.create({"download": False})
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_safe_unpickler_refuses_code_and_admits_arrays():
+    with pytest.raises(pickle.UnpicklingError, match="refusing to load posix.system|refusing to load os.system"):
+        load_numpy_pickle(pickle.dumps(_Evil()))
+    arrays = (np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2]))
+    out = load_numpy_pickle(pickle.dumps(arrays, protocol=2))
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, out))
+
+
+def test_mnist_pickle_format_decodes_back_to_uint8():
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (3, 5, 784)).astype(np.uint8)
+    labels = rng.integers(0, 10, (3, 5))
+    splits = tuple((p.astype(np.float32) / 256.0, lab) for p, lab in zip(pixels, labels))
+    arrays = mnist.arrays_from_pickle(gzip.compress(pickle.dumps(splits, protocol=2)))
+    assert arrays["x_train"].dtype == np.uint8 and arrays["x_train"].shape == (10, 28, 28)
+    assert np.array_equal(arrays["x_train"].reshape(10, -1), np.concatenate(pixels[:2]))
+    assert np.array_equal(arrays["y_test"], labels[2])
+    with pytest.raises(ValueError, match="shapes"):
+        mnist.check_arrays(arrays)
+
+
+def test_real_mnist_loads_and_is_verified():
+    """The real MNIST (fetched by `make test` through `fedrun-data fetch mnist`)."""
+    data = mnist.load(default_root(), OmegaConf.create({"download": True}))
+    assert data.x_train.shape == (60000, 1, 28, 28) and data.x_test.shape == (10000, 1, 28, 28)
+    assert torch.bincount(data.y_train).tolist() == mnist.TRAIN_COUNTS
+    assert data.y_train[:5].tolist() == [5, 0, 4, 1, 9] and data.y_test[:5].tolist() == [7, 2, 1, 0, 4]
+    assert abs(float(data.x_train.mean())) < 1e-3 and abs(float(data.x_train.std()) - 1) < 1e-3
+
+
+def test_mnist_from_torchvision_idx_files(tmp_path):
+    raw = tmp_path / "mnist" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    x_train, x_test = rng.integers(0, 256, (60000, 28, 28)), rng.integers(0, 256, (10000, 28, 28))
+    y_train = np.repeat(np.arange(10), mnist.TRAIN_COUNTS)
+    y_test = np.repeat(np.arange(10), mnist.TEST_COUNTS)
+    for stem, arr in (("train-images-idx3-ubyte", x_train), ("train-labels-idx1-ubyte", y_train),
+                      ("t10k-images-idx3-ubyte", x_test), ("t10k-labels-idx1-ubyte", y_test)):
+        write_idx(raw / stem, arr)
+    data = mnist.load(tmp_path, EMPTY)
+    assert data.x_train.shape == (60000, 1, 28, 28) and torch.equal(data.y_test, torch.from_numpy(y_test))
+
+
+def _write_fashion(root, n_train=12, n_test=4):
+    d = root / "fashion_mnist"
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    y_train, y_test = np.arange(n_train) % 10, np.arange(n_test) % 10
+    write_idx(d / "train-images-idx3-ubyte.gz", rng.integers(0, 256, (n_train, 28, 28)))
+    write_idx(d / "train-labels-idx1-ubyte.gz", y_train)
+    write_idx(d / "t10k-images-idx3-ubyte.gz", rng.integers(0, 256, (n_test, 28, 28)))
+    write_idx(d / "t10k-labels-idx1-ubyte.gz", y_test)
+    return y_train, y_test
+
+
+def test_fashion_mnist_idx_fixture(tmp_path):
+    y_train, y_test = _write_fashion(tmp_path)
+    data = fashion_mnist.load(tmp_path, EMPTY)
+    assert data.x_train.shape == (12, 1, 28, 28) and data.x_test.shape == (4, 1, 28, 28)
+    assert data.y_train.tolist() == y_train.tolist() and data.num_classes == 10
+
+
+def _write_cifar(root, name, n_per_file=3):
+    layout = {"cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"],
+                          b"labels", 10),
+              "cifar100": ("cifar-100-python", ["train"], ["test"], b"fine_labels", 100)}[name]
+    folder, train, test, key, classes = layout
+    d = root / name / folder
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    labels = {}
+    for f in train + test:
+        lab = rng.integers(0, classes, n_per_file).tolist()
+        batch = {b"batch_label": f.encode(), b"labels" if key == b"labels" else b"fine_labels": lab,
+                 b"data": rng.integers(0, 256, (n_per_file, 3072)).astype(np.uint8),
+                 b"filenames": [b"x.png"] * n_per_file}
+        (d / f).write_bytes(pickle.dumps(batch, protocol=2))
+        labels[f] = lab
+    return train, test, labels, classes
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+def test_cifar_python_batches_fixture(tmp_path, name):
+    train, test, labels, classes = _write_cifar(tmp_path, name)
+    data = DATASETS[name].load(tmp_path, EMPTY)
+    assert data.x_train.shape == (3 * len(train), 3, 32, 32) and data.x_test.shape == (3, 3, 32, 32)
+    assert data.y_train.tolist() == sum((labels[f] for f in train), [])
+    assert data.num_classes == classes
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("cifar10", ["cifar10/cifar-10-batches-py", "data_batch_1", "cifar-10-python.tar.gz"]),
+    ("cifar100", ["cifar100/cifar-100-python", "train, test", "cifar-100-python.tar.gz"]),
+    ("fashion_mnist", ["fashion_mnist/", "apt-get install dataset-fashion-mnist", "train-images-idx3-ubyte.gz"]),
+    ("mnist", ["mnist/mnist.npz", "fedrun-data fetch mnist", "MNIST/raw"]),
+])
+def test_missing_dataset_says_which_files_to_put_where(tmp_path, monkeypatch, name, expected):
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_DIR", tmp_path / "nowhere")
+    with pytest.raises(DataMissingError) as err:
+        DATASETS[name].load(tmp_path, EMPTY)
+    message = str(err.value)
+    assert str(tmp_path) in message
+    for part in expected:
+        assert part in message
+
+
+def test_fedrun_data_list_shows_presence_and_instructions(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_DIR", tmp_path / "nowhere")
+    _write_cifar(tmp_path, "cifar10")
+    assert data_cli(["--root", str(tmp_path), "list"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line and not line.startswith(" ")}
+    assert "present" in lines["cifar10"] and "missing" in lines["cifar100"]
+    assert "cifar-100-python.tar.gz" in out
+    assert data_cli(["--root", str(tmp_path), "fetch", "cifar100"]) == 2
+
+
+def test_leaf_synthetic_follows_leaf_recipe():
+    users = synthetic.leaf_synthetic(num_tasks=50, num_classes=5, num_dim=60, seed=931231)
+    sizes = [min(s + 5, 1000) for s in np.random.RandomState(931231).lognormal(3, 2, 50).astype(int)]
+    assert [len(y) for _, y in users] == sizes
+    assert all(x.shape[1] == 60 and y.max() < 5 for x, y in users)
+    again = synthetic.leaf_synthetic(num_tasks=50, num_classes=5, num_dim=60, seed=931231)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(users, again))
+
+
+def test_leaf_synthetic_dataset_users_and_split():
+    cfg = OmegaConf.load("conf/data/leaf_synthetic.yaml")
+    cfg.num_tasks = 40
+    data = DATASETS["leaf_synthetic"].load(None, cfg)
+    sizes = np.bincount(data.train_users) + np.bincount(data.test_users, minlength=40)
+    n_train = np.bincount(data.train_users)
+    assert (n_train == [1 if n == 2 else max(1, int(0.6 * n)) for n in sizes]).all()
+    assert data.input_kind == "vector" and data.x_train.shape[1] == 60 and data.num_classes == 5
+
+
+def test_fedprox_synthetic_follows_recipe():
+    users = synthetic.fedprox_synthetic(alpha=0.5, beta=0.5, num_users=30, seed=0)
+    sizes = np.random.RandomState(0).lognormal(4, 2, 30).astype(int) + 50
+    assert [len(y) for _, y in users] == sizes.tolist()
+    assert all(x.shape[1] == 60 and y.max() < 10 for x, y in users)
+    iid = synthetic.fedprox_synthetic(alpha=0.5, beta=0.5, num_users=5, iid=True, seed=0)
+    assert len(iid) == 5
+
+
+def test_digits_split_is_fixed():
+    a = DATASETS["digits"].load(None, EMPTY)
+    b = DATASETS["digits"].load(None, EMPTY)
+    assert a.x_train.shape == (1438, 1, 8, 8) and torch.equal(a.y_test, b.y_test)
+    assert a.fingerprint() == b.fingerprint()

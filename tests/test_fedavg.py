@@ -1,0 +1,119 @@
+"""FedAvg and centralized SGD against hand computations and plain PyTorch."""
+
+import copy
+import numpy as np
+import torch
+
+from conftest import register_tiny
+from fedrun.engine.cohort import local_steps, plan_client, sample_clients
+from fedrun.engine.simulation import Simulation
+
+
+def softmax_regression_gd(w, b, x, y, lr):
+    """One SGD step of softmax regression with mean cross-entropy, in float64 numpy."""
+    z = x @ w.T + b
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    p[np.arange(len(y)), y] -= 1.0
+    g = p / len(y)
+    return w - lr * g.T @ x, b - lr * g.sum(axis=0)
+
+
+def test_fedavg_round_on_tiny_linear_problem_equals_hand_computation(monkeypatch, cfg_factory):
+    rng = np.random.default_rng(3)
+    sizes = [2, 4, 6, 5]
+    users = np.repeat(np.arange(4), sizes)
+    x = rng.normal(size=(sum(sizes), 3))
+    y = rng.integers(0, 2, sum(sizes))
+    register_tiny(monkeypatch, "tiny", x, y, users=users)
+    cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=4", "fl.clients_per_round=3",
+                      "fl.local_epochs=1", "fl.batch_size=2", "fl.lr=0.3", "seed=5", "hardware=cpu")
+    cfg.data = {"name": "tiny", "root": None}
+    sim = Simulation(cfg)
+    w0 = sim.params.double().numpy().copy()
+    out = sim.run_round(1)
+
+    cohort = [p.id for p in out.plans]
+    assert cohort == sample_clients(4, 3, 5, 1).tolist() and len(set(cohort)) == 3
+    assert [p.tau for p in out.plans] == [local_steps(sizes[c], 1, 2) for c in cohort]  # unequal tau_i
+    n = np.array([sizes[c] for c in cohort], dtype=float)
+    total = np.zeros_like(w0)
+    for plan, p_i in zip(out.plans, n / n.sum()):  # p_i renormalised over the round's clients
+        wk, bk = w0[:6].reshape(2, 3), w0[6:]
+        for batch in plan.batches.numpy():
+            assert set(users[batch]) == {plan.id}
+            wk, bk = softmax_regression_gd(wk, bk, x[batch], y[batch], 0.3)
+        total += p_i * (np.concatenate([wk.ravel(), bk]) - w0)
+    np.testing.assert_allclose(sim.params.double().numpy(), w0 + total, rtol=0, atol=1e-6)
+
+
+def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory):
+    cfg = cfg_factory("data=digits", "model=cnn3", "partition=iid", "fl.num_clients=1", "fl.clients_per_round=1",
+                      "fl.local_epochs=1", "fl.batch_size=32", "fl.lr=0.1", "seed=7", "hardware=cpu")
+    sim = Simulation(cfg)
+    w0 = sim.params.clone()
+    module = copy.deepcopy(sim.model.module)  # plain PyTorch from the same initial weights
+    with torch.no_grad():
+        for p, v in zip(module.parameters(), sim.model.unflatten(w0).values()):
+            p.copy_(v)
+    out = sim.run_round(1)
+    plan = plan_client(0, sim.partition.indices[0], 1.0, 32, 7, 1, True, "cpu")
+    assert torch.equal(plan.batches, out.plans[0].batches)
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    module.train()
+    for batch in plan.batches:
+        opt.zero_grad()
+        sim.model.objective.loss(module(sim.data.x_train[batch]), sim.data.y_train[batch]).backward()
+        opt.step()
+    expected = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    # the client's local training is bit-for-bit torch.optim.SGD over the same batches ...
+    assert torch.equal(out.result.updates[0], expected - w0)
+    # ... and the server's w + 1.0 * (w_1 - w) differs from w_1 only by float rounding
+    torch.testing.assert_close(sim.params, expected, rtol=0, atol=1e-6)
+
+
+def test_centralized_pools_all_data_into_one_client(cfg_factory):
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "algo=centralized", "fl.num_clients=7",
+                                 "fl.clients_per_round=7"))
+    assert sim.num_clients == 1 and len(sim.partition.indices[0]) == len(sim.labels)
+    out = sim.run_round(1)
+    assert out.plans[0].tau == local_steps(len(sim.labels), 1.0, 64)
+
+
+def test_same_config_and_seed_give_identical_models(cfg_factory):
+    def final(seed):
+        sim = Simulation(cfg_factory("data=digits", "model=cnn3", "fl.clients_per_round=4", f"seed={seed}"))
+        for r in (1, 2):
+            sim.run_round(r)
+        return sim.params
+
+    assert torch.equal(final(1), final(1))
+    assert not torch.equal(final(1), final(2))
+
+
+def test_batch_orders_and_cohorts_do_not_depend_on_the_algorithm(cfg_factory):
+    plans = {}
+    for algo in ("fedavg", "centralized"):
+        sim = Simulation(cfg_factory("data=digits", "model=logreg", f"algo={algo}", "fl.clients_per_round=3"))
+        plans[algo] = sim.run_round(2).plans
+    fedavg = Simulation(cfg_factory("data=digits", "model=mlp", "fl.clients_per_round=3")).run_round(2).plans
+    assert [p.id for p in fedavg] == [p.id for p in plans["fedavg"]]
+    assert all(torch.equal(a.batches, b.batches) for a, b in zip(fedavg, plans["fedavg"]))
+
+
+def test_no_reshuffle_keeps_one_order_per_client_across_rounds():
+    ix = np.arange(100, 150)
+    a = plan_client(3, ix, 1.0, 10, 0, 1, False, "cpu")
+    b = plan_client(3, ix, 1.0, 10, 0, 2, False, "cpu")
+    c = plan_client(3, ix, 1.0, 10, 0, 2, True, "cpu")
+    assert torch.equal(a.batches, b.batches) and not torch.equal(b.batches, c.batches)
+    assert sorted(a.batches.flatten().tolist()) == ix.tolist()  # one epoch = every sample once
+
+
+def test_fractional_and_multi_epoch_steps():
+    ix = np.arange(95)
+    assert plan_client(0, ix, 0.1, 10, 0, 1, True, "cpu").tau == 1  # floor(0.95) -> at least 1
+    two = plan_client(0, ix, 2.0, 10, 0, 1, True, "cpu")
+    assert two.tau == 19 and two.batches.shape == (19, 10)
+    small = plan_client(0, np.arange(4), 1.0, 10, 0, 1, True, "cpu")
+    assert small.tau == 1 and small.batches.shape == (1, 4)  # a client smaller than B uses all it has

@@ -1,0 +1,74 @@
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from fedrun.data import DATASETS
+from fedrun.errors import ConfigError
+from fedrun.functional import FunctionalModel
+from fedrun.models import MODELS, SQUARED_HINGE_PARITY, build_model
+
+IMAGE_SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar10": (3, 32, 32), "cifar100": (3, 32, 32)}
+
+
+def mcfg(name):
+    return OmegaConf.create({"name": name})
+
+
+def cases():
+    for data, shape in IMAGE_SHAPES.items():
+        classes = DATASETS[data].meta(None)[2]
+        for name, spec in MODELS.items():
+            if "image" in spec.kinds and min(shape[1:]) >= spec.min_hw:
+                yield name, "image", shape, classes
+    for name in ("svm", "logreg", "mlp"):
+        yield name, "vector", (60,), 5
+    for name in ("gru", "lstm"):
+        yield name, "tokens", (40,), 2
+        yield name, "sequence", (25, 13), 12
+
+
+@pytest.mark.parametrize("name,kind,shape,classes", list(cases()))
+def test_output_shape_on_each_dataset_it_fits(name, kind, shape, classes):
+    module, objective = build_model(mcfg(name), kind, shape, classes)
+    module.eval()
+    x = torch.randint(0, 1000, (3, *shape)) if kind == "tokens" else torch.randn(3, *shape)
+    out = module(x)
+    assert out.shape == ((3, 1) if name == "svm" else (3, classes))
+
+
+def test_paper_layer_sizes():
+    bherd, _ = build_model(mcfg("cnn_bherd"), "image", (1, 28, 28), 10)
+    fcs = [m for m in bherd.modules() if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in fcs] == [(1568, 256), (256, 10)]
+    fedgh, _ = build_model(mcfg("cnn_fedgh"), "image", (3, 32, 32), 10)
+    assert [m for m in fedgh.modules() if isinstance(m, torch.nn.Linear)][0].in_features == 1600
+    lenet, _ = build_model(mcfg("lenet5"), "image", (3, 32, 32), 10)
+    assert sum(p.numel() for p in lenet.parameters()) == 62006  # GraB's LeNet-5
+    gru, _ = build_model(OmegaConf.load("conf/model/gru.yaml"), "tokens", (100,), 2)
+    assert [(m.in_features, m.out_features) for m in gru.head if isinstance(m, torch.nn.Linear)] == [(200, 50), (50, 2)]
+
+
+@pytest.mark.parametrize("name,shape", [("vgg16", (1, 8, 8)), ("lenet5", (1, 8, 8)), ("gru", (1, 28, 28))])
+def test_model_that_does_not_fit_is_refused_with_alternatives(name, shape):
+    with pytest.raises(ConfigError, match="models that fit"):
+        build_model(mcfg(name), "image", shape, 10)
+
+
+def test_squared_hinge_parity_matches_hand_computation():
+    out = torch.tensor([[0.5], [-2.0], [0.2], [1.5]])
+    y = torch.tensor([4, 3, 7, 0])  # targets +1, -1, -1, +1
+    # margins 1 - t*f: 0.5, -1 -> 0, 1.2, -0.5 -> 0; squared: 0.25, 0, 1.44, 0
+    assert SQUARED_HINGE_PARITY.loss(out, y).item() == pytest.approx((0.25 + 1.44) / 4)
+    assert SQUARED_HINGE_PARITY.correct(out, y).item() == 3  # 0.2 predicts even for odd 7
+
+
+def test_functional_gradient_equals_autograd_on_the_module():
+    module, objective = build_model(mcfg("cnn3"), "image", (1, 8, 8), 10)
+    fm = FunctionalModel(module, objective)
+    x, y = torch.randn(5, 1, 8, 8), torch.randint(0, 10, (5,))
+    loss, grad = fm.loss_and_grad(fm.init_params(), fm.init_buffers(), x, y)
+    module.zero_grad()
+    ref = objective.loss(module(x), y)
+    ref.backward()
+    torch.testing.assert_close(loss, ref.detach())
+    torch.testing.assert_close(grad, torch.cat([p.grad.reshape(-1) for p in module.parameters()]))

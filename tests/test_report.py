@@ -1,0 +1,30 @@
+import json
+
+import pandas as pd
+
+from fedrun.engine.simulation import run_experiment
+from fedrun.report import main as report_main
+
+
+def test_report_groups_two_runs_and_draws_curves(tmp_path, cfg_factory, capsys):
+    summaries = {}
+    for algo in ("fedavg", "centralized"):
+        for seed in (0, 1):
+            run = tmp_path / "runs" / f"{algo}-{seed}"
+            summaries[(algo, seed)] = run_experiment(
+                cfg_factory("data=digits", "model=logreg", "fl.rounds=2", f"algo={algo}", f"seed={seed}"), run)
+    out = tmp_path / "report"
+    assert report_main([str(tmp_path / "runs"), "--out", str(out)]) == 0
+    table = pd.read_csv(out / "report.csv")
+    assert list(table["algo.name"]) == ["centralized", "fedavg"]  # the varying key, found without --by
+    assert list(table["seeds"]) == [2, 2]
+    for _, row in table.iterrows():
+        accs = [summaries[(row["algo.name"], s)]["final_test_acc"] for s in (0, 1)]
+        assert abs(row["final_test_acc_mean"] - sum(accs) / 2) < 1e-12
+        assert abs(row["final_test_acc_std"] - pd.Series(accs).std()) < 1e-12
+    assert (out / "curves.png").stat().st_size > 1000
+    assert "| algo.name" in (out / "report.md").read_text()
+    assert report_main([str(tmp_path / "runs"), "--by", "algo.name,seed"]) == 0
+    assert "4 runs, grouped by ['algo.name', 'seed']" in capsys.readouterr().out
+    assert report_main([str(tmp_path / "runs"), "--by", "nonsense.key"]) == 2
+    assert json.loads((tmp_path / "runs" / "fedavg-0" / "summary.json").read_text())["status"] == "finished"
