@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup data run test test-slow clean
+.PHONY: setup data run test test-slow bench clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ test: data
 
 test-slow: data
 	$(PY) -m pytest -q -m slow
+
+bench: setup
+	$(PY) -m fedrun.bench --out results/bench/$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -99,6 +99,14 @@ def validate(cfg) -> None:
         problems.append("hardware.device='cuda': no CUDA device is visible. Fix: hardware=cpu or hardware=auto")
     need(hw.executor in ("auto", *EXECUTORS), "hardware.executor", hw.executor,
          f"must be one of {('auto', *EXECUTORS)}", "hardware.executor=auto")
+    chunk = hw.get("chunk_size")
+    need(chunk is None or (_is_int(chunk) and chunk >= 1), "hardware.chunk_size", chunk,
+         "must be null (sized from free memory) or an integer >= 1", "hardware.chunk_size=null")
+    frac = hw.get("memory_fraction", 0.5)
+    need(_is_num(frac) and 0 < frac <= 1, "hardware.memory_fraction", frac, "must be in (0, 1]",
+         "hardware.memory_fraction=0.5")
+    need(hw.get("dtype", "float32") in ("float32", "float64"), "hardware.dtype", hw.get("dtype"),
+         "must be float32 or float64", "hardware.dtype=float32")
     need(hw.num_threads is None or (_is_int(hw.num_threads) and hw.num_threads >= 1), "hardware.num_threads",
          hw.num_threads, "must be null or an integer >= 1", "hardware.num_threads=2")
     need(cfg.logger.name in LOGGERS, "logger", cfg.logger.name, f"must be one of {LOGGERS}", "logger=csv")

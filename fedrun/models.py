@@ -126,7 +126,8 @@ def _mobilenetv2(shape, classes, mcfg):
     """torchvision's MobileNetV2 (BatchNorm); the stem takes the dataset's channel count."""
     from torchvision.models import mobilenet_v2
 
-    net = mobilenet_v2(weights=None, num_classes=classes, width_mult=float(mcfg.get("width_mult", 1.0)))
+    net = mobilenet_v2(weights=None, num_classes=classes, width_mult=float(mcfg.get("width_mult", 1.0)),
+                       dropout=float(mcfg.get("dropout", 0.2)))
     if shape[0] != 3:
         net.features[0][0] = nn.Conv2d(shape[0], net.features[0][0].out_channels, 3, 2, 1, bias=False)
     return net

@@ -39,18 +39,19 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, check: bool = True) 
 
 
 def register_tiny(monkeypatch, name: str, x: np.ndarray, y: np.ndarray, x_test=None, y_test=None, classes=None,
-                  users=None):
-    """Register an in-memory vector dataset so the engine can run on a hand-made problem."""
+                  users=None, kind="vector"):
+    """Register an in-memory dataset so the engine can run on a hand-made problem."""
     classes = classes or int(y.max()) + 1
     x_test = x if x_test is None else x_test
     y_test = y if y_test is None else y_test
 
-    def load(root, cfg):
-        return FedDataset(name, torch.tensor(x, dtype=torch.float32), torch.tensor(y), torch.tensor(
-            x_test, dtype=torch.float32), torch.tensor(y_test), num_classes=classes, input_kind="vector",
-            train_users=users)
+    dtype = torch.long if kind == "tokens" else torch.float32
 
-    spec = DatasetSpec(name=name, description="test data", meta=lambda cfg: ("vector", (x.shape[1],), classes),
+    def load(root, cfg):
+        return FedDataset(name, torch.tensor(x, dtype=dtype), torch.tensor(y), torch.tensor(x_test, dtype=dtype),
+                          torch.tensor(y_test), num_classes=classes, input_kind=kind, train_users=users)
+
+    spec = DatasetSpec(name=name, description="test data", meta=lambda cfg: (kind, tuple(x.shape[1:]), classes),
                        load=load, is_present=lambda root, cfg=None: True, how_to_get="test",
                        has_users=users is not None)
     monkeypatch.setitem(DATASETS, name, spec)

@@ -43,9 +43,11 @@ class FedDataset:
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
 
-    def to(self, device: torch.device | str) -> "FedDataset":
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "FedDataset":
+        """Move to ``device``; floating-point features also to ``dtype`` when given (labels and tokens stay)."""
         for name in ("x_train", "y_train", "x_test", "y_test"):
-            setattr(self, name, getattr(self, name).to(device))
+            t = getattr(self, name)
+            setattr(self, name, t.to(device, dtype) if dtype is not None and t.is_floating_point() else t.to(device))
         return self
 
     def fingerprint(self) -> str:

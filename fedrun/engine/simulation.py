@@ -56,7 +56,8 @@ class Simulation:
         if cfg.hardware.num_threads:
             torch.set_num_threads(int(cfg.hardware.num_threads))
         self.device = resolve_device(cfg.hardware.device)
-        self.data = (data or load_dataset(cfg.data, self.device)).to(self.device)
+        self.dtype = getattr(torch, cfg.hardware.get("dtype", "float32"))
+        self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
         self.labels = self.data.y_train.cpu().numpy()
         self.algo = build_algorithm(cfg.algo)
         partition = make_partition(cfg.partition, self.labels, self.data.train_users, cfg.fl.num_clients, cfg.seed)
@@ -68,11 +69,13 @@ class Simulation:
         torch.manual_seed(cfg.seed)
         kind = get_spec(cfg.data.name).meta(cfg.data)[0]
         module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
-        self.model = FunctionalModel(module.to(self.device), objective)
+        self.model = FunctionalModel(module.to(self.device, self.dtype), objective)
         self.params, self.buffers = self.model.init_params(), self.model.init_buffers()
         self.server_state = self.algo.server_opt.init(self.params)
         self.client_states: dict[int, object] = {}
-        self.executor = make_executor(cfg.hardware.executor)
+        b = min(cfg.fl.batch_size, len(self.labels))
+        self.executor = make_executor(cfg.hardware, self.model, self.device, self.data.x_train[:b],
+                                      self.data.y_train[:b])
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.buffers)
 
     def run_round(self, rnd: int) -> RoundOutput:

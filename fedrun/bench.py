@@ -1,0 +1,243 @@
+"""Benchmark harness: one FL round per workload under the loop, vmap and auto executors.
+
+    python -m fedrun.bench [--quick] [--out FILE.json] [--device cpu|cuda] [--repeats N]
+
+Each workload is one round of local SGD (FedAvg's local rule) for a paper's cohort shape, on random data of the
+paper's input shape (timing does not depend on the pixel values). All numbers of a table come from one run on one
+machine: ``speedup = loop_s / vmap_s``, ``gflops`` is the workload's FLOPs (forward + backward, counted by
+``torch.utils.flop_counter``) over the auto executor's time, and ``matmul_peak_gflops`` is a large dense matmul
+measured in the same run, so ``gflops / matmul_peak_gflops`` says how close a workload gets to the machine's peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from . import __version__
+from .algorithms import ClientContext
+from .algorithms.local_sgd import LocalSGD
+from .engine.cohort import plan_client
+from .engine.executor import LoopExecutor, VmapExecutor, flops_per_step, resolve_auto
+from .functional import FunctionalModel
+from .models import build_model
+from .results import git_commit
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    paper: str
+    model: dict
+    kind: str
+    shape: tuple
+    classes: int
+    clients: int
+    samples: int  # per client
+    batch: int
+    epochs: float = 1.0
+
+
+WORKLOADS = [
+    Workload("softmax576_400", "MA/GA-FSVRG (MNIST-HOG)", {"name": "logreg"}, "vector", (576,), 10, 400, 150, 1),
+    Workload("softmax576_1000", "MA/GA-FSVRG (CIFAR-HOG)", {"name": "logreg"}, "vector", (576,), 10, 1000, 50, 1),
+    Workload("svm_mnist_5", "BHerd (SVM-MNIST)", {"name": "svm"}, "image", (1, 28, 28), 10, 5, 12000, 100),
+    Workload("lenet5_cifar_100", "GIFT (LeNet-5)", {"name": "lenet5"}, "image", (3, 32, 32), 10, 100, 20, 10, 5.0),
+    Workload("cnn_fedgh_20", "FedGH (CNN)", {"name": "cnn_fedgh"}, "image", (3, 32, 32), 10, 20, 320, 64),
+]
+
+
+def quick(w: Workload) -> Workload:
+    """A smaller cohort for smoke runs (--quick): the same shapes, fewer clients and steps."""
+    return Workload(w.name, w.paper, w.model, w.kind, w.shape, w.classes, max(2, w.clients // 10),
+                    max(w.batch, w.samples // 10), w.batch, w.epochs)
+
+
+class PeakMemory:
+    """Peak memory while a block runs: CUDA's allocator peak, or the process's resident set sampled every 2 ms."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.peak_mb = 0.0
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+        else:
+            self._base = self._peak = self._rss()
+            self._stop = threading.Event()
+
+            def sample():
+                while not self._stop.is_set():
+                    self._peak = max(self._peak, self._rss())
+                    time.sleep(0.002)
+
+            self._thread = threading.Thread(target=sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.peak_mb = (torch.cuda.max_memory_allocated(self.device) - self._base) / 2**20
+        else:
+            self._stop.set()
+            self._thread.join()
+            self.peak_mb = (max(self._peak, self._rss()) - self._base) / 2**20
+
+
+def matmul_peak_gflops(device: torch.device, repeats: int = 3) -> float:
+    n = 8192 if device.type == "cuda" else 2048
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        sync(device)
+        t = time.perf_counter()
+        a @ b
+        sync(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def setup(w: Workload, device: torch.device, seed: int = 0):
+    torch.manual_seed(seed)
+    module, objective = build_model(OmegaConf.create(w.model), w.kind, w.shape, w.classes, w.name)
+    model = FunctionalModel(module.to(device), objective)
+    n = w.clients * w.samples
+    x = (torch.randint(0, 1000, (n, *w.shape)) if w.kind == "tokens" else torch.randn(n, *w.shape)).to(device)
+    y = torch.randint(0, w.classes, (n,), device=device)
+    plans = [plan_client(c, np.arange(c * w.samples, (c + 1) * w.samples), w.epochs, w.batch, seed, 1, True, device)
+             for c in range(w.clients)]
+    ctx = ClientContext(1, model.init_params(), model.init_buffers(), lr=0.01)
+    return model, x, y, plans, ctx
+
+
+def flops_per_round(model, x, y, plans) -> int:
+    first = plans[0].batches[0]
+    return flops_per_step(model, x[first], y[first]) * sum(p.tau for p in plans)
+
+
+def time_round(executor, rule, model, ctx, plans, x, y, repeats: int) -> tuple[float, float]:
+    """(best seconds over ``repeats`` after one warm-up, peak memory MB of one round)."""
+    states = [None] * len(plans)
+    executor.run(rule, model, ctx, plans, x, y, states)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        sync(x.device)
+        t = time.perf_counter()
+        executor.run(rule, model, ctx, plans, x, y, states)
+        sync(x.device)
+        best = min(best, time.perf_counter() - t)
+    with PeakMemory(x.device) as mem:
+        executor.run(rule, model, ctx, plans, x, y, states)
+    return best, mem.peak_mb
+
+
+def run_workload(w: Workload, device: torch.device, repeats: int, peak: float) -> dict:
+    model, x, y, plans, ctx = setup(w, device)
+    rule = LocalSGD()
+    executors = {"loop": LoopExecutor(), "vmap": VmapExecutor()}
+    timings = {name: time_round(ex, rule, model, ctx, plans, x, y, repeats) for name, ex in executors.items()}
+    first = plans[0].batches[0]
+    auto_name, why = resolve_auto(model, device, x[first], y[first])
+    auto_s, auto_mem = time_round(executors[auto_name], rule, model, ctx, plans, x, y, repeats)
+    flops = flops_per_round(model, x, y, plans)
+    best = min(timings["loop"][0], timings["vmap"][0])
+    return {
+        "workload": w.name, "paper": w.paper, "model": w.model["name"], "clients": w.clients,
+        "samples_per_client": w.samples, "batch": w.batch, "steps": sum(p.tau for p in plans),
+        "loop_s": timings["loop"][0], "vmap_s": timings["vmap"][0], "auto_s": auto_s, "auto": auto_name,
+        "auto_reason": why, "speedup": timings["loop"][0] / timings["vmap"][0], "auto_vs_best": auto_s / best,
+        "peak_mem_mb": auto_mem, "loop_peak_mem_mb": timings["loop"][1], "vmap_peak_mem_mb": timings["vmap"][1],
+        "gflops": flops / auto_s / 1e9, "matmul_peak_gflops": peak, "device": device_name(device),
+    }
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model} ({torch.get_num_threads()} threads)"
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "fedrun": __version__,
+            "git_commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def markdown(records: list[dict], info: dict, command: str) -> str:
+    head = ("| workload | paper | clients | steps | loop s | vmap s | auto s (choice) | speedup | auto/best | "
+            "peak MB | GFLOP/s | matmul peak GFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    rows = "".join(
+        f"| {r['workload']} | {r['paper']} | {r['clients']} | {r['steps']} | {r['loop_s']:.3f} | {r['vmap_s']:.3f} "
+        f"| {r['auto_s']:.3f} ({r['auto']}) | {r['speedup']:.1f}x | {r['auto_vs_best']:.2f} | {r['peak_mem_mb']:.0f} "
+        f"| {r['gflops']:.2f} | {r['matmul_peak_gflops']:.0f} |\n" for r in records)
+    about = "\n".join(f"- {k}: {v}" for k, v in info.items())
+    return (f"# Executor benchmark on {records[0]['device']}\n\nMade by `{command}`.\n\n{head}{rows}\n"
+            f"speedup = loop/vmap; auto/best = auto's time over the faster executor's; peak MB = the auto "
+            f"executor's peak memory above the baseline (RSS on a CPU, allocator peak on a GPU).\n\n## Machine\n{about}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fedrun.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller cohorts (a smoke run)")
+    parser.add_argument("--out", default=None, help="write the records as JSON here (and a .md table beside it)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", default=None, help="comma-separated workload names")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    workloads = [quick(w) if args.quick else w for w in WORKLOADS
+                 if not args.only or w.name in args.only.split(",")]
+    peak = matmul_peak_gflops(device)
+    records = []
+    for w in workloads:
+        rec = run_workload(w, device, args.repeats, peak)
+        records.append(rec)
+        print(f"{rec['workload']:18s} clients={rec['clients']:5d} steps={rec['steps']:6d} loop={rec['loop_s']:.3f}s "
+              f"vmap={rec['vmap_s']:.3f}s auto={rec['auto_s']:.3f}s ({rec['auto']}) speedup={rec['speedup']:.1f}x "
+              f"auto/best={rec['auto_vs_best']:.2f} peak={rec['peak_mem_mb']:.0f}MB gflops={rec['gflops']:.2f}",
+              flush=True)
+    info = machine()
+    command = "python -m fedrun.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps([r | {"machine": info, "command": command} for r in records], indent=2) + "\n")
+        out.with_suffix(".md").write_text(markdown(records, info, command))
+        print(f"wrote {out} and {out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Nested dicts of tensors (a client's state) stacked along a leading client axis, and taken apart again."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+def tree_map(fn: Callable, tree, *rest):
+    if isinstance(tree, dict):
+        return {k: tree_map(fn, v, *(r[k] for r in rest)) for k, v in tree.items()}
+    return fn(tree, *rest)
+
+
+def stack(trees: list):
+    if isinstance(trees[0], dict):
+        return {k: stack([t[k] for t in trees]) for k in trees[0]}
+    return torch.stack(trees)
+
+
+def unstack(tree, n: int) -> list:
+    return [tree_map(lambda t: t[i], tree) for i in range(n)]
+
+
+def leaves(tree) -> list[torch.Tensor]:
+    if isinstance(tree, dict):
+        return [leaf for v in tree.values() for leaf in leaves(v)]
+    return [tree]
+
+
+def write_prefix(target, source, k: int) -> None:
+    """target[:k] = source, leaf by leaf, in place."""
+    if isinstance(target, dict):
+        for key in target:
+            write_prefix(target[key], source[key], k)
+    else:
+        target[:k] = source

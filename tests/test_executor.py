@@ -1,0 +1,146 @@
+"""The vectorised cohort executor computes what the loop computes."""
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import register_tiny
+from fedrun.engine.executor import VmapExecutor
+from fedrun.engine.simulation import Simulation
+
+COMMON = ["partition=dirichlet", "partition.alpha=0.5", "fl.num_clients=8", "fl.clients_per_round=5",
+          "fl.batch_size=16", "fl.local_epochs=1", "hardware=cpu", "seed=3"]
+
+
+def tiny(monkeypatch, kind):
+    rng = np.random.default_rng(0)
+    n = 240
+    y = rng.integers(0, 4, n)
+    if kind == "image32":
+        x = rng.normal(size=(n, 3, 32, 32))
+        return register_tiny(monkeypatch, "tiny", x, y, kind="image")
+    if kind == "tokens":
+        return register_tiny(monkeypatch, "tiny", rng.integers(0, 50, (n, 12)), y, kind="tokens")
+    return register_tiny(monkeypatch, "tiny", rng.normal(size=(n, 10, 6)), y, kind="sequence")
+
+
+FAMILIES = {
+    "linear": (None, ["data=digits", "model=logreg"]),
+    "cnn": (None, ["data=digits", "model=cnn3", "fl.momentum=0.9"]),
+    # BatchNorm over a few samples at 1x1 spatial size is ill-conditioned in float32 (0.5% gradient noise between
+    # two exact orders of summation), so this family is compared in float64, where it agrees to 1e-12
+    "batchnorm_cnn": ("image32", ["model=mobilenetv2", "model.width_mult=0.25", "model.dropout=0.0",
+                                  "hardware.dtype=float64"]),
+    "gru": ("tokens", ["model=gru", "model.vocab_size=50", "model.embed_dim=8", "model.hidden=8"]),
+    "lstm": ("sequence", ["model=lstm", "model.hidden=8"]),
+}
+
+
+def two_rounds(cfg_factory, overrides, executor, data_name=None, **hw):
+    cfg = cfg_factory(*COMMON, *overrides, f"hardware.executor={executor}",
+                      *[f"hardware.{k}={v}" for k, v in hw.items()])
+    if data_name:
+        cfg.data = {"name": data_name, "root": None}
+    sim = Simulation(cfg)
+    outs = [sim.run_round(r) for r in (1, 2)]
+    return sim, outs
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_vmap_round_equals_loop_round(monkeypatch, cfg_factory, family):
+    kind, overrides = FAMILIES[family]
+    data_name = None
+    if kind:
+        tiny(monkeypatch, kind)
+        data_name = "tiny"
+    loop, loop_out = two_rounds(cfg_factory, overrides, "loop", data_name)
+    vec, vec_out = two_rounds(cfg_factory, overrides, "vmap", data_name)
+    assert isinstance(vec.executor, VmapExecutor)
+    taus = [p.tau for p in loop_out[0].plans]
+    assert len(set(taus)) > 1, "the case must have unequal tau_i"
+    assert len(taus) == 5 < vec.num_clients, "and partial participation"
+    torch.testing.assert_close(vec.params, loop.params, rtol=1e-4, atol=1e-5)
+    for a, b in zip(vec_out, loop_out):
+        torch.testing.assert_close(a.result.mean_loss, b.result.mean_loss, rtol=1e-4, atol=1e-5)
+    for name in loop.buffers:
+        torch.testing.assert_close(vec.buffers[name], loop.buffers[name], rtol=1e-4, atol=1e-5)
+
+
+def test_clients_smaller_than_the_batch_form_their_own_group(cfg_factory):
+    loop, _ = two_rounds(cfg_factory, ["data=digits", "model=logreg", "fl.batch_size=200"], "loop")
+    vec, outs = two_rounds(cfg_factory, ["data=digits", "model=logreg", "fl.batch_size=200"], "vmap")
+    assert len({p.batches.shape[1] for p in outs[0].plans}) > 1
+    torch.testing.assert_close(vec.params, loop.params, rtol=1e-5, atol=1e-6)
+
+
+def test_chunked_equals_unchunked(cfg_factory):
+    whole, _ = two_rounds(cfg_factory, ["data=digits", "model=mlp"], "vmap")
+    chunked, _ = two_rounds(cfg_factory, ["data=digits", "model=mlp"], "vmap", chunk_size=2)
+    assert chunked.executor.chunk_size == 2
+    torch.testing.assert_close(chunked.params, whole.params, rtol=1e-5, atol=1e-6)
+
+
+def test_chunk_size_follows_free_memory(cfg_factory, monkeypatch):
+    from fedrun.engine import executor as ex
+
+    sim, _ = two_rounds(cfg_factory, ["data=digits", "model=mlp"], "vmap")
+    plan = sim.run_round(3).plans[0]
+    from fedrun.algorithms import ClientContext
+
+    ctx = ClientContext(1, sim.params, sim.buffers, 0.1)
+    monkeypatch.setattr(ex, "free_memory_bytes", lambda device: 10**12)
+    big = sim.executor._fitting_chunk(sim.algo.local, sim.model, ctx, plan, sim.data.x_train)
+    monkeypatch.setattr(ex, "free_memory_bytes", lambda device: 10**6)
+    small = sim.executor._fitting_chunk(sim.algo.local, sim.model, ctx, plan, sim.data.x_train)
+    assert big > 1000 and 1 <= small < 5
+
+
+@pytest.mark.parametrize("data,model,batch,expected", [
+    ("digits", "logreg", 64, "vmap"), ("digits", "mlp", 64, "vmap"),
+    ("digits", "cnn3", 16, "vmap"),  # about 30 MFLOP per client step: small
+    ("digits", "cnn3", 64, "loop"),  # about 120 MFLOP
+    ("mnist", "lenet5", 64, "loop"),
+])
+def test_auto_resolves_to_a_concrete_executor_and_logs_it(cfg_factory, caplog, data, model, batch, expected):
+    with caplog.at_level(logging.INFO, logger="fedrun"):
+        sim = Simulation(cfg_factory(f"data={data}", f"model={model}", f"fl.batch_size={batch}",
+                                     "hardware.executor=auto"))
+    assert sim.executor.name == expected
+    assert any(f"hardware.executor=auto resolved to {expected}" in r.getMessage() for r in caplog.records)
+
+
+def test_a_large_cohort_creates_no_module_copies(cfg_factory, monkeypatch):
+    from torch import nn
+
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=400", "fl.clients_per_round=400",
+                                 "partition=iid", "fl.batch_size=1", "hardware.executor=vmap"))
+    created = []
+    original = nn.Module.__init__
+
+    def counting_init(self, *args, **kwargs):
+        created.append(type(self))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "__init__", counting_init)
+    out = sim.run_round(1)
+    assert len(out.plans) == 400 and created == []
+
+
+def test_bench_records_are_consistent(tmp_path):
+    import json
+
+    from fedrun.bench import main
+
+    assert main(["--quick", "--only", "softmax576_400,svm_mnist_5", "--repeats", "1", "--out",
+                 str(tmp_path / "b.json")]) == 0
+    records = json.loads((tmp_path / "b.json").read_text())
+    assert [r["workload"] for r in records] == ["softmax576_400", "svm_mnist_5"]
+    for r in records:
+        for key in ("workload", "clients", "steps", "loop_s", "vmap_s", "auto_s", "speedup", "peak_mem_mb",
+                    "gflops", "matmul_peak_gflops", "device"):
+            assert key in r
+        assert r["speedup"] == pytest.approx(r["loop_s"] / r["vmap_s"])
+        assert r["auto"] == "vmap" and r["matmul_peak_gflops"] > 0
+    assert "| softmax576_400 |" in (tmp_path / "b.md").read_text()
