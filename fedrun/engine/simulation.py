@@ -72,6 +72,7 @@ class Simulation:
         self.model = FunctionalModel(module.to(self.device, self.dtype), objective)
         self.params, self.buffers = self.model.init_params(), self.model.init_buffers()
         self.server_state = self.algo.server_opt.init(self.params)
+        self.rule_state = self.algo.local.server_init(self.params, self.num_clients)
         self.client_states: dict[int, object] = {}
         b = min(cfg.fl.batch_size, len(self.labels))
         self.executor = make_executor(cfg.hardware, self.model, self.device, self.data.x_train[:b],
@@ -81,18 +82,28 @@ class Simulation:
     def run_round(self, rnd: int) -> RoundOutput:
         fl, seed = self.cfg.fl, self.cfg.seed
         cohort = sample_clients(self.num_clients, min(fl.clients_per_round, self.num_clients), seed, rnd)
-        plans = [plan_client(int(c), self.partition.indices[c], fl.local_epochs, fl.batch_size, seed, rnd,
-                             fl.reshuffle, self.device) for c in cohort]
-        ctx = ClientContext(rnd, self.params, self.buffers, fl.lr, fl.momentum, fl.weight_decay)
-        result = self.executor.run(self.algo.local, self.model, ctx, plans, self.data.x_train, self.data.y_train,
+        steps = self.algo.schedule.local_steps
+        plans = [plan_client(int(c), self.partition.indices[c], steps(len(self.partition.indices[c]), fl.local_epochs,
+                                                                      fl.batch_size),
+                             fl.batch_size, seed, rnd, fl.reshuffle, self.device) for c in cohort]
+        algo = self.algo
+        ctx = ClientContext(rnd, self.params, self.buffers, fl.lr, fl.momentum, fl.weight_decay,
+                            extras=algo.local.broadcast(self.rule_state))
+        result = self.executor.run(algo.local, self.model, ctx, plans, self.data.x_train, self.data.y_train,
                                    [self.client_states.get(int(c)) for c in cohort])
         for c, state in zip(cohort, result.client_states):
             if state is not None:
                 self.client_states[int(c)] = state
-        sizes = torch.tensor([p.num_samples for p in plans], dtype=torch.float64)
+        if algo.aggregator.weighting == "uniform":
+            sizes = torch.ones(len(plans), dtype=torch.float64)
+        else:
+            sizes = torch.tensor([p.num_samples for p in plans], dtype=torch.float64)
         weights = (sizes / sizes.sum()).to(device=self.device, dtype=self.params.dtype)
-        update = self.algo.aggregator(result.updates, weights)
-        self.params, self.server_state = self.algo.server_opt.apply(self.params, update, self.server_state)
+        updates = algo.harmonizer(result.updates, weights)
+        update = algo.aggregator(updates, weights, result.uploads)
+        update, self.rule_state = algo.local.server_update(self.rule_state, update, updates, result.uploads, weights,
+                                                           self.num_clients)
+        self.params, self.server_state = algo.server_opt.apply(self.params, update, self.server_state)
         self.buffers = aggregate_buffers(result.buffers, weights)
         return RoundOutput(rnd, plans, weights, result)
 
