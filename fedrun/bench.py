@@ -143,9 +143,14 @@ def flops_per_round(model, x, y, plans) -> int:
 
 
 def time_round(executor, rule, model, ctx, plans, x, y, repeats: int) -> tuple[float, float]:
-    """(best seconds over ``repeats`` after one warm-up, peak memory MB of one round)."""
+    """(best seconds after one warm-up, peak memory MB of one round). Short rounds are repeated until about two
+    seconds have been timed (at most 20 times), so that the minimum is stable."""
     states = [None] * len(plans)
+    sync(x.device)
+    t = time.perf_counter()
     executor.run(rule, model, ctx, plans, x, y, states)  # warm-up
+    sync(x.device)
+    repeats = max(repeats, min(20, int(2.0 / max(time.perf_counter() - t, 1e-3))))
     best = float("inf")
     for _ in range(repeats):
         sync(x.device)

@@ -28,6 +28,10 @@ class FunctionalModel:
         self.dim = sum(self.numels)
         self.buffer_names = [n for n, _ in module.named_buffers()]
         self._training = module.training
+        self._features: list[torch.Tensor] | None = None  # a list only while a feature penalty needs them
+        heads = [m for m in module.modules() if isinstance(m, nn.Linear)]
+        if heads:  # the input of the last linear layer: the penultimate features (FedDecorr)
+            heads[-1].register_forward_pre_hook(self._keep_features)
         self.grad_and_loss = grad_and_value(self._loss)
 
     # -- parameters as one vector -------------------------------------------------------------------------------
@@ -56,14 +60,26 @@ class FunctionalModel:
     def forward(self, flat: torch.Tensor, buffers: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
 
-    def _loss(self, flat, buffers, x, y):
-        return self.objective.loss(self.forward(flat, buffers, x), y)
+    def _keep_features(self, module, args):
+        if self._features is not None:
+            self._features.append(args[0])
 
-    def loss_and_grad(self, flat, buffers, x, y) -> tuple[torch.Tensor, torch.Tensor]:
+    def _loss(self, flat, buffers, x, y, feature_penalty=None):
+        if feature_penalty is None:
+            return self.objective.loss(self.forward(flat, buffers, x), y)
+        self._features = []
+        try:
+            out = self.forward(flat, buffers, x)
+            return self.objective.loss(out, y) + feature_penalty(self._features[-1].flatten(1))
+        finally:
+            self._features = None
+
+    def loss_and_grad(self, flat, buffers, x, y, feature_penalty=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Minibatch loss and its gradient w.r.t. ``flat``. BatchNorm running statistics in ``buffers`` are
-        updated in place (pass a client's own copy)."""
+        updated in place (pass a client's own copy). ``feature_penalty(z)`` adds a term on the penultimate
+        features z (the input of the last linear layer)."""
         self.set_training(True)
-        g, loss = self.grad_and_loss(flat, buffers, x, y)
+        g, loss = self.grad_and_loss(flat, buffers, x, y, feature_penalty)
         return loss, g
 
     @torch.no_grad()

@@ -1,6 +1,7 @@
 """Algorithms are compositions of plug-in parts chosen by config, each its own group under ``algo/``:
-``local`` (what a client computes, with its server-side bookkeeping), ``harmonizer`` (acts on the round's stacked
-updates before aggregation), ``aggregator``, ``server_opt`` and ``schedule`` (local steps per round).
+``local`` (what a client computes, with its server-side bookkeeping), ``selector`` (which local steps a client's
+update is made of), ``harmonizer`` (acts on the round's stacked updates before aggregation), ``aggregator``,
+``server_opt`` and ``schedule`` (local steps per round).
 ``algo=<name>`` selects a preset of parts; ``algo/<part>=<option>`` swaps one."""
 
 from __future__ import annotations
@@ -10,15 +11,22 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from .aggregate import FedNova, WeightedMean, aggregate_buffers
 from .base import Aggregator, ClientContext, LocalRule, ServerOptimizer
-from .local_sgd import FedDyn, LocalSGD, Scaffold
+from .local_sgd import FedDecorr, FedDyn, LocalSGD, Scaffold
+from .perfedavg import PerFedAvg
+from .variance_reduced import LoSAC, MimeSVRG
 from .server_opt import ServerAdaptive, ServerMomentum, ServerSGD
-from .parts import FixedSchedule, NoHarmonizer
+from .parts import AllSteps, FixedSchedule, NoHarmonizer
 
 LOCAL_RULES = {
     "sgd": lambda c: LocalSGD(c.get("mu", 0.0)),
     "scaffold": lambda c: Scaffold(c.get("mu", 0.0)),
     "feddyn": lambda c: FedDyn(c.get("alpha", 0.01), c.get("mu", 0.0)),
+    "feddecorr": lambda c: FedDecorr(c.get("beta", 0.1), c.get("mu", 0.0)),
+    "perfedavg": lambda c: PerFedAvg(c.get("beta", 1e-3), c.get("variant", "fo"), c.get("delta", 1e-3)),
+    "mime": lambda c: MimeSVRG(c.get("momentum", 0.9), c.get("weighting", "uniform")),
+    "losac": lambda c: LoSAC(),
 }
+SELECTORS = {"all": lambda c: AllSteps()}
 HARMONIZERS = {"none": lambda c: NoHarmonizer()}
 AGGREGATORS = {
     "mean": lambda c: WeightedMean(c.get("weighting", "samples")),
@@ -34,7 +42,7 @@ SERVER_OPTIMIZERS = {
 }
 SCHEDULES = {"fixed": lambda c: FixedSchedule()}
 
-PARTS = {"local": LOCAL_RULES, "harmonizer": HARMONIZERS, "aggregator": AGGREGATORS,
+PARTS = {"local": LOCAL_RULES, "selector": SELECTORS, "harmonizer": HARMONIZERS, "aggregator": AGGREGATORS,
          "server_opt": SERVER_OPTIMIZERS, "schedule": SCHEDULES}
 
 
@@ -42,11 +50,16 @@ PARTS = {"local": LOCAL_RULES, "harmonizer": HARMONIZERS, "aggregator": AGGREGAT
 class Algorithm:
     name: str
     local: LocalRule
+    selector: AllSteps
     harmonizer: NoHarmonizer
     aggregator: Aggregator
     server_opt: ServerOptimizer
     schedule: FixedSchedule
     pooled: bool  # one client holding all training data (centralized SGD)
+
+
+# What a part needs from the local rule: FedNova normalises by the a_i that SGD-based rules report.
+SGD_FAMILY = ("sgd", "scaffold", "feddyn", "feddecorr")
 
 
 def check_parts(algo_cfg) -> list[str]:
@@ -57,6 +70,16 @@ def check_parts(algo_cfg) -> list[str]:
         name = sub.get("name") if sub is not None else None
         if name not in registry:
             problems.append(f"algo/{part}={name!r} is unknown; choose one of {sorted(registry)}")
+    if problems:
+        return problems
+    local = algo_cfg.local.name
+    if algo_cfg.aggregator.name == "fednova" and local not in SGD_FAMILY:
+        problems.append(f"algo/aggregator=fednova with algo/local={local}: FedNova normalises each update by the "
+                        f"client's count of SGD steps a_i, which {local} does not report; use a local rule of "
+                        f"{list(SGD_FAMILY)}")
+    if algo_cfg.get("pooled") and local in ("scaffold", "feddyn", "mime", "losac"):
+        problems.append(f"algo=centralized with algo/local={local}: a single client holding all data makes the "
+                        f"{local} correction vanish; use algo/local=sgd")
     return problems
 
 

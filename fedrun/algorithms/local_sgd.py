@@ -1,4 +1,4 @@
-"""Local SGD and the rules built on it: FedAvg, FedProx, FedNova's local part, SCAFFOLD, FedDyn."""
+"""Local SGD and the rules built on it: FedAvg, FedProx, FedNova's local part, FedDecorr, SCAFFOLD, FedDyn."""
 
 from __future__ import annotations
 
@@ -48,13 +48,44 @@ class LocalSGD(LocalRule):
             state["a"] = state["a"] + 1
         return d
 
+    feature_penalty = None  # a term on the penultimate features added to the loss (FedDecorr)
+
+    def gradient(self, model, state: State, x, y):
+        return model.loss_and_grad(state["w"], state["buffers"], x, y, self.feature_penalty)
+
     def client_step(self, model, ctx: ClientContext, state: State, x, y):
-        loss, grad = model.loss_and_grad(state["w"], state["buffers"], x, y)
+        loss, grad = self.gradient(model, state, x, y)
         state["w"] = torch.add(state["w"], self.direction(ctx, state, grad), alpha=-ctx.lr)
         return state, loss
 
     def client_final(self, ctx: ClientContext, state: State, client_state: State | None):
         return state["w"] - ctx.params, client_state, {"a": state["a"]}
+
+
+def decorrelation_loss(z: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """FedDecorr's regulariser (Shi et al. 2023; reference code ``loss.py``, reference-rules.md §4): standardise the
+    features z (N x d) per dimension with the unbiased variance, C = z^T z, L = mean over i != j of C_ij^2, / N.
+    Zero for a batch of one."""
+    n, d = z.shape
+    if n == 1:
+        return z.sum() * 0.0
+    z = (z - z.mean(dim=0)) / torch.sqrt(eps + z.var(dim=0, unbiased=True))
+    c = z.T @ z
+    off_diagonal = c.pow(2).sum() - torch.diagonal(c).pow(2).sum()
+    return off_diagonal / (d * (d - 1)) / n
+
+
+class FedDecorr(LocalSGD):
+    """FedDecorr (Shi et al. 2023): local SGD on CE + beta * decorrelation_loss(penultimate features)."""
+
+    name = "feddecorr"
+
+    def __init__(self, beta: float = 0.1, mu: float = 0.0):
+        super().__init__(mu)
+        self.beta = float(beta)
+
+    def feature_penalty(self, z: torch.Tensor) -> torch.Tensor:
+        return self.beta * decorrelation_loss(z)
 
 
 class Scaffold(LocalSGD):
@@ -81,7 +112,7 @@ class Scaffold(LocalSGD):
         return state
 
     def client_step(self, model, ctx, state, x, y):
-        loss, grad = model.loss_and_grad(state["w"], state["buffers"], x, y)
+        loss, grad = self.gradient(model, state, x, y)
         d = self.direction(ctx, state, grad) - state["c_i"] + ctx.extras["c"]
         state["w"] = torch.add(state["w"], d, alpha=-ctx.lr)
         state["steps"] = state["steps"] + 1
@@ -120,7 +151,7 @@ class FedDyn(LocalSGD):
         return state
 
     def client_step(self, model, ctx, state, x, y):
-        loss, grad = model.loss_and_grad(state["w"], state["buffers"], x, y)
+        loss, grad = self.gradient(model, state, x, y)
         d = self.direction(ctx, state, grad) - state["g_i"] + self.alpha * (state["w"] - ctx.params)
         state["w"] = torch.add(state["w"], d, alpha=-ctx.lr)
         return state, loss

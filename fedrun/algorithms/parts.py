@@ -1,11 +1,20 @@
-"""The default (identity) parts of the plug points that later papers fill: harmonisers (FedGH, DGT) and
-synchronisation schedules (GIFT, AFL, AdaComm)."""
+"""The default parts of the plug points that later papers fill: client-side update selection (BHerd, GraB),
+harmonisers (FedGH, DGT) and synchronisation schedules (GIFT, AFL, AdaComm)."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+
+
+class AllSteps:
+    """Every local step counts: the client sends its whole update w_i - w_t."""
+
+    name = "all"
+
+    def __call__(self, updates: torch.Tensor) -> torch.Tensor:
+        return updates
 
 
 class NoHarmonizer:

@@ -79,16 +79,40 @@ class Simulation:
                                       self.data.y_train[:b])
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.buffers)
 
+    def plan(self, client: int, rnd: int) -> ClientPlan:
+        """Client's steps and minibatches this round; a rule that draws k batches per step (Per-FedAvg) gets
+        minibatches of k*B samples and tau_i = floor(E n_i / (k B))."""
+        fl = self.cfg.fl
+        width = fl.batch_size * getattr(self.algo.local, "batches_per_step", 1)
+        indices = self.partition.indices[client]
+        tau = self.algo.schedule.local_steps(len(indices), fl.local_epochs, width)
+        return plan_client(client, indices, tau, width, self.cfg.seed, rnd, fl.reshuffle, self.device)
+
+    def full_gradients(self, cohort) -> torch.Tensor:
+        """Each client's full-batch gradient at the global model, (K, d) (Mime's and FSVRG's anchor)."""
+        grads = []
+        for c in cohort:
+            idx = torch.as_tensor(self.partition.indices[c], device=self.device)
+            total = torch.zeros_like(self.params)
+            for s in range(0, len(idx), self.cfg.eval.batch_size):
+                part = idx[s : s + self.cfg.eval.batch_size]
+                _, g = self.model.loss_and_grad(self.params, {k: v.clone() for k, v in self.buffers.items()},
+                                                self.data.x_train[part], self.data.y_train[part])
+                total += g * len(part)
+            grads.append(total / len(idx))
+        return torch.stack(grads)
+
     def run_round(self, rnd: int) -> RoundOutput:
         fl, seed = self.cfg.fl, self.cfg.seed
         cohort = sample_clients(self.num_clients, min(fl.clients_per_round, self.num_clients), seed, rnd)
-        steps = self.algo.schedule.local_steps
-        plans = [plan_client(int(c), self.partition.indices[c], steps(len(self.partition.indices[c]), fl.local_epochs,
-                                                                      fl.batch_size),
-                             fl.batch_size, seed, rnd, fl.reshuffle, self.device) for c in cohort]
+        plans = [self.plan(int(c), rnd) for c in cohort]
         algo = self.algo
-        ctx = ClientContext(rnd, self.params, self.buffers, fl.lr, fl.momentum, fl.weight_decay,
-                            extras=algo.local.broadcast(self.rule_state))
+        extras = algo.local.broadcast(self.rule_state)
+        if getattr(algo.local, "needs_full_gradients", False):
+            sizes = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=self.params.dtype)
+            more, self.rule_state = algo.local.round_extras(self.rule_state, self.full_gradients(cohort), sizes)
+            extras = {**extras, **more}
+        ctx = ClientContext(rnd, self.params, self.buffers, fl.lr, fl.momentum, fl.weight_decay, extras=extras)
         result = self.executor.run(algo.local, self.model, ctx, plans, self.data.x_train, self.data.y_train,
                                    [self.client_states.get(int(c)) for c in cohort])
         for c, state in zip(cohort, result.client_states):
@@ -99,7 +123,7 @@ class Simulation:
         else:
             sizes = torch.tensor([p.num_samples for p in plans], dtype=torch.float64)
         weights = (sizes / sizes.sum()).to(device=self.device, dtype=self.params.dtype)
-        updates = algo.harmonizer(result.updates, weights)
+        updates = algo.harmonizer(algo.selector(result.updates), weights)
         update = algo.aggregator(updates, weights, result.uploads)
         update, self.rule_state = algo.local.server_update(self.rule_state, update, updates, result.uploads, weights,
                                                            self.num_clients)
@@ -110,6 +134,31 @@ class Simulation:
     def evaluate(self) -> tuple[float, float]:
         return self.model.evaluate(self.params, self.buffers, self.data.x_test, self.data.y_test,
                                    self.cfg.eval.batch_size)
+
+    @property
+    def personalized(self) -> bool:
+        return bool(self.cfg.eval.get("personalized", False)) or getattr(self.algo.local, "personalizes", False)
+
+    def evaluate_personalized(self, rnd: int) -> float:
+        """Mean over clients of each client's model on the test samples of the classes it holds (004's protocol);
+        a rule with ``personalize`` (Per-FedAvg) first adapts the global model on one batch of the client's data."""
+        test_labels = self.data.y_test
+        ctx = ClientContext(rnd, self.params, self.buffers, self.cfg.fl.lr)
+        accs = []
+        for c in range(self.num_clients):
+            held = torch.unique(self.data.y_train[torch.as_tensor(self.partition.indices[c], device=self.device)])
+            mask = torch.isin(test_labels, held)
+            if not bool(mask.any()):
+                continue
+            w = self.params
+            if hasattr(self.algo.local, "personalize"):
+                batch = plan_client(c, self.partition.indices[c], 1, self.cfg.fl.batch_size, self.cfg.seed, rnd, True,
+                                    self.device).batches[0]
+                w = self.algo.local.personalize(self.model, ctx, self.data.x_train[batch], self.data.y_train[batch])
+            acc, _ = self.model.evaluate(w, self.buffers, self.data.x_test[mask], test_labels[mask],
+                                         self.cfg.eval.batch_size)
+            accs.append(acc)
+        return float(np.mean(accs))
 
 
 def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> dict:
@@ -146,6 +195,8 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                        "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
                        "bytes_down": bytes_down}
+                if sim.personalized:
+                    row["personal_acc"] = sim.evaluate_personalized(rnd)
                 history.append(row)
                 out.append_metrics(row)
                 if wandb:
