@@ -292,3 +292,15 @@ def test_every_preset_runs_two_rounds_from_the_cli(tmp_path):
         rows = (job / "metrics.csv").read_text().strip().splitlines()
         assert len(rows) == 3, algo
         assert f"name: {algo}" in (job / "config.yaml").read_text()
+
+
+def test_communication_counts_what_each_algorithm_sends(cfg_factory):
+    fedavg, (a,) = rounds(cfg_factory(*SMALL, "algo=fedavg"), 1)
+    _, (s,) = rounds(cfg_factory(*SMALL, "algo=scaffold"), 1)
+    _, (m,) = rounds(cfg_factory(*SMALL, "algo=mimesvrg"), 1)
+    k, vector = len(a.plans), fedavg.model.dim * 4
+    assert a.bytes_down == k * fedavg.model_bytes and a.bytes_up == k * (fedavg.model_bytes + 4)  # + FedNova's a_i
+    assert s.bytes_down - a.bytes_down == k * vector  # the server's control variate c
+    assert s.bytes_up - a.bytes_up == k * vector  # each client's dc_i
+    assert m.bytes_up - k * fedavg.model_bytes == k * vector  # the full gradients at x (Mime's extra round trip)
+    assert m.bytes_down - a.bytes_down == 2 * k * vector  # c and the frozen server momentum

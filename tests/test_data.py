@@ -1,7 +1,6 @@
 """Loaders on fixture files written here in each dataset's official format, the real MNIST, and missing data."""
 
 import gzip
-import io
 import os
 import pickle
 

@@ -99,6 +99,17 @@ def standardize_images(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.T
     return (xt - mean) / std, (xs - mean) / std
 
 
+def image_dataset(name: str, arrays: dict[str, np.ndarray], num_classes: int, source: str) -> FedDataset:
+    """uint8 images (N, C, H, W) or (N, H, W) and integer labels -> a standardised image :class:`FedDataset`."""
+    x_train, x_test = arrays["x_train"], arrays["x_test"]
+    if x_train.ndim == 3:
+        x_train, x_test = x_train[:, None], x_test[:, None]
+    xt, xs = standardize_images(x_train, x_test)
+    return FedDataset(name, xt, torch.from_numpy(np.asarray(arrays["y_train"], dtype=np.int64)), xs,
+                      torch.from_numpy(np.asarray(arrays["y_test"], dtype=np.int64)), num_classes=num_classes,
+                      input_kind="image", source=source)
+
+
 def sha256_arrays(*arrays: np.ndarray) -> str:
     h = hashlib.sha256()
     for a in arrays:

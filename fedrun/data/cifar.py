@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, standardize_images
+from .base import DatasetSpec, FedDataset, image_dataset
 from .safe_pickle import load_numpy_pickle
 
 LAYOUTS = {
@@ -62,9 +61,8 @@ def _make(name: str) -> DatasetSpec:
         d = data_dir(root, name)
         x_train, y_train = read_batches(d, layout["train"], layout["label_key"])
         x_test, y_test = read_batches(d, layout["test"], layout["label_key"])
-        xt, xs = standardize_images(x_train, x_test)
-        return FedDataset(name, xt, torch.from_numpy(y_train), xs, torch.from_numpy(y_test),
-                          num_classes=layout["classes"], input_kind="image", source=str(d))
+        arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+        return image_dataset(name, arrays, layout["classes"], str(d))
 
     files = ", ".join(layout["train"] + layout["test"])
     spec = DatasetSpec(

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, standardize_images
+from .base import DatasetSpec, FedDataset, image_dataset
 from .idx import find, read_idx_split
 
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -32,18 +30,7 @@ def load(root: Path, cfg) -> FedDataset:
     d = _find_dir(root)
     if d is None:
         raise DataMissingError(SPEC.how_to_get.format(root=root))
-    a = read_idx_split(d, "train", "t10k")
-    x_train, x_test = standardize_images(a["x_train"][:, None], a["x_test"][:, None])
-    return FedDataset(
-        name="fashion_mnist",
-        x_train=x_train,
-        y_train=torch.from_numpy(a["y_train"]),
-        x_test=x_test,
-        y_test=torch.from_numpy(a["y_test"]),
-        num_classes=10,
-        input_kind="image",
-        source=str(d),
-    )
+    return image_dataset("fashion_mnist", read_idx_split(d, "train", "t10k"), 10, str(d))
 
 
 SPEC = DatasetSpec(

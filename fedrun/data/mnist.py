@@ -18,10 +18,9 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, sha256_arrays, standardize_images
+from .base import DatasetSpec, FedDataset, image_dataset, sha256_arrays
 from .idx import read_idx_split
 from .safe_pickle import load_numpy_pickle
 
@@ -133,17 +132,7 @@ def load(root: Path, cfg) -> FedDataset:
         return load(root, cfg)
     else:
         raise DataMissingError(SPEC.how_to_get.format(root=root))
-    x_train, x_test = standardize_images(arrays["x_train"][:, None], arrays["x_test"][:, None])
-    return FedDataset(
-        name="mnist",
-        x_train=x_train,
-        y_train=torch.from_numpy(arrays["y_train"]).long(),
-        x_test=x_test,
-        y_test=torch.from_numpy(arrays["y_test"]).long(),
-        num_classes=10,
-        input_kind="image",
-        source=source,
-    )
+    return image_dataset("mnist", arrays, 10, source)
 
 
 SPEC = DatasetSpec(

@@ -41,6 +41,8 @@ class RoundOutput:
     plans: list[ClientPlan]
     weights: torch.Tensor  # p_i over the round's clients
     result: CohortResult
+    bytes_down: int  # what the server sent this round: model and extras (SCAFFOLD's c, ...) to each client
+    bytes_up: int  # what the clients sent: updates, buffers and uploads (SCAFFOLD's dc_i, Mime's full gradients)
 
     @property
     def train_loss(self) -> float:
@@ -108,9 +110,12 @@ class Simulation:
         plans = [self.plan(int(c), rnd) for c in cohort]
         algo = self.algo
         extras = algo.local.broadcast(self.rule_state)
+        up = 0
         if getattr(algo.local, "needs_full_gradients", False):
             sizes = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=self.params.dtype)
-            more, self.rule_state = algo.local.round_extras(self.rule_state, self.full_gradients(cohort), sizes)
+            full = self.full_gradients(cohort)
+            up += nbytes(full)
+            more, self.rule_state = algo.local.round_extras(self.rule_state, full, sizes)
             extras = {**extras, **more}
         ctx = ClientContext(rnd, self.params, self.buffers, fl.lr, fl.momentum, fl.weight_decay, extras=extras)
         result = self.executor.run(algo.local, self.model, ctx, plans, self.data.x_train, self.data.y_train,
@@ -129,7 +134,10 @@ class Simulation:
                                                            self.num_clients)
         self.params, self.server_state = algo.server_opt.apply(self.params, update, self.server_state)
         self.buffers = aggregate_buffers(result.buffers, weights)
-        return RoundOutput(rnd, plans, weights, result)
+        k = len(plans)
+        down = k * (self.model_bytes + sum(nbytes(v) for v in extras.values()))
+        up += k * self.model_bytes + sum(nbytes(v) for v in result.uploads.values())
+        return RoundOutput(rnd, plans, weights, result, down, up)
 
     def evaluate(self) -> tuple[float, float]:
         return self.model.evaluate(self.params, self.buffers, self.data.x_test, self.data.y_test,
@@ -161,6 +169,10 @@ class Simulation:
         return float(np.mean(accs))
 
 
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
 def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> dict:
     """Run the experiment of ``cfg`` and write its files to ``run_dir``; returns the summary."""
     validate(cfg)  # before any work (and before the run directory gets files): a bad value costs nothing
@@ -186,8 +198,8 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         for rnd in range(1, rounds + 1):
             step = sim.run_round(rnd)
             k = len(step.plans)
-            bytes_down += k * sim.model_bytes
-            bytes_up += k * sim.model_bytes
+            bytes_down += step.bytes_down
+            bytes_up += step.bytes_up
             row = None
             if rnd % cfg.eval.every == 0 or rnd == rounds:
                 acc, test_loss = sim.evaluate()
