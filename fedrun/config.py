@@ -55,6 +55,12 @@ def validate(cfg) -> None:
     need(_is_num(fl.weight_decay) and fl.weight_decay >= 0, "fl.weight_decay", fl.weight_decay, "must be >= 0",
          "fl.weight_decay=0")
 
+    milestones = list(fl.get("lr_milestones") or [])
+    need(all(_is_int(m) and m >= 1 for m in milestones), "fl.lr_milestones", milestones,
+         "must be a list of rounds >= 1", "fl.lr_milestones=[50]")
+    gamma = fl.get("lr_gamma", 0.5)
+    need(_is_num(gamma) and 0 < gamma <= 1, "fl.lr_gamma", gamma, "must be in (0, 1]", "fl.lr_gamma=0.5")
+
     ev = cfg.eval
     need(_is_int(ev.every) and ev.every >= 1, "eval.every", ev.every, "must be an integer >= 1", "eval.every=1")
     need(ev.target_acc is None or (_is_num(ev.target_acc) and 0 < ev.target_acc <= 1), "eval.target_acc",

@@ -18,6 +18,7 @@ from fedrun.models import build_model
 SMALL = ["data=digits", "model=mlp", "fl.clients_per_round=4", "fl.batch_size=32", "hardware.executor=loop"]
 PRESETS = ["fedavg", "centralized", "fedprox", "scaffold", "feddyn", "fednova", "fedavgm", "fedadam", "fedyogi",
            "fedadagrad", "feddecorr", "perfedavg", "mimesvrg", "losac"]
+SELECTION_PRESETS = ["bherd", "bherd_fednova", "bherd_scaffold", "bherd_feddyn", "grab_fedavg"]
 
 
 def rounds(cfg, n):
@@ -284,11 +285,12 @@ def test_perfedavg_personalises_with_one_step_and_logs_personal_accuracy(cfg_fac
 
 def test_every_preset_runs_two_rounds_from_the_cli(tmp_path):
     sweep = tmp_path / "presets"
-    run_cli("--multirun", f"algo={','.join(PRESETS)}", "data=digits", "model=mlp", "fl.rounds=2",
+    presets = PRESETS + SELECTION_PRESETS
+    run_cli("--multirun", f"algo={','.join(presets)}", "data=digits", "model=mlp", "fl.rounds=2",
             "fl.clients_per_round=4", "progress=false", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     jobs = sorted((p for p in sweep.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    assert len(jobs) == len(PRESETS)
-    for job, algo in zip(jobs, PRESETS):
+    assert len(jobs) == len(presets)
+    for job, algo in zip(jobs, presets):
         rows = (job / "metrics.csv").read_text().strip().splitlines()
         assert len(rows) == 3, algo
         assert f"name: {algo}" in (job / "config.yaml").read_text()

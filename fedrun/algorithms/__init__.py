@@ -13,6 +13,7 @@ from .aggregate import FedNova, WeightedMean, aggregate_buffers
 from .base import Aggregator, ClientContext, LocalRule, ServerOptimizer
 from .local_sgd import FedDecorr, FedDyn, LocalSGD, Scaffold
 from .perfedavg import PerFedAvg
+from .selection import GraB, Herd
 from .variance_reduced import LoSAC, MimeSVRG
 from .server_opt import ServerAdaptive, ServerMomentum, ServerSGD
 from .parts import AllSteps, FixedSchedule, NoHarmonizer
@@ -26,7 +27,11 @@ LOCAL_RULES = {
     "mime": lambda c: MimeSVRG(c.get("momentum", 0.9), c.get("weighting", "uniform")),
     "losac": lambda c: LoSAC(),
 }
-SELECTORS = {"all": lambda c: AllSteps()}
+SELECTORS = {
+    "all": lambda c: AllSteps(),
+    "herd": lambda c: Herd(c.get("alpha", 0.5), c.get("local_epochs", 1.0)),
+    "grab": lambda c: GraB(c.get("alpha", 0.5), c.get("local_epochs", 1.0)),
+}
 HARMONIZERS = {"none": lambda c: NoHarmonizer()}
 AGGREGATORS = {
     "mean": lambda c: WeightedMean(c.get("weighting", "samples")),
@@ -77,6 +82,9 @@ def check_parts(algo_cfg) -> list[str]:
         problems.append(f"algo/aggregator=fednova with algo/local={local}: FedNova normalises each update by the "
                         f"client's count of SGD steps a_i, which {local} does not report; use a local rule of "
                         f"{list(SGD_FAMILY)}")
+    if algo_cfg.selector.name != "all" and local in ("perfedavg",):
+        problems.append(f"algo/selector={algo_cfg.selector.name} with algo/local={local}: a Per-FedAvg step is a "
+                        f"meta-gradient over two batches, not one gradient to herd; use an SGD-based local rule")
     if algo_cfg.get("pooled") and local in ("scaffold", "feddyn", "mime", "losac"):
         problems.append(f"algo=centralized with algo/local={local}: a single client holding all data makes the "
                         f"{local} correction vanish; use algo/local=sgd")

@@ -33,7 +33,8 @@ class ClientContext:
 class LocalRule:
     """What one client computes in a round, and the server-side bookkeeping that belongs to it.
 
-    Client side: ``client_init`` -> step state (always holds ``w``, the local model, and ``buffers``);
+    Client side: ``client_init`` -> step state (always holds ``w``, the local model, ``buffers`` and ``direction``,
+    the direction of the last step);
     ``client_step`` -> (step state, minibatch loss) for one minibatch; ``client_final`` -> (update sent to the
     server, the client's new persistent state or None, extra uploads: a dict of tensors).
     Server side: ``server_init`` -> the rule's server state; ``broadcast`` -> ``ctx.extras`` for the clients;
@@ -49,7 +50,14 @@ class LocalRule:
         return {}
 
     def client_init(self, ctx: ClientContext, client_state: State | None) -> State:
-        return {"w": ctx.params.clone(), "buffers": {k: v.clone() for k, v in ctx.buffers.items()}}
+        return {"w": ctx.params.clone(), "buffers": {k: v.clone() for k, v in ctx.buffers.items()},
+                "direction": torch.zeros_like(ctx.params)}
+
+    @staticmethod
+    def descend(ctx: ClientContext, state: State, direction: torch.Tensor) -> None:
+        """w <- w - eta * direction, keeping the direction (what a step selector such as BHerd herds)."""
+        state["direction"] = direction
+        state["w"] = torch.add(state["w"], direction, alpha=-ctx.lr)
 
     def client_step(self, model: FunctionalModel, ctx: ClientContext, state: State, x: torch.Tensor,
                     y: torch.Tensor) -> tuple[State, torch.Tensor]:

@@ -55,7 +55,7 @@ class LocalSGD(LocalRule):
 
     def client_step(self, model, ctx: ClientContext, state: State, x, y):
         loss, grad = self.gradient(model, state, x, y)
-        state["w"] = torch.add(state["w"], self.direction(ctx, state, grad), alpha=-ctx.lr)
+        self.descend(ctx, state, self.direction(ctx, state, grad))
         return state, loss
 
     def client_final(self, ctx: ClientContext, state: State, client_state: State | None):
@@ -113,8 +113,7 @@ class Scaffold(LocalSGD):
 
     def client_step(self, model, ctx, state, x, y):
         loss, grad = self.gradient(model, state, x, y)
-        d = self.direction(ctx, state, grad) - state["c_i"] + ctx.extras["c"]
-        state["w"] = torch.add(state["w"], d, alpha=-ctx.lr)
+        self.descend(ctx, state, self.direction(ctx, state, grad) - state["c_i"] + ctx.extras["c"])
         state["steps"] = state["steps"] + 1
         return state, loss
 
@@ -152,8 +151,8 @@ class FedDyn(LocalSGD):
 
     def client_step(self, model, ctx, state, x, y):
         loss, grad = self.gradient(model, state, x, y)
-        d = self.direction(ctx, state, grad) - state["g_i"] + self.alpha * (state["w"] - ctx.params)
-        state["w"] = torch.add(state["w"], d, alpha=-ctx.lr)
+        pull = self.alpha * (state["w"] - ctx.params)
+        self.descend(ctx, state, self.direction(ctx, state, grad) - state["g_i"] + pull)
         return state, loss
 
     def client_final(self, ctx, state, client_state):

@@ -12,9 +12,10 @@ class AllSteps:
     """Every local step counts: the client sends its whole update w_i - w_t."""
 
     name = "all"
+    records_steps = False
 
-    def __call__(self, updates: torch.Tensor) -> torch.Tensor:
-        return updates
+    def __call__(self, updates: torch.Tensor, steps, plans, uploads: dict, lr: float):
+        return updates, uploads, {}
 
 
 class NoHarmonizer:

@@ -39,6 +39,7 @@ class PerFedAvg(LocalRule):
             _, g_plus = model.loss_and_grad(w + self.delta * u, buffers, xs[2], ys[2])
             _, g_minus = model.loss_and_grad(w - self.delta * u, buffers, xs[2], ys[2])
             u = u - alpha * (g_plus - g_minus) / (2 * self.delta)
+        state["direction"] = u
         state["w"] = w - self.beta * u
         return state, loss
 

@@ -9,7 +9,8 @@ from .base import ClientContext, LocalRule, State
 
 class MimeSVRG(LocalRule):
     """Mime with the SVRG correction and an SGD-with-momentum base optimiser (Karimireddy et al., "Mime: Mimicking
-    Centralized Stochastic Algorithms in Federated Learning", Alg. 1; fedjax ``mime.py``; reference-rules.md Part 2 §2).
+    Centralized Stochastic Algorithms in Federated Learning", Alg. 1; fedjax ``mime.py``; reference-rules.md
+    Part 2 §2).
 
     Before local training every sampled client computes its full-batch gradient at the server model x; the server
     averages them into c (``weighting=uniform``: the paper's mean; ``samples``: fedjax's example weighting).
@@ -40,8 +41,7 @@ class MimeSVRG(LocalRule):
         g = g_y - g_x + ctx.extras["c"]
         if ctx.weight_decay:
             g = g + ctx.weight_decay * state["w"]
-        d = (1 - self.momentum) * g + self.momentum * ctx.extras["m"]
-        state["w"] = torch.add(state["w"], d, alpha=-ctx.lr)
+        self.descend(ctx, state, (1 - self.momentum) * g + self.momentum * ctx.extras["m"])
         return state, loss
 
     def server_update(self, server_state, aggregated, updates, uploads, weights, num_clients):
@@ -83,7 +83,7 @@ class LoSAC(LocalRule):
         loss, g = model.loss_and_grad(state["w"], state["buffers"], x, y)
         if ctx.weight_decay:
             g = g + ctx.weight_decay * state["w"]
-        state["w"] = torch.add(state["w"], g - state["h"] + state["v"], alpha=-ctx.lr)
+        self.descend(ctx, state, g - state["h"] + state["v"])
         state["v"] = state["v"] + (g - state["h"]) / ctx.extras["n"]
         state["h"] = g
         return state, loss

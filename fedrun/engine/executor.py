@@ -33,13 +33,15 @@ class CohortResult:
     mean_loss: torch.Tensor  # (K,) mean minibatch loss of each client
     client_states: list[State | None]
     uploads: dict[str, torch.Tensor]  # what else the clients sent, stacked: name -> (K, ...)
+    steps: list[torch.Tensor] | None  # with record=True: each client's step directions, (tau_i, d)
 
 
 def _result(outputs: list[tuple]) -> CohortResult:
-    """Stack per-client (update, buffers, mean loss, client state, uploads) tuples, in cohort order."""
-    updates, buffers, losses, states, uploads = zip(*outputs)
+    """Stack per-client (update, buffers, mean loss, client state, uploads, steps) tuples, in cohort order."""
+    updates, buffers, losses, states, uploads, steps = zip(*outputs)
     stacked = {k: torch.stack([u[k] for u in uploads]) for k in uploads[0]}
-    return CohortResult(torch.stack(updates), list(buffers), torch.stack(losses), list(states), stacked)
+    return CohortResult(torch.stack(updates), list(buffers), torch.stack(losses), list(states), stacked,
+                        list(steps) if steps[0] is not None else None)
 
 
 class LoopExecutor:
@@ -48,16 +50,22 @@ class LoopExecutor:
     name = "loop"
 
     def run(self, rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan],
-            x: torch.Tensor, y: torch.Tensor, client_states: list[State | None]) -> CohortResult:
+            x: torch.Tensor, y: torch.Tensor, client_states: list[State | None], record: bool = False
+            ) -> CohortResult:
+        """``record``: keep every step's direction (``state["direction"]``), for a selector (BHerd, GraB)."""
         outputs = []
         for plan, cstate in zip(plans, client_states):
             state = rule.client_init(ctx, cstate)
             loss_sum = torch.zeros((), device=x.device, dtype=ctx.params.dtype)
+            steps = []
             for batch in plan.batches:
                 state, loss = rule.client_step(model, ctx, state, x[batch], y[batch])
                 loss_sum = loss_sum + loss.detach()
+                if record:
+                    steps.append(state["direction"])
             update, new_state, uploads = rule.client_final(ctx, state, cstate)
-            outputs.append((update, state["buffers"], loss_sum / plan.tau, new_state, uploads))
+            outputs.append((update, state["buffers"], loss_sum / plan.tau, new_state, uploads,
+                            torch.stack(steps) if record else None))
         return _result(outputs)
 
 
@@ -71,7 +79,8 @@ class VmapExecutor:
         self.memory_fraction = memory_fraction
 
     def run(self, rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan],
-            x: torch.Tensor, y: torch.Tensor, client_states: list[State | None]) -> CohortResult:
+            x: torch.Tensor, y: torch.Tensor, client_states: list[State | None], record: bool = False
+            ) -> CohortResult:
         # clients with the same minibatch width step together, longest tau first
         order = sorted(range(len(plans)), key=lambda i: (plans[i].batches.shape[1], -plans[i].tau, i))
         out: list[tuple | None] = [None] * len(plans)
@@ -83,17 +92,19 @@ class VmapExecutor:
             for s in range(0, len(members), size):
                 chunk = members[s : s + size]
                 results = self._run_chunk(rule, model, ctx, [plans[i] for i in chunk], x, y,
-                                          [client_states[i] for i in chunk])
+                                          [client_states[i] for i in chunk], record)
                 for i, r in zip(chunk, results):
                     out[i] = r
         return _result(out)
 
-    def _run_chunk(self, rule, model, ctx, plans, x, y, cstates):
+    def _run_chunk(self, rule, model, ctx, plans, x, y, cstates, record=False):
         k_all = len(plans)
         stacked = tree.stack([rule.client_init(ctx, cs) for cs in cstates])
         taus = [p.tau for p in plans]  # non-increasing
         step = vmap(lambda s, xb, yb: rule.client_step(model, ctx, s, xb, yb), randomness="different")
         loss_sum = torch.zeros(k_all, device=x.device, dtype=ctx.params.dtype)
+        steps = torch.zeros(k_all, taus[0], len(ctx.params), device=x.device, dtype=ctx.params.dtype) \
+            if record else None
         for t in range(taus[0]):
             k = sum(tau > t for tau in taus)  # active clients: a prefix of the stack
             idx = torch.stack([p.batches[t] for p in plans[:k]])
@@ -104,10 +115,13 @@ class VmapExecutor:
             else:
                 tree.write_prefix(stacked, new, k)
             loss_sum[:k] += loss.detach()
+            if record:
+                steps[:k, t] = new["direction"]
         results = []
-        for state, cs, plan, total in zip(tree.unstack(stacked, k_all), cstates, plans, loss_sum):
+        for i, (state, cs, plan) in enumerate(zip(tree.unstack(stacked, k_all), cstates, plans)):
             update, new_state, uploads = rule.client_final(ctx, state, cs)
-            results.append((update, state["buffers"], total / plan.tau, new_state, uploads))
+            results.append((update, state["buffers"], loss_sum[i] / plan.tau, new_state, uploads,
+                            steps[i, : plan.tau] if record else None))
         return results
 
     def _fitting_chunk(self, rule, model, ctx, plan: ClientPlan, x: torch.Tensor) -> int:

@@ -43,6 +43,7 @@ class RoundOutput:
     result: CohortResult
     bytes_down: int  # what the server sent this round: model and extras (SCAFFOLD's c, ...) to each client
     bytes_up: int  # what the clients sent: updates, buffers and uploads (SCAFFOLD's dc_i, Mime's full gradients)
+    diagnostics: dict[str, float]  # extra metrics.csv columns of the round
 
     @property
     def train_loss(self) -> float:
@@ -90,6 +91,12 @@ class Simulation:
         tau = self.algo.schedule.local_steps(len(indices), fl.local_epochs, width)
         return plan_client(client, indices, tau, width, self.cfg.seed, rnd, fl.reshuffle, self.device)
 
+    def lr(self, rnd: int) -> float:
+        """``fl.lr``, times ``fl.lr_gamma`` for every milestone in ``fl.lr_milestones`` reached (BHerd Fig. 4:
+        milestones [50], gamma 0.5 halves eta from round 50 on)."""
+        fl = self.cfg.fl
+        return fl.lr * fl.get("lr_gamma", 0.5) ** sum(rnd >= m for m in fl.get("lr_milestones") or [])
+
     def full_gradients(self, cohort) -> torch.Tensor:
         """Each client's full-batch gradient at the global model, (K, d) (Mime's and FSVRG's anchor)."""
         grads = []
@@ -117,9 +124,9 @@ class Simulation:
             up += nbytes(full)
             more, self.rule_state = algo.local.round_extras(self.rule_state, full, sizes)
             extras = {**extras, **more}
-        ctx = ClientContext(rnd, self.params, self.buffers, fl.lr, fl.momentum, fl.weight_decay, extras=extras)
+        ctx = ClientContext(rnd, self.params, self.buffers, self.lr(rnd), fl.momentum, fl.weight_decay, extras=extras)
         result = self.executor.run(algo.local, self.model, ctx, plans, self.data.x_train, self.data.y_train,
-                                   [self.client_states.get(int(c)) for c in cohort])
+                                   [self.client_states.get(int(c)) for c in cohort], algo.selector.records_steps)
         for c, state in zip(cohort, result.client_states):
             if state is not None:
                 self.client_states[int(c)] = state
@@ -128,16 +135,19 @@ class Simulation:
         else:
             sizes = torch.tensor([p.num_samples for p in plans], dtype=torch.float64)
         weights = (sizes / sizes.sum()).to(device=self.device, dtype=self.params.dtype)
-        updates = algo.harmonizer(algo.selector(result.updates), weights)
-        update = algo.aggregator(updates, weights, result.uploads)
-        update, self.rule_state = algo.local.server_update(self.rule_state, update, updates, result.uploads, weights,
+        updates, uploads, selection = algo.selector(result.updates, result.steps, plans, result.uploads, ctx.lr)
+        updates = algo.harmonizer(updates, weights)
+        update = algo.aggregator(updates, weights, uploads)
+        update, self.rule_state = algo.local.server_update(self.rule_state, update, updates, uploads, weights,
                                                            self.num_clients)
         self.params, self.server_state = algo.server_opt.apply(self.params, update, self.server_state)
         self.buffers = aggregate_buffers(result.buffers, weights)
         k = len(plans)
         down = k * (self.model_bytes + sum(nbytes(v) for v in extras.values()))
         up += k * self.model_bytes + sum(nbytes(v) for v in result.uploads.values())
-        return RoundOutput(rnd, plans, weights, result, down, up)
+        if result.steps is not None:
+            selection["steps_bytes"] = sum(nbytes(z) for z in result.steps)
+        return RoundOutput(rnd, plans, weights, result, down, up, selection_diagnostics(selection, plans, weights))
 
     def evaluate(self) -> tuple[float, float]:
         return self.model.evaluate(self.params, self.buffers, self.data.x_test, self.data.y_test,
@@ -167,6 +177,21 @@ class Simulation:
                                          self.cfg.eval.batch_size)
             accs.append(acc)
         return float(np.mean(accs))
+
+
+def selection_diagnostics(selection: dict, plans: list[ClientPlan], weights: torch.Tensor) -> dict[str, float]:
+    """BHerd's Figs. 5b and 6: mean and variance of the entries of the aggregated selected gradient sum_i p_i g_i,
+    and each client's ||g_i / (alpha tau_i) - mu_i|| (mean, max, and per client id when there are few clients)."""
+    if not selection:
+        return {}
+    g = weights.to(selection["g"].dtype) @ selection["g"]
+    dist = selection["distance"]
+    out = {"agg_grad_mean": float(g.mean()), "agg_grad_var": float(g.var()),
+           "herd_dist_mean": float(dist.mean()), "herd_dist_max": float(dist.max())}
+    if len(plans) <= 20:
+        out |= {f"herd_dist_c{p.id}": float(d) for p, d in zip(plans, dist)}
+    out["steps_mb"] = selection["steps_bytes"] / 2**20  # memory of the stored step gradients
+    return out
 
 
 def nbytes(t: torch.Tensor) -> int:
@@ -207,6 +232,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                        "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
                        "bytes_down": bytes_down}
+                row |= step.diagnostics
                 if sim.personalized:
                     row["personal_acc"] = sim.evaluate_personalized(rnd)
                 history.append(row)

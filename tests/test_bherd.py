@@ -1,0 +1,109 @@
+"""BHerd's herding (Algorithm 2) and GraB's balancing, against direct implementations and hand-made cases."""
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+from fedrun.algorithms.selection import grab_order, herd_order, num_selected
+from fedrun.engine.simulation import Simulation, run_experiment
+
+
+def direct_algorithm2(z: np.ndarray, k: int) -> list[int]:
+    """Algorithm 2 as printed: centre, then k times argmin ||s + z_mu|| over the remaining ones (O(tau^2 d))."""
+    c = z - z.mean(axis=0)
+    s, remaining, order = np.zeros(z.shape[1]), list(range(len(z))), []
+    for _ in range(k):
+        norms = [np.linalg.norm(s + c[j]) for j in remaining]
+        j = remaining[int(np.argmin(norms))]  # first minimum: the lowest index on ties
+        order.append(j)
+        remaining.remove(j)
+        s = s + c[j]
+    return order
+
+
+@pytest.mark.parametrize("tau,d,seed", [(7, 3, 0), (20, 50, 1), (33, 5, 2)])
+def test_gram_herding_equals_direct_algorithm2(tau, d, seed):
+    z = np.random.default_rng(seed).normal(size=(tau, d))
+    for k in (1, tau // 2, tau):
+        assert herd_order(torch.tensor(z), k) == direct_algorithm2(z, k)
+
+
+def test_gram_herding_breaks_ties_like_the_direct_loop():
+    z = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    assert herd_order(torch.tensor(z), 6) == direct_algorithm2(z, 6)
+    # centred = z (mean 0); norms 1,1,1,1,sqrt2,sqrt2 -> 0 (lowest of four ties); then s = [1,0] and
+    # ||s + c_j|| = sqrt2, 2, sqrt2, 1, 1 for j = 1..5 -> 4 (lowest of two ties)
+    assert herd_order(torch.tensor(z), 2) == [0, 4]
+
+
+@pytest.mark.parametrize("alpha,tau,k", [(0.5, 5, 3), (0.5, 4, 2), (0.3, 10, 3), (0.25, 10, 3), (0.1, 4, 1),
+                                         (0.01, 50, 1), (1.0, 7, 7)])
+def test_alpha_tau_rounds_half_up_and_keeps_at_least_one(alpha, tau, k):
+    assert num_selected(alpha, tau) == k
+
+
+def test_one_selected_step_is_the_one_closest_to_the_mean():
+    z = np.random.default_rng(3).normal(size=(15, 4))
+    closest = int(np.argmin(np.linalg.norm(z - z.mean(axis=0), axis=1)))
+    assert herd_order(torch.tensor(z), 1) == [closest]
+
+
+def test_grab_balancing_follows_its_sign_rule_on_a_hand_made_sequence():
+    z = torch.tensor([[1.0, 0.0], [1.0, 0.1], [-1.0, 0.0], [0.5, 0.5], [0.0, -1.0]], dtype=torch.float64)
+    # m_stale = 0: s = 0 -> t0 front (s=[1,0]); t1: s.c = 1 > 0 -> back (s=[0,-0.1]); t2: s.c = 0 -> front
+    # (s=[-1,-0.1]); t3: s.c = -0.55 -> front (s=[-0.5,0.4]); t4: s.c = -0.4 -> front
+    assert grab_order(z, torch.zeros(2, dtype=torch.float64)) == [0, 2, 3, 4, 1]
+    # a stale mean shifts every step before the sign test: c = z - [1, 0] = [0,0], [0,.1], [-2,0], [-.5,.5], [-1,-1]
+    # t0, t1, t2: s.c = 0 -> front (s = [-2, .1]); t3: s.c = 1.05 -> back (s = [-1.5, -.4]); t4: s.c = 1.9 -> back
+    assert grab_order(z, torch.tensor([1.0, 0.0], dtype=torch.float64)) == [0, 1, 2, 4, 3]
+
+
+def _rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_bherd_with_alpha_one_reproduces_fedavg_metrics_exactly(tmp_path, cfg_factory):
+    common = ["data=digits", "model=logreg", "fl.rounds=3", "fl.clients_per_round=6", "fl.batch_size=16"]
+    run_experiment(cfg_factory(*common, "algo=fedavg"), tmp_path / "fedavg")
+    run_experiment(cfg_factory(*common, "algo=bherd", "algo.selector.alpha=1.0"), tmp_path / "bherd")
+    fedavg, bherd = _rows(tmp_path / "fedavg" / "metrics.csv"), _rows(tmp_path / "bherd" / "metrics.csv")
+    for a, b in zip(fedavg, bherd):
+        assert {k: v for k, v in a.items() if k != "elapsed_s"} == {k: b[k] for k in a if k != "elapsed_s"}
+    assert "herd_dist_mean" in bherd[0]
+
+
+def test_bherd_sends_the_herded_sum_scaled_by_e_over_alpha(cfg_factory):
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "algo=bherd", "algo.selector.alpha=0.5",
+                                 "fl.clients_per_round=3", "fl.batch_size=16", "fl.local_epochs=1",
+                                 "hardware.executor=loop"))
+    w0 = sim.params.clone()
+    out = sim.run_round(1)
+    expected = torch.zeros_like(w0)
+    for plan, p in zip(out.plans, out.weights):
+        w, steps = w0.clone(), []
+        for batch in plan.batches:
+            _, g = sim.model.loss_and_grad(w, {}, sim.data.x_train[batch], sim.data.y_train[batch])
+            steps.append(g)
+            w = w - sim.cfg.fl.lr * g
+        z = torch.stack(steps)
+        k = num_selected(0.5, plan.tau)
+        g_i = z[herd_order(z, k)].sum(0)  # eq. 5
+        expected += p * g_i
+    # eq. 6: w <- w - eta * E / alpha * sum_i p_i g_i
+    torch.testing.assert_close(sim.params, w0 - sim.cfg.fl.lr * (1.0 / 0.5) * expected, rtol=1e-5, atol=1e-6)
+
+
+def test_decayed_learning_rate_halves_eta_from_the_milestone(cfg_factory):
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.lr=0.2", "fl.lr_milestones=[3,5]"))
+    assert [sim.lr(r) for r in (1, 2, 3, 4, 5, 6)] == [0.2, 0.2, 0.1, 0.1, 0.05, 0.05]
+
+
+def test_herding_reports_the_memory_of_the_stored_gradients(cfg_factory):
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "algo=bherd", "fl.clients_per_round=3"))
+    out = sim.run_round(1)
+    expected = sum(p.tau for p in out.plans) * sim.model.dim * 4 / 2**20
+    assert out.diagnostics["steps_mb"] == pytest.approx(expected)
+    assert set(out.diagnostics) >= {"agg_grad_mean", "agg_grad_var", "herd_dist_mean", "herd_dist_max"}
