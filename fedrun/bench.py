@@ -30,7 +30,7 @@ from .algorithms import ClientContext
 from .algorithms.local_sgd import LocalSGD
 from .algorithms.parts import FixedSchedule
 from .engine.cohort import plan_client
-from .engine.executor import LoopExecutor, VmapExecutor, flops_per_step, resolve_auto
+from .engine.executor import EXECUTORS, LoopExecutor, VmapExecutor, flops_per_step, resolve_auto
 from .functional import FunctionalModel
 from .models import build_model
 from .results import git_commit
@@ -142,44 +142,48 @@ def flops_per_round(model, x, y, plans) -> int:
     return flops_per_step(model, x[first], y[first]) * sum(p.tau for p in plans)
 
 
-def time_round(executor, rule, model, ctx, plans, x, y, repeats: int) -> tuple[float, float]:
-    """(best seconds after one warm-up, peak memory MB of one round). Short rounds are repeated until about two
-    seconds have been timed (at most 20 times), so that the minimum is stable."""
+def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int) -> tuple[dict, dict]:
+    """Best seconds per executor, and peak memory MB of one round under each. After a warm-up of each, the
+    executors are timed in turn (interleaved, so drift on the machine hits all alike) until every one has been timed
+    ``repeats`` times and, for short rounds, about two seconds in all (at most 20 times)."""
     states = [None] * len(plans)
-    sync(x.device)
-    t = time.perf_counter()
-    executor.run(rule, model, ctx, plans, x, y, states)  # warm-up
-    sync(x.device)
-    repeats = max(repeats, min(20, int(2.0 / max(time.perf_counter() - t, 1e-3))))
-    best = float("inf")
-    for _ in range(repeats):
+
+    def once(executor) -> float:
         sync(x.device)
         t = time.perf_counter()
         executor.run(rule, model, ctx, plans, x, y, states)
         sync(x.device)
-        best = min(best, time.perf_counter() - t)
-    with PeakMemory(x.device) as mem:
-        executor.run(rule, model, ctx, plans, x, y, states)
-    return best, mem.peak_mb
+        return time.perf_counter() - t
+
+    first = {name: once(ex) for name, ex in executors.items()}  # warm-up
+    repeats = max(repeats, min(20, int(2.0 / max(min(first.values()), 1e-3))))
+    best = {name: float("inf") for name in executors}
+    for _ in range(repeats):
+        for name, ex in executors.items():
+            best[name] = min(best[name], once(ex))
+    peak = {}
+    for name, ex in executors.items():
+        with PeakMemory(x.device) as mem:
+            ex.run(rule, model, ctx, plans, x, y, states)
+        peak[name] = mem.peak_mb
+    return best, peak
 
 
 def run_workload(w: Workload, device: torch.device, repeats: int, peak: float) -> dict:
     model, x, y, plans, ctx = setup(w, device)
-    rule = LocalSGD()
-    executors = {"loop": LoopExecutor(), "vmap": VmapExecutor()}
-    timings = {name: time_round(ex, rule, model, ctx, plans, x, y, repeats) for name, ex in executors.items()}
     first = plans[0].batches[0]
     auto_name, why = resolve_auto(model, device, x[first], y[first])
-    auto_s, auto_mem = time_round(executors[auto_name], rule, model, ctx, plans, x, y, repeats)
+    executors = {"loop": LoopExecutor(), "vmap": VmapExecutor(), "auto": EXECUTORS[auto_name]()}
+    seconds, memory = time_rounds(executors, LocalSGD(), model, ctx, plans, x, y, repeats)
     flops = flops_per_round(model, x, y, plans)
-    best = min(timings["loop"][0], timings["vmap"][0])
+    best = min(seconds["loop"], seconds["vmap"])
     return {
         "workload": w.name, "paper": w.paper, "model": w.model["name"], "clients": w.clients,
         "samples_per_client": w.samples, "batch": w.batch, "steps": sum(p.tau for p in plans),
-        "loop_s": timings["loop"][0], "vmap_s": timings["vmap"][0], "auto_s": auto_s, "auto": auto_name,
-        "auto_reason": why, "speedup": timings["loop"][0] / timings["vmap"][0], "auto_vs_best": auto_s / best,
-        "peak_mem_mb": auto_mem, "loop_peak_mem_mb": timings["loop"][1], "vmap_peak_mem_mb": timings["vmap"][1],
-        "gflops": flops / auto_s / 1e9, "matmul_peak_gflops": peak, "device": device_name(device),
+        "loop_s": seconds["loop"], "vmap_s": seconds["vmap"], "auto_s": seconds["auto"], "auto": auto_name,
+        "auto_reason": why, "speedup": seconds["loop"] / seconds["vmap"], "auto_vs_best": seconds["auto"] / best,
+        "peak_mem_mb": memory["auto"], "loop_peak_mem_mb": memory["loop"], "vmap_peak_mem_mb": memory["vmap"],
+        "gflops": flops / seconds["auto"] / 1e9, "matmul_peak_gflops": peak, "device": device_name(device),
     }
 
 

@@ -10,7 +10,9 @@ import torch
 from omegaconf import OmegaConf
 
 from fedrun.data import DATASETS, default_root, fashion_mnist, mnist, synthetic
+from fedrun.data.cifar import LAYOUTS
 from fedrun.data.cli import main as data_cli
+from fedrun.data.fixtures import write_cifar
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.errors import DataMissingError
@@ -86,23 +88,10 @@ def test_fashion_mnist_idx_fixture(tmp_path):
     assert data.y_train.tolist() == y_train.tolist() and data.num_classes == 10
 
 
-def _write_cifar(root, name, n_per_file=3):
-    layout = {"cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"],
-                          b"labels", 10),
-              "cifar100": ("cifar-100-python", ["train"], ["test"], b"fine_labels", 100)}[name]
-    folder, train, test, key, classes = layout
-    d = root / name / folder
-    d.mkdir(parents=True)
-    rng = np.random.default_rng(3)
-    labels = {}
-    for f in train + test:
-        lab = rng.integers(0, classes, n_per_file).tolist()
-        batch = {b"batch_label": f.encode(), b"labels" if key == b"labels" else b"fine_labels": lab,
-                 b"data": rng.integers(0, 256, (n_per_file, 3072)).astype(np.uint8),
-                 b"filenames": [b"x.png"] * n_per_file}
-        (d / f).write_bytes(pickle.dumps(batch, protocol=2))
-        labels[f] = lab
-    return train, test, labels, classes
+def _write_cifar(root, name):
+    labels = write_cifar(root, name)
+    layout = LAYOUTS[name]
+    return layout["train"], layout["test"], labels, layout["classes"]
 
 
 @pytest.mark.parametrize("name", ["cifar10", "cifar100"])
