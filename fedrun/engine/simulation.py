@@ -119,10 +119,10 @@ class Simulation:
         extras = algo.local.broadcast(self.rule_state)
         up = 0
         if getattr(algo.local, "needs_full_gradients", False):
-            sizes = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=self.params.dtype)
+            counts = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=self.params.dtype)
             full = self.full_gradients(cohort)
             up += nbytes(full)
-            more, self.rule_state = algo.local.round_extras(self.rule_state, full, sizes)
+            more, self.rule_state = algo.local.round_extras(self.rule_state, full, counts)
             extras = {**extras, **more}
         ctx = ClientContext(rnd, self.params, self.buffers, self.lr(rnd), fl.momentum, fl.weight_decay, extras=extras)
         result = self.executor.run(algo.local, self.model, ctx, plans, self.data.x_train, self.data.y_train,
@@ -161,7 +161,7 @@ class Simulation:
         """Mean over clients of each client's model on the test samples of the classes it holds (004's protocol);
         a rule with ``personalize`` (Per-FedAvg) first adapts the global model on one batch of the client's data."""
         test_labels = self.data.y_test
-        ctx = ClientContext(rnd, self.params, self.buffers, self.cfg.fl.lr)
+        ctx = ClientContext(rnd, self.params, self.buffers, self.lr(rnd))
         accs = []
         for c in range(self.num_clients):
             held = torch.unique(self.data.y_train[torch.as_tensor(self.partition.indices[c], device=self.device)])
