@@ -61,6 +61,11 @@ def validate(cfg) -> None:
     gamma = fl.get("lr_gamma", 0.5)
     need(_is_num(gamma) and 0 < gamma <= 1, "fl.lr_gamma", gamma, "must be in (0, 1]", "fl.lr_gamma=0.5")
 
+    diag = cfg.get("diagnostics") or {}
+    every = diag.get("similarity_every", 0)
+    need(_is_int(every) and every >= 0, "diagnostics.similarity_every", every, "must be an integer >= 0",
+         "diagnostics.similarity_every=10")
+
     ev = cfg.eval
     need(_is_int(ev.every) and ev.every >= 1, "eval.every", ev.every, "must be an integer >= 1", "eval.every=1")
     need(ev.target_acc is None or (_is_num(ev.target_acc) and 0 < ev.target_acc <= 1), "eval.target_acc",

@@ -69,7 +69,7 @@ def summarize(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     work = df.copy()
     for c in VALUE_COLUMNS:
         work[c] = pd.to_numeric(work[c], errors="coerce")
-    grouped = work.groupby(by, dropna=False, sort=True) if by else work.assign(_all="all").groupby("_all")
+    grouped = work.groupby(by, dropna=False, sort=True) if by else work.assign(group="all runs").groupby("group")
     table = grouped[VALUE_COLUMNS].agg(["mean", "std"])
     table.columns = [f"{a}_{b}" for a, b in table.columns]
     table.insert(0, "runs", grouped.size())

@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import torch
 from hydra import compose, initialize_config_dir
 
+from fedrun.bench import device_name
 from fedrun.cli import CONF_DIR
 from fedrun.data import DATASETS, resolve_root
 from fedrun.data.fixtures import write_cifar
@@ -41,6 +43,7 @@ PAPER = {
             "bherd_scaffold": (45.56, 42.16), "feddyn": (43.16, 35.32), "bherd_feddyn": (45.20, 27.64)},
 }
 EXPERIMENTS = {"svm": "bherd_svm_mnist", "cnn": "bherd_cnn_cifar10"}
+TOLERANCE = 1.5  # points of accuracy (issue target for SVM-MNIST)
 MODEL_LABELS = {"svm": "SVM-MNIST", "cnn": "CNN-CIFAR10"}
 
 
@@ -59,6 +62,16 @@ def run(cfg, run_dir: Path) -> dict:
     return run_experiment(cfg, run_dir)
 
 
+def status(row: dict) -> str:
+    """Real-data rows: reproduced when both cases are within TOLERANCE points of the paper."""
+    diffs = [row["diff_C1"], row["diff_C2"]]
+    if any(d is None for d in diffs):
+        return "real data; the paper gives no number (Fig. 3 draws the centralized optimum as a line)"
+    if all(abs(d) <= TOLERANCE for d in diffs):
+        return f"reproduced (within {TOLERANCE} points)"
+    return f"real data, NOT within {TOLERANCE} points of the paper (see README.md)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=10, help="runs per cell (the paper averages 10)")
@@ -67,16 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default="outputs/bherd_table2", help="where each run's directory goes")
     parser.add_argument("--out", default="results/bherd")
     args = parser.parse_args(argv)
-    started = time.time()
-    rows = []
+    rows, compute_s = [], 0.0
     fixture_root = None
     for model in args.models.split(","):
-        extra, status = [], "reproduced"
+        extra, fixture = [], None
         if model == "cnn" and not DATASETS["cifar10"].is_present(resolve_root(None), None):
             fixture_root = fixture_root or Path(tempfile.mkdtemp(prefix="fedrun-cifar-fixture-"))
             write_cifar(fixture_root, "cifar10", per_file=40)
             extra = [f"data.root={fixture_root}"]
-            status = "not reproduced: CIFAR-10 is not present on this machine; ran on a 200-image fixture"
+            fixture = "not reproduced: CIFAR-10 is not present on this machine; ran on a 200-image fixture"
         for algo in ALGORITHMS:
             accs = {}
             for case in ("case1", "case2"):
@@ -85,15 +97,17 @@ def main(argv: list[str] | None = None) -> int:
                     run_dir = Path(args.runs) / model / case / algo / f"seed{seed}"
                     cfg = config(EXPERIMENTS[model], algo, case, seed, args.rounds, extra)
                     summary = run(cfg, run_dir)
+                    compute_s += summary["wall_time_s"]
                     accs[case].append(100 * summary["final_test_acc"])
                     print(f"{model} {case} {algo} seed {seed}: {accs[case][-1]:.2f}%", flush=True)
             paper = PAPER[model].get(algo, (None, None))
-            row = {"model": MODEL_LABELS[model], "algorithm": NAMES[algo], "status": status}
+            row = {"model": MODEL_LABELS[model], "algorithm": NAMES[algo]}
             for i, case in enumerate(("case1", "case2")):
                 s = pd.Series(accs[case])
                 key = f"C{i + 1}"
                 row |= {f"paper_{key}": paper[i], f"fedrun_{key}": s.mean(), f"std_{key}": s.std(ddof=1),
-                        f"diff_{key}": None if paper[i] is None else s.mean() - paper[i]}
+                        f"diff_{key}": None if paper[i] is None or fixture else s.mean() - paper[i]}
+            row["status"] = fixture or status(row)
             rows.append(row)
     table = pd.DataFrame(rows)
     out = Path(args.out)
@@ -112,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.seeds} seeds (0..{args.seeds - 1}); the paper averages 10 runs. Setting: experiment presets "
               f"{', '.join(EXPERIMENTS[m] for m in args.models.split(','))} (N=5, all clients every round, B=100, "
               f"E=1, eta=2e-4, alpha=0.5); Case 1 = partition=case1, Case 2 = partition=case2 (NOTES.md). "
-              f"Wall time {time.time() - started:.0f} s.\n\n")
+              f"Compute time of the runs: {compute_s:.0f} s on {device_name(torch.device('cpu'))}.\n\n")
     (out / "table2.md").write_text(header + "\n".join(lines) + "\n")
     print(f"wrote {out / 'table2.md'}")
     return 0

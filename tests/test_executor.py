@@ -102,11 +102,12 @@ def test_chunk_size_follows_free_memory(cfg_factory, monkeypatch):
     ("digits", "cnn3", 16, "vmap"),  # about 30 MFLOP per client step: small
     ("digits", "cnn3", 64, "loop"),  # about 120 MFLOP
     ("mnist", "lenet5", 64, "loop"),
+    ("digits", "centralized", 64, "loop"),  # one client per round: nothing to batch
 ])
 def test_auto_resolves_to_a_concrete_executor_and_logs_it(cfg_factory, caplog, data, model, batch, expected):
     with caplog.at_level(logging.INFO, logger="fedrun"):
-        sim = Simulation(cfg_factory(f"data={data}", f"model={model}", f"fl.batch_size={batch}",
-                                     "hardware.executor=auto"))
+        algo = ["algo=centralized", "model=logreg"] if model == "centralized" else [f"model={model}"]
+        sim = Simulation(cfg_factory(f"data={data}", *algo, f"fl.batch_size={batch}", "hardware.executor=auto"))
     assert sim.executor.name == expected
     assert any(f"hardware.executor=auto resolved to {expected}" in r.getMessage() for r in caplog.records)
 

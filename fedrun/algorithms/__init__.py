@@ -16,6 +16,7 @@ from .perfedavg import PerFedAvg
 from .selection import GraB, Herd
 from .variance_reduced import LoSAC, MimeSVRG
 from .server_opt import ServerAdaptive, ServerMomentum, ServerSGD
+from .harmonize import DGT, FedGH
 from .parts import AllSteps, FixedSchedule, NoHarmonizer
 
 LOCAL_RULES = {
@@ -32,7 +33,11 @@ SELECTORS = {
     "herd": lambda c: Herd(c.get("alpha", 0.5), c.get("local_epochs", 1.0)),
     "grab": lambda c: GraB(c.get("alpha", 0.5), c.get("local_epochs", 1.0)),
 }
-HARMONIZERS = {"none": lambda c: NoHarmonizer()}
+HARMONIZERS = {
+    "none": lambda c: NoHarmonizer(),
+    "fedgh": lambda c: FedGH(c.get("seed", 0)),
+    "dgt": lambda c: DGT(c.get("momentum", 0.5)),
+}
 AGGREGATORS = {
     "mean": lambda c: WeightedMean(c.get("weighting", "samples")),
     "fednova": lambda c: FedNova(c.get("weighting", "samples")),

@@ -23,7 +23,7 @@ class NoHarmonizer:
 
     name = "none"
 
-    def __call__(self, updates: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int) -> torch.Tensor:
         return updates
 
 

@@ -184,11 +184,15 @@ def flops_per_step(model: FunctionalModel, x: torch.Tensor, y: torch.Tensor) -> 
     return counter.get_total_flops()
 
 
-def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor) -> tuple[str, str]:
+def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor,
+                 cohort_size: int = 2) -> tuple[str, str]:
     """``auto``: vmap on a GPU. On a CPU: vmap for dense models; for convolutional models vmap when one client step
     is small (at most CPU_VMAP_MAX_FLOPS_PER_STEP on the minibatch (x, y)) and the loop otherwise; the loop for
     recurrent models (PyTorch has no vmap batching rule for its fused CPU RNN kernel). Deterministic, so the same
-    config always runs the same executor; ``python -m fedrun.bench`` checks it against both."""
+    config always runs the same executor; ``python -m fedrun.bench`` checks it against both. One client per round
+    (centralized SGD) has nothing to batch: the loop, which skips vmap's per-call overhead."""
+    if cohort_size == 1:
+        return "loop", "one client per round"
     if device.type == "cuda":
         return "vmap", "GPU"
     modules = list(model.module.modules())
@@ -202,11 +206,13 @@ def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, 
     return "loop", f"convolutions, {flops / 1e6:.0f} MFLOP per client step (large) on the CPU"
 
 
-def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor):
-    """The executor of ``hardware.executor``; ``auto`` decides from a minibatch (x, y) of the run's shape."""
+def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor,
+                  cohort_size: int):
+    """The executor of ``hardware.executor``; ``auto`` decides from a minibatch (x, y) of the run's shape and the
+    number of clients per round."""
     name = hw_cfg.executor
     if name == "auto":
-        name, why = resolve_auto(model, device, x, y)
+        name, why = resolve_auto(model, device, x, y, cohort_size)
         log.info("hardware.executor=auto resolved to %s (%s)", name, why)
     if name == "vmap":
         return VmapExecutor(hw_cfg.get("chunk_size"), float(hw_cfg.get("memory_fraction", 0.5)))

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..algorithms import ClientContext, aggregate_buffers, build_algorithm
+from ..algorithms.harmonize import conflict_statistics, cosine_matrix
 from ..config import validate
 from ..data import FedDataset, get_spec, load_dataset
 from ..functional import FunctionalModel
@@ -44,6 +45,7 @@ class RoundOutput:
     bytes_down: int  # what the server sent this round: model and extras (SCAFFOLD's c, ...) to each client
     bytes_up: int  # what the clients sent: updates, buffers and uploads (SCAFFOLD's dc_i, Mime's full gradients)
     diagnostics: dict[str, float]  # extra metrics.csv columns of the round
+    similarity: dict | None = None  # the round's cosine matrices, before and after harmonising, when saved
 
     @property
     def train_loss(self) -> float:
@@ -79,7 +81,7 @@ class Simulation:
         self.client_states: dict[int, object] = {}
         b = min(cfg.fl.batch_size, len(self.labels))
         self.executor = make_executor(cfg.hardware, self.model, self.device, self.data.x_train[:b],
-                                      self.data.y_train[:b])
+                                      self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients))
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.buffers)
 
     def plan(self, client: int, rnd: int) -> ClientPlan:
@@ -136,7 +138,18 @@ class Simulation:
             sizes = torch.tensor([p.num_samples for p in plans], dtype=torch.float64)
         weights = (sizes / sizes.sum()).to(device=self.device, dtype=self.params.dtype)
         updates, uploads, selection = algo.selector(result.updates, result.steps, plans, result.uploads, ctx.lr)
-        updates = algo.harmonizer(updates, weights)
+        clients = [p.id for p in plans]
+        diagnostics = {}
+        if self.cfg.get("diagnostics", {}).get("conflicts", False):
+            diagnostics |= {f"pre_{k}": v for k, v in conflict_statistics(updates).items()}
+        harmonized = algo.harmonizer(updates, weights, clients, rnd)
+        if diagnostics and algo.harmonizer.name != "none":
+            diagnostics |= {f"post_{k}": v for k, v in conflict_statistics(harmonized).items()}
+        similarity = None
+        every = self.cfg.get("diagnostics", {}).get("similarity_every", 0)
+        if every and rnd % every == 0:
+            similarity = {"clients": clients, "before": cosine_matrix(updates), "after": cosine_matrix(harmonized)}
+        updates = harmonized
         update = algo.aggregator(updates, weights, uploads)
         update, self.rule_state = algo.local.server_update(self.rule_state, update, updates, uploads, weights,
                                                            self.num_clients)
@@ -147,7 +160,8 @@ class Simulation:
         up += k * self.model_bytes + sum(nbytes(v) for v in result.uploads.values())
         if result.steps is not None:
             selection["steps_bytes"] = sum(nbytes(z) for z in result.steps)
-        return RoundOutput(rnd, plans, weights, result, down, up, selection_diagnostics(selection, plans, weights))
+        diagnostics |= selection_diagnostics(selection, plans, weights)
+        return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity)
 
     def evaluate(self) -> tuple[float, float]:
         return self.model.evaluate(self.params, self.buffers, self.data.x_test, self.data.y_test,
@@ -222,6 +236,9 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         history: list[dict] = []
         for rnd in range(1, rounds + 1):
             step = sim.run_round(rnd)
+            if step.similarity is not None:  # FedGH Fig. 2, DGT Figs. 3-4
+                (out.path / "similarity").mkdir(exist_ok=True)
+                np.savez(out.path / "similarity" / f"round_{rnd:05d}.npz", **step.similarity)
             k = len(step.plans)
             bytes_down += step.bytes_down
             bytes_up += step.bytes_up

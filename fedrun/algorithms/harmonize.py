@@ -1,0 +1,120 @@
+"""Server-side harmonisers: they act on the round's stacked client updates (K, d) before aggregation.
+
+Both work on the Gram matrix G = U U^T of the round's updates (one K x d by d x K product) and express each
+harmonised update as a combination of the original ones, so the d-dimensional work is two matrix products however
+many pairs interact: harmonised = A @ U with a K x K coefficient matrix A.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+import torch
+
+
+def fedgh_coefficients(gram: torch.Tensor, orders: list[list[int]]) -> torch.Tensor:
+    """FedGH Algorithm 1 (001_662c50974d887e50.txt; NOTES.md) on the Gram matrix of the original updates g~:
+    for each k, for j != k in ``orders[k]``: if g_k . g~_j < 0 then g_k -= (g_k . g~_j / ||g~_j||^2) g~_j, where g_k
+    is the progressively projected update and g~_j the unmodified copy. Writing g_k = sum_m A[k, m] g~_m,
+    g_k . g~_j = A[k] . G[:, j], so the sequential projections are exact and cost O(K) each."""
+    k_all = len(gram)
+    coef = torch.eye(k_all, dtype=gram.dtype, device=gram.device)
+    for k in range(k_all):
+        for j in orders[k]:
+            norm_sq = gram[j, j]
+            if norm_sq <= 0:
+                continue
+            dot = coef[k] @ gram[:, j]
+            if dot < 0:
+                coef[k, j] -= dot / norm_sq
+    return coef
+
+
+class FedGH:
+    """FedGH: pairwise projection of conflicting client updates (Algorithm 1), the order of the other clients
+    seeded per (seed, round, client). No hyperparameter."""
+
+    name = "fedgh"
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int) -> torch.Tensor:
+        gram = (updates @ updates.T).double()
+        orders = []
+        for k, client in enumerate(clients):
+            others = [j for j in range(len(clients)) if j != k]
+            rng = np.random.default_rng([self.seed, 0xF6, rnd, client])
+            orders.append([others[i] for i in rng.permutation(len(others))])
+        return fedgh_coefficients(gram, orders).to(updates.dtype) @ updates
+
+
+def dgt_coefficients(gram: torch.Tensor, baselines: torch.Tensor, momentum: float
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DGT Algorithm 2, eqs. 4-8 (003_0d13b020725b6b47.txt; NOTES.md), all from the original updates:
+    POP_k = sum_{j != k} g_j; Phi_k = cos(g_k, POP_k); if Phi_k < PhiT_k (the client's baseline, clamped to
+    [-1 + 1e-6, 1 - 1e-6]) then g_k' = g_k + a2 POP_k with
+    a2 = ||g_k|| (PhiT sqrt(1 - Phi^2) - Phi sqrt(1 - PhiT^2)) / (||POP_k|| sqrt(1 - PhiT^2)), which makes
+    cos(g_k', POP_k) = PhiT (eq. 7 with PhiT where the paper prints POP); then PhiT_k <- a PhiT_k + (1 - a) Phi_k
+    (eq. 8) whether or not it calibrated. Returns (coefficients A with g' = A @ U, Phi, new baselines)."""
+    k_all = len(gram)
+    row = gram.sum(dim=1)
+    pop_dot = row - torch.diagonal(gram)  # g_k . POP_k
+    pop_sq = (gram.sum() - 2 * row + torch.diagonal(gram)).clamp_min(0)  # ||POP_k||^2
+    g_norm = torch.diagonal(gram).clamp_min(0).sqrt()
+    pop_norm = pop_sq.sqrt()
+    phi = (pop_dot / (g_norm * pop_norm).clamp_min(1e-12)).clamp(-1, 1)
+    target = baselines.clamp(-1 + 1e-6, 1 - 1e-6)
+    a2 = g_norm * (target * (1 - phi**2).sqrt() - phi * (1 - target**2).sqrt()) / (
+        pop_norm.clamp_min(1e-12) * (1 - target**2).sqrt())
+    calibrate = (phi < target) & (pop_norm > 0) & (g_norm > 0)
+    a2 = torch.where(calibrate, a2, torch.zeros_like(a2))
+    ones = torch.ones(k_all, k_all, dtype=gram.dtype, device=gram.device)
+    eye = torch.eye(k_all, dtype=gram.dtype, device=gram.device)
+    coef = eye + a2[:, None] * (ones - eye)
+    return coef, phi, momentum * baselines + (1 - momentum) * phi
+
+
+class DGT:
+    """DGT: rotates each update toward the pre-aggregated update of the others when its similarity fell below the
+    client's running baseline; baselines persist across the rounds a client sits out (start at 0)."""
+
+    name = "dgt"
+
+    def __init__(self, momentum: float = 0.5):
+        self.momentum = float(momentum)
+        self.baselines: dict[int, float] = {}
+
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int) -> torch.Tensor:
+        gram = (updates @ updates.T).double()
+        base = torch.tensor([self.baselines.get(c, 0.0) for c in clients], dtype=gram.dtype, device=gram.device)
+        coef, _, new = dgt_coefficients(gram, base, self.momentum)
+        self.baselines.update({c: float(v) for c, v in zip(clients, new)})
+        return coef.to(updates.dtype) @ updates
+
+
+def conflict_statistics(updates: torch.Tensor) -> dict[str, float]:
+    """Gradient-conflict diagnostics (FedGH Fig. 2, DGT Figs. 3-4) from the cosine matrix of the round's updates:
+    share of client pairs with negative cosine, minimum and mean pairwise cosine, and the mean cosine of each update
+    to the sum of the others (DGT's POP)."""
+    gram = (updates @ updates.T).double()
+    norms = torch.diagonal(gram).clamp_min(0).sqrt()
+    cos = gram / (norms[:, None] * norms[None, :]).clamp_min(1e-12)
+    k_all = len(gram)
+    if k_all < 2:
+        return {"conflict_ratio": 0.0, "cos_min": 1.0, "cos_mean": 1.0, "cos_to_others": 1.0}
+    pairs = cos[torch.triu(torch.ones(k_all, k_all, dtype=torch.bool), diagonal=1)]
+    row = gram.sum(dim=1)
+    pop_norm = (gram.sum() - 2 * row + torch.diagonal(gram)).clamp_min(0).sqrt()
+    to_others = (row - torch.diagonal(gram)) / (norms * pop_norm).clamp_min(1e-12)
+    return {"conflict_ratio": float((pairs < 0).double().mean()), "cos_min": float(pairs.min()),
+            "cos_mean": float(pairs.mean()), "cos_to_others": float(to_others.mean())}
+
+
+def cosine_matrix(updates: torch.Tensor) -> np.ndarray:
+    gram = (updates @ updates.T).double()
+    norms = torch.diagonal(gram).clamp_min(0).sqrt()
+    return (gram / (norms[:, None] * norms[None, :]).clamp_min(1e-12)).cpu().numpy()
+
+
+__all__ = ["DGT", "FedGH", "conflict_statistics", "cosine_matrix", "dgt_coefficients", "fedgh_coefficients"]

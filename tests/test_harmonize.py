@@ -1,0 +1,120 @@
+"""FedGH and DGT against their algorithms written directly on vectors, and hand-made cases."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedrun.algorithms.harmonize import DGT, FedGH, conflict_statistics, dgt_coefficients, fedgh_coefficients
+
+
+def direct_fedgh(u: np.ndarray, orders) -> np.ndarray:
+    """FedGH Algorithm 1 on vectors: g_k projected in turn against the unmodified copies g~_j."""
+    out = u.copy()
+    for k in range(len(u)):
+        for j in orders[k]:
+            dot = out[k] @ u[j]
+            if dot < 0:
+                out[k] = out[k] - dot / (u[j] @ u[j]) * u[j]
+    return out
+
+
+def test_fedgh_leaves_non_conflicting_updates_unchanged():
+    u = torch.tensor([[1.0, 0.2, 0.0], [0.5, 1.0, 0.1], [0.3, 0.0, 2.0]], dtype=torch.float64)
+    assert (u @ u.T >= 0).all()
+    torch.testing.assert_close(FedGH()(u, None, [0, 1, 2], 1), u)
+
+
+def test_two_conflicting_updates_each_end_orthogonal_to_the_others_original():
+    u = torch.tensor([[1.0, 1.0], [-1.0, 0.2]], dtype=torch.float64)
+    out = FedGH()(u, None, [0, 1], 1)
+    assert float(out[0] @ u[1]) == pytest.approx(0, abs=1e-12)
+    assert float(out[1] @ u[0]) == pytest.approx(0, abs=1e-12)
+
+
+def test_three_clients_by_hand():
+    u = np.array([[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]])
+    orders = [[1, 2], [2, 0], [0, 1]]
+    # client 0: . g1 = -1 -> g0 - (-1/2) g1 = [0.5, 0.5]; . g2 = -0.5 -> + 0.5 g2 = [0.5, 0]
+    # client 1: . g2 = -1 -> g1 + g2 = [-1, 0]; . g0 = -1 -> + g0 = [0, 0]
+    # client 2: . g0 = 0 (no conflict); . g1 = -1 -> g2 + g1 / 2 = [-0.5, -0.5]
+    expected = np.array([[0.5, 0.0], [0.0, 0.0], [-0.5, -0.5]])
+    coef = fedgh_coefficients(torch.tensor(u @ u.T), orders)
+    np.testing.assert_allclose((coef.numpy() @ u), expected, atol=1e-12)
+    np.testing.assert_allclose(direct_fedgh(u, orders), expected, atol=1e-12)
+
+
+def test_gram_fedgh_equals_direct_algorithm_on_random_updates():
+    rng = np.random.default_rng(0)
+    u = rng.normal(size=(8, 30))
+    orders = [list(rng.permutation([j for j in range(8) if j != k])) for k in range(8)]
+    coef = fedgh_coefficients(torch.tensor(u @ u.T), orders)
+    np.testing.assert_allclose(coef.numpy() @ u, direct_fedgh(u, orders), rtol=1e-9, atol=1e-12)
+
+
+def test_fedgh_order_is_seeded():
+    u = torch.randn(6, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    a, b = FedGH(seed=3)(u, None, list(range(6)), 4), FedGH(seed=3)(u, None, list(range(6)), 4)
+    torch.testing.assert_close(a, b)
+
+
+def test_dgt_calibration_reaches_the_target_similarity_and_updates_baselines():
+    rng = np.random.default_rng(2)
+    u = torch.tensor(rng.normal(size=(5, 12)))
+    gram = u @ u.T
+    baselines = torch.tensor([0.9, -0.9, 0.5, 0.9, -0.9], dtype=torch.float64)
+    coef, phi, new = dgt_coefficients(gram, baselines, momentum=0.5)
+    out = coef @ u
+    for k in range(5):
+        pop = u.sum(0) - u[k]
+        cos = float(out[k] @ pop / (out[k].norm() * pop.norm()))
+        if phi[k] < baselines[k]:
+            assert cos == pytest.approx(float(baselines[k]), abs=1e-9)  # rotated to the baseline it targeted
+        else:
+            torch.testing.assert_close(out[k], u[k])  # above its baseline: unchanged
+    assert (phi < baselines).any() and (phi >= baselines).any()
+    torch.testing.assert_close(new, 0.5 * baselines + 0.5 * phi)  # eq. 8 either way
+
+
+def test_dgt_keeps_baselines_of_clients_that_sit_out():
+    dgt = DGT(momentum=0.5)
+    u = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    dgt(u, None, [0, 1, 2], 1)
+    kept = dgt.baselines[2]
+    dgt(u[:2], None, [0, 1], 2)
+    assert dgt.baselines[2] == kept and set(dgt.baselines) == {0, 1, 2}
+
+
+def test_conflict_statistics_on_constructed_updates():
+    u = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    stats = conflict_statistics(u)
+    # pairs: (0,1) cos 0, (0,2) cos -1, (1,2) cos 0
+    assert stats["conflict_ratio"] == pytest.approx(1 / 3)
+    assert stats["cos_min"] == pytest.approx(-1.0)
+    assert stats["cos_mean"] == pytest.approx(-1 / 3)
+    # to the sum of the others: u0 vs [-1, 1] -> -1/sqrt2; u1 vs [0, 0] -> 0; u2 vs [1, 1] -> -1/sqrt2
+    assert stats["cos_to_others"] == pytest.approx((-2 / np.sqrt(2)) / 3)
+
+
+def test_harmonizers_plug_into_any_base_algorithm_and_log_conflicts(tmp_path, cfg_factory):
+    from fedrun.engine.simulation import run_experiment
+
+    common = ["data=digits", "model=logreg", "fl.rounds=2", "partition.alpha=0.1", "fl.clients_per_round=6",
+              "diagnostics.conflicts=true", "diagnostics.similarity_every=2"]
+    for algo in ("fedavg", "fedprox", "fednova", "feddecorr", "scaffold"):
+        for harmonizer in ("fedgh", "dgt"):
+            run = tmp_path / f"{algo}-{harmonizer}"
+            run_experiment(cfg_factory(*common, f"algo={algo}", f"algo/harmonizer={harmonizer}"), run)
+            header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+            assert {"pre_conflict_ratio", "post_conflict_ratio", "pre_cos_min", "post_cos_to_others"} <= set(header)
+            saved = np.load(run / "similarity" / "round_00002.npz")
+            assert saved["before"].shape == (6, 6) and saved["after"].shape == (6, 6)
+
+
+def test_fedgh_removes_every_conflict_it_projects(cfg_factory):
+    from fedrun.engine.simulation import Simulation
+
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "partition.alpha=0.05", "fl.clients_per_round=8",
+                                 "algo/harmonizer=fedgh", "diagnostics.conflicts=true"))
+    out = sim.run_round(1)
+    assert out.diagnostics["pre_conflict_ratio"] > 0
+    assert out.diagnostics["post_cos_min"] >= out.diagnostics["pre_cos_min"]
