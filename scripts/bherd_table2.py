@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default="outputs/bherd_table2", help="where each run's directory goes")
     parser.add_argument("--out", default="results/bherd")
     args = parser.parse_args(argv)
-    rows, compute_s = [], 0.0
+    rows, compute_s, commits = [], 0.0, set()
     fixture_root = None
     for model in args.models.split(","):
         extra, fixture = [], None
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                     cfg = config(EXPERIMENTS[model], algo, case, seed, args.rounds, extra)
                     summary = run(cfg, run_dir)
                     compute_s += summary["wall_time_s"]
+                    commits.add(str(summary.get("git_commit")))
                     accs[case].append(100 * summary["final_test_acc"])
                     print(f"{model} {case} {algo} seed {seed}: {accs[case][-1]:.2f}%", flush=True)
             paper = PAPER[model].get(algo, (None, None))
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{fmt(r['std_C2'])} | {fmt(r['diff_C2'])} | {r['status']} |")
     command = "python scripts/bherd_table2.py " + " ".join(argv if argv is not None else sys.argv[1:])
     header = (f"# BHerd Table II: final test accuracy (%) after {args.rounds} rounds\n\n"
-              f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')}; mean ± std over "
+              f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')} from runs made at "
+              f"commit {', '.join(sorted(commits))}; mean ± std over "
               f"{args.seeds} seeds (0..{args.seeds - 1}); the paper averages 10 runs. Setting: experiment presets "
               f"{', '.join(EXPERIMENTS[m] for m in args.models.split(','))} (N=5, all clients every round, B=100, "
               f"E=1, eta=2e-4, alpha=0.5); Case 1 = partition=case1, Case 2 = partition=case2 (NOTES.md). "
