@@ -8,8 +8,6 @@ per-client module copies exist anywhere.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value
@@ -95,6 +93,3 @@ class FunctionalModel:
         n = max(1, len(y))
         return correct / n, loss_sum / n
 
-
-def num_params(module: nn.Module) -> int:
-    return sum(math.prod(p.shape) for p in module.parameters())

@@ -60,8 +60,8 @@ PARTS = {"local": LOCAL_RULES, "selector": SELECTORS, "harmonizer": HARMONIZERS,
 class Algorithm:
     name: str
     local: LocalRule
-    selector: AllSteps
-    harmonizer: NoHarmonizer
+    selector: AllSteps | Herd | GraB
+    harmonizer: NoHarmonizer | FedGH | DGT
     aggregator: Aggregator
     server_opt: ServerOptimizer
     schedule: FixedSchedule
