@@ -11,6 +11,7 @@ import torch
 
 from .algorithms import check_parts
 from .data import DATASETS
+from .data.base import NORMALIZATIONS
 from .engine.executor import EXECUTORS
 from .errors import ConfigError
 from .models import check_fit
@@ -88,6 +89,9 @@ def validate(cfg) -> None:
     if p.name == "dirichlet_resample":
         need(_is_num(p.client_fraction) and 0 < p.client_fraction <= 1, "partition.client_fraction",
              p.client_fraction, "must be in (0, 1]", "partition.client_fraction=0.01")
+    if "normalize" in cfg.data:
+        need(cfg.data.normalize in NORMALIZATIONS, "data.normalize", cfg.data.normalize,
+             f"must be one of {NORMALIZATIONS}", "data.normalize=standardize")
     if spec is not None:
         kind, shape, num_classes = spec.meta(cfg.data)
         if p.name == "classes":
@@ -100,6 +104,8 @@ def validate(cfg) -> None:
             problems.append(f"partition=natural: data={data_name} has no users. Fix: use partition=dirichlet, or a "
                             f"dataset with users ({sorted(n for n, s in DATASETS.items() if s.has_users)})")
         why = check_fit(cfg.model.name, kind, shape, data_name)
+        need(cfg.model.get("init", "default") in ("default", "zeros"), "model.init", cfg.model.get("init"),
+             "must be default or zeros", "model.init=default")
         if why:
             problems.append(f"{why}. Fix: choose a model that fits (model=...)")
 

@@ -31,9 +31,11 @@ def _parity_target(y: torch.Tensor) -> torch.Tensor:
     return 1.0 - 2.0 * (y % 2).to(torch.float32)  # +1 for even digits, -1 for odd
 
 
+# The smooth (squared-hinge) SVM of the prototype system BHerd builds on (Wang et al., JSAC 2019):
+# f(w) = 1/2 mean_j max(0, 1 - y_j w.x_j)^2, y = +1 for even digits; its lambda/2 ||w||^2 is fl.weight_decay.
 SQUARED_HINGE_PARITY = Objective(
     "squared_hinge_parity",
-    lambda out, y: F.relu(1.0 - _parity_target(y) * out.squeeze(-1)).pow(2).mean(),
+    lambda out, y: 0.5 * F.relu(1.0 - _parity_target(y) * out.squeeze(-1)).pow(2).mean(),
     lambda out, y: ((out.squeeze(-1) >= 0) == (y % 2 == 0)).sum(),
 )
 
@@ -48,7 +50,14 @@ def _linear(shape, classes, mcfg):
 
 
 def _svm(shape, classes, mcfg):
-    return nn.Sequential(Flatten(), nn.Linear(math.prod(shape), 1))
+    """BHerd footnote 1: one linear unit scoring even vs odd. ``bias`` and ``init=zeros`` select the prototype
+    system's w.x with w_0 = 0 (Wang et al.); the defaults are PyTorch's Linear."""
+    layer = nn.Linear(math.prod(shape), 1, bias=bool(mcfg.get("bias", True)))
+    if mcfg.get("init", "default") == "zeros":
+        nn.init.zeros_(layer.weight)
+        if layer.bias is not None:
+            nn.init.zeros_(layer.bias)
+    return nn.Sequential(Flatten(), layer)
 
 
 def _mlp(shape, classes, mcfg):

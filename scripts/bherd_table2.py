@@ -1,32 +1,25 @@
 """BHerd Table II: final test accuracy after T=100 rounds of the ten algorithms, Case 1 and Case 2, mean over seeds.
 
-    python scripts/bherd_table2.py [--seeds K] [--models svm,cnn] [--rounds T] [--runs DIR] [--out DIR]
+    python scripts/bherd_table2.py [--seeds K] [--models svm,cnn] [--rounds T] [--workers P] [--set KEY=VALUE ...]
+                                   [--runs DIR] [--out DIR]
 
 SVM-MNIST runs on the real MNIST. CNN-CIFAR10 runs on CIFAR-10 where it is present under the data root; otherwise it
 runs on a fixture in CIFAR's file format (so the path is exercised) and the table marks those rows as not
 reproduced. Each run keeps its own directory under --runs; a run whose summary.json says finished is not run again,
-so an interrupted table resumes. Writes <out>/table2.md and table2.csv with the paper's numbers beside fedrun's.
+so an interrupted table resumes. ``--set`` adds overrides to every run (e.g. ``--set data.normalize=standardize``
+for the variant results/bherd/README.md discusses; give it its own --runs and --out). Writes <out>/table2.md and
+table2.csv with the paper's numbers beside fedrun's.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
-import torch
-from hydra import compose, initialize_config_dir
 
-from fedrun.bench import device_name
-from fedrun.cli import CONF_DIR
-from fedrun.data import DATASETS, resolve_root
-from fedrun.data.fixtures import write_cifar
-from fedrun.engine.simulation import run_experiment
-from fedrun.results import git_commit
+from fedrun.reproduce import fixture_for, provenance, run_jobs
 
 ALGORITHMS = ["centralized", "fedavg", "bherd", "grab_fedavg", "fednova", "bherd_fednova", "scaffold",
               "bherd_scaffold", "feddyn", "bherd_feddyn"]
@@ -47,21 +40,6 @@ TOLERANCE = 1.5  # points of accuracy (issue target for SVM-MNIST)
 MODEL_LABELS = {"svm": "SVM-MNIST", "cnn": "CNN-CIFAR10"}
 
 
-def config(experiment: str, algo: str, case: str, seed: int, rounds: int, extra: list[str]):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose("config", overrides=[f"experiment={experiment}", f"algo={algo}", f"partition={case}",
-                                            f"seed={seed}", f"fl.rounds={rounds}", "progress=false", *extra])
-
-
-def run(cfg, run_dir: Path) -> dict:
-    summary = run_dir / "summary.json"
-    if summary.exists():
-        done = json.loads(summary.read_text())
-        if done.get("status") == "finished":
-            return done
-    return run_experiment(cfg, run_dir)
-
-
 def status(row: dict) -> str:
     """Real-data rows: reproduced when both cases are within TOLERANCE points of the paper."""
     diffs = [row["diff_C1"], row["diff_C2"]]
@@ -77,43 +55,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10, help="runs per cell (the paper averages 10)")
     parser.add_argument("--models", default="svm,cnn")
     parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=1, help="runs in parallel processes")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run")
     parser.add_argument("--runs", default="outputs/bherd_table2", help="where each run's directory goes")
     parser.add_argument("--out", default="results/bherd")
     args = parser.parse_args(argv)
-    rows, compute_s, commits = [], 0.0, set()
-    fixture_root = None
-    for model in args.models.split(","):
-        extra, fixture = [], None
-        if model == "cnn" and not DATASETS["cifar10"].is_present(resolve_root(None), None):
-            fixture_root = fixture_root or Path(tempfile.mkdtemp(prefix="fedrun-cifar-fixture-"))
-            write_cifar(fixture_root, "cifar10", per_file=40)
-            extra = [f"data.root={fixture_root}"]
-            fixture = "not reproduced: CIFAR-10 is not present on this machine; ran on a 200-image fixture"
+    models = args.models.split(",")
+    cells, jobs, notes = [], [], {}
+    for model in models:
+        extra, notes[model] = fixture_for("cifar10") if model == "cnn" else ([], None)
         for algo in ALGORITHMS:
-            accs = {}
             for case in ("case1", "case2"):
-                accs[case] = []
                 for seed in range(args.seeds):
-                    run_dir = Path(args.runs) / model / case / algo / f"seed{seed}"
-                    cfg = config(EXPERIMENTS[model], algo, case, seed, args.rounds, extra)
-                    summary = run(cfg, run_dir)
-                    compute_s += summary["wall_time_s"]
-                    commits.add(str(summary.get("git_commit")))
-                    accs[case].append(100 * summary["final_test_acc"])
-                    print(f"{model} {case} {algo} seed {seed}: {accs[case][-1]:.2f}%", flush=True)
+                    cells.append((model, algo, case))
+                    jobs.append(([f"experiment={EXPERIMENTS[model]}", f"algo={algo}", f"partition={case}",
+                                  f"seed={seed}", f"fl.rounds={args.rounds}", *extra, *args.set],
+                                 str(Path(args.runs) / model / case / algo / f"seed{seed}")))
+    summaries = run_jobs(jobs, args.workers)
+    accs: dict[tuple, list[float]] = {}
+    for cell, summary in zip(cells, summaries):
+        accs.setdefault(cell, []).append(100 * summary["final_test_acc"])
+    rows = []
+    for model in models:
+        for algo in ALGORITHMS:
             paper = PAPER[model].get(algo, (None, None))
             row = {"model": MODEL_LABELS[model], "algorithm": NAMES[algo]}
             for i, case in enumerate(("case1", "case2")):
-                s = pd.Series(accs[case])
+                s = pd.Series(accs[model, algo, case])
                 key = f"C{i + 1}"
                 row |= {f"paper_{key}": paper[i], f"fedrun_{key}": s.mean(), f"std_{key}": s.std(ddof=1),
-                        f"diff_{key}": None if paper[i] is None or fixture else s.mean() - paper[i]}
-            row["status"] = fixture or status(row)
+                        f"diff_{key}": None if paper[i] is None or notes[model] else s.mean() - paper[i]}
+            row["status"] = notes[model] or status(row)
             rows.append(row)
-    table = pd.DataFrame(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "table2.csv", index=False)
+    pd.DataFrame(rows).to_csv(out / "table2.csv", index=False)
     lines = ["| Model | Algorithm | paper C1 | fedrun C1 | diff C1 | paper C2 | fedrun C2 | diff C2 | status |",
              "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None or pd.isna(v) else f"{v:.2f}"  # noqa: E731
@@ -123,12 +99,11 @@ def main(argv: list[str] | None = None) -> int:
                      f"{fmt(r['std_C2'])} | {fmt(r['diff_C2'])} | {r['status']} |")
     command = "python scripts/bherd_table2.py " + " ".join(argv if argv is not None else sys.argv[1:])
     header = (f"# BHerd Table II: final test accuracy (%) after {args.rounds} rounds\n\n"
-              f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')} from runs made at "
-              f"commit {', '.join(sorted(commits))}; mean ± std over "
-              f"{args.seeds} seeds (0..{args.seeds - 1}); the paper averages 10 runs. Setting: experiment presets "
-              f"{', '.join(EXPERIMENTS[m] for m in args.models.split(','))} (N=5, all clients every round, B=100, "
-              f"E=1, eta=2e-4, alpha=0.5); Case 1 = partition=case1, Case 2 = partition=case2 (NOTES.md). "
-              f"Compute time of the runs: {compute_s:.0f} s on {device_name(torch.device('cpu'))}.\n\n")
+              f"{provenance(command, summaries)} Mean ± std over {args.seeds} seeds (0..{args.seeds - 1}); the "
+              f"paper averages 10 runs. Setting: experiment presets {', '.join(EXPERIMENTS[m] for m in models)} "
+              f"(N=5, all clients every round, B=100, E=1, eta=2e-4, alpha=0.5)"
+              f"{' with ' + ', '.join(args.set) if args.set else ''}; Case 1 = partition=case1, Case 2 = "
+              f"partition=case2 (NOTES.md).\n\n")
     (out / "table2.md").write_text(header + "\n".join(lines) + "\n")
     print(f"wrote {out / 'table2.md'}")
     return 0

@@ -66,13 +66,21 @@ def _rows(path):
 
 
 def test_bherd_with_alpha_one_reproduces_fedavg_metrics_exactly(tmp_path, cfg_factory):
-    common = ["data=digits", "model=logreg", "fl.rounds=3", "fl.clients_per_round=6", "fl.batch_size=16"]
+    common = ["data=digits", "model=logreg", "fl.rounds=3", "fl.clients_per_round=6", "fl.batch_size=16",
+              "fl.reshuffle=false"]  # one batch protocol for both (BHerd's default is the fixed order)
     run_experiment(cfg_factory(*common, "algo=fedavg"), tmp_path / "fedavg")
     run_experiment(cfg_factory(*common, "algo=bherd", "algo.selector.alpha=1.0"), tmp_path / "bherd")
     fedavg, bherd = _rows(tmp_path / "fedavg" / "metrics.csv"), _rows(tmp_path / "bherd" / "metrics.csv")
     for a, b in zip(fedavg, bherd):
         assert {k: v for k, v in a.items() if k != "elapsed_s"} == {k: b[k] for k in a if k != "elapsed_s"}
     assert "herd_dist_mean" in bherd[0]
+
+
+def test_herding_keeps_a_fixed_batch_order_by_default_and_baselines_reshuffle(cfg_factory):
+    assert cfg_factory("algo=bherd").fl.reshuffle is False
+    assert cfg_factory("algo=grab_fedavg").fl.reshuffle is False
+    assert cfg_factory("algo=fedavg").fl.reshuffle is True
+    assert cfg_factory("algo=bherd", "fl.reshuffle=true").fl.reshuffle is True  # Fig. 7's RR protocol
 
 
 def test_bherd_sends_the_herded_sum_scaled_by_e_over_alpha(cfg_factory):

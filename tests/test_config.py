@@ -16,6 +16,8 @@ from fedrun.errors import ConfigError
     (["model=vgg16", "data=mnist"], ["model=vgg16 needs images of at least 32x32", "data=mnist", "models that fit"]),
     (["model=gru", "data=digits"], ["model=gru takes tokens/sequence inputs", "image"]),
     (["fl.batch_size=0"], ["fl.batch_size=0", "integer >= 1"]),
+    (["data.normalize=zscore"], ["data.normalize='zscore'", "standardize", "Fix: data.normalize=standardize"]),
+    (["model=svm", "model.init=xavier"], ["model.init='xavier'", "default or zeros"]),
     (["fl.lr=0"], ["fl.lr=0", "must be > 0"]),
     (["eval.target_acc=95"], ["eval.target_acc=95", "(0, 1]"]),
     (["partition=classes", "partition.classes_per_client=11"], ["partition.classes_per_client=11", "[1, 10]"]),

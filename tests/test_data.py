@@ -88,6 +88,19 @@ def test_fashion_mnist_idx_fixture(tmp_path):
     assert data.y_train.tolist() == y_train.tolist() and data.num_classes == 10
 
 
+def test_image_scaling_choices(tmp_path):
+    _write_fashion(tmp_path)
+    raw = fashion_mnist.load(tmp_path, OmegaConf.create({"normalize": "raw"}))
+    unit = fashion_mnist.load(tmp_path, OmegaConf.create({"normalize": "unit"}))
+    std = fashion_mnist.load(tmp_path, OmegaConf.create({"normalize": "standardize"}))
+    assert raw.x_train.max() > 200 and raw.x_train.equal(raw.x_train.round())
+    torch.testing.assert_close(unit.x_train, raw.x_train / 255)
+    assert abs(std.x_train.mean().item()) < 1e-5 and std.x_train.std().item() == pytest.approx(1, abs=1e-4)
+    # the test split is scaled with the training statistics, not its own
+    mean, sd = unit.x_train.mean(), unit.x_train.std()
+    torch.testing.assert_close(std.x_test, (unit.x_test - mean) / sd, rtol=1e-4, atol=1e-4)
+
+
 def _write_cifar(root, name):
     labels = write_cifar(root, name)
     layout = LAYOUTS[name]

@@ -57,8 +57,8 @@ def test_model_that_does_not_fit_is_refused_with_alternatives(name, shape):
 def test_squared_hinge_parity_matches_hand_computation():
     out = torch.tensor([[0.5], [-2.0], [0.2], [1.5]])
     y = torch.tensor([4, 3, 7, 0])  # targets +1, -1, -1, +1
-    # margins 1 - t*f: 0.5, -1 -> 0, 1.2, -0.5 -> 0; squared: 0.25, 0, 1.44, 0
-    assert SQUARED_HINGE_PARITY.loss(out, y).item() == pytest.approx((0.25 + 1.44) / 4)
+    # margins 1 - t*f: 0.5, -1 -> 0, 1.2, -0.5 -> 0; squared: 0.25, 0, 1.44, 0; halved as the smooth SVM
+    assert SQUARED_HINGE_PARITY.loss(out, y).item() == pytest.approx(0.5 * (0.25 + 1.44) / 4)
     assert SQUARED_HINGE_PARITY.correct(out, y).item() == 3  # 0.2 predicts even for odd 7
 
 
@@ -72,3 +72,9 @@ def test_functional_gradient_equals_autograd_on_the_module():
     ref.backward()
     torch.testing.assert_close(loss, ref.detach())
     torch.testing.assert_close(grad, torch.cat([p.grad.reshape(-1) for p in module.parameters()]))
+
+
+def test_svm_can_start_from_zero_without_intercept_as_the_prototype_system():
+    net, _ = build_model(OmegaConf.create({"name": "svm", "bias": False, "init": "zeros"}), "image", (1, 4, 4), 10)
+    (layer,) = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
+    assert layer.bias is None and layer.weight.shape == (1, 16) and not layer.weight.any()

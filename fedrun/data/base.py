@@ -90,21 +90,38 @@ def resolve_root(root: str | os.PathLike | None) -> Path:
     return Path(root).expanduser() if root else default_root()
 
 
-def standardize_images(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """uint8 images (N, C, H, W) -> float32 standardised per channel with the training set's statistics."""
-    xt = torch.from_numpy(np.ascontiguousarray(x_train)).float().div_(255.0)
-    xs = torch.from_numpy(np.ascontiguousarray(x_test)).float().div_(255.0)
+NORMALIZATIONS = ("standardize", "unit", "raw")
+
+
+def scale_images(x_train: np.ndarray, x_test: np.ndarray, normalize: str = "standardize"
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 images (N, C, H, W) -> float32 inputs.
+
+    ``standardize``: per channel with the training set's mean and std (the usual choice for neural networks);
+    ``unit``: pixels / 255 in [0, 1] (what linear models in the BHerd/AAFL prototype system see); ``raw``: 0..255.
+    """
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"data.normalize={normalize!r}: must be one of {NORMALIZATIONS}")
+    xt = torch.from_numpy(np.ascontiguousarray(x_train)).float()
+    xs = torch.from_numpy(np.ascontiguousarray(x_test)).float()
+    if normalize == "raw":
+        return xt, xs
+    xt, xs = xt.div_(255.0), xs.div_(255.0)
+    if normalize == "unit":
+        return xt, xs
     mean = xt.mean(dim=(0, 2, 3), keepdim=True)
     std = xt.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
     return (xt - mean) / std, (xs - mean) / std
 
 
-def image_dataset(name: str, arrays: dict[str, np.ndarray], num_classes: int, source: str) -> FedDataset:
-    """uint8 images (N, C, H, W) or (N, H, W) and integer labels -> a standardised image :class:`FedDataset`."""
+def image_dataset(name: str, arrays: dict[str, np.ndarray], num_classes: int, source: str,
+                  normalize: str = "standardize") -> FedDataset:
+    """uint8 images (N, C, H, W) or (N, H, W) and integer labels -> an image :class:`FedDataset` scaled by
+    ``normalize`` (see :func:`scale_images`)."""
     x_train, x_test = arrays["x_train"], arrays["x_test"]
     if x_train.ndim == 3:
         x_train, x_test = x_train[:, None], x_test[:, None]
-    xt, xs = standardize_images(x_train, x_test)
+    xt, xs = scale_images(x_train, x_test, normalize)
     return FedDataset(name, xt, torch.from_numpy(np.asarray(arrays["y_train"], dtype=np.int64)), xs,
                       torch.from_numpy(np.asarray(arrays["y_test"], dtype=np.int64)), num_classes=num_classes,
                       input_kind="image", source=source)

@@ -62,7 +62,7 @@ def _make(name: str) -> DatasetSpec:
         x_train, y_train = read_batches(d, layout["train"], layout["label_key"])
         x_test, y_test = read_batches(d, layout["test"], layout["label_key"])
         arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
-        return image_dataset(name, arrays, layout["classes"], str(d))
+        return image_dataset(name, arrays, layout["classes"], str(d), cfg.get("normalize", "standardize"))
 
     files = ", ".join(layout["train"] + layout["test"])
     spec = DatasetSpec(

@@ -30,7 +30,8 @@ def load(root: Path, cfg) -> FedDataset:
     d = _find_dir(root)
     if d is None:
         raise DataMissingError(SPEC.how_to_get.format(root=root))
-    return image_dataset("fashion_mnist", read_idx_split(d, "train", "t10k"), 10, str(d))
+    return image_dataset("fashion_mnist", read_idx_split(d, "train", "t10k"), 10, str(d),
+                         cfg.get("normalize", "standardize"))
 
 
 SPEC = DatasetSpec(

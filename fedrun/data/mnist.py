@@ -132,7 +132,7 @@ def load(root: Path, cfg) -> FedDataset:
         return load(root, cfg)
     else:
         raise DataMissingError(SPEC.how_to_get.format(root=root))
-    return image_dataset("mnist", arrays, 10, source)
+    return image_dataset("mnist", arrays, 10, source, cfg.get("normalize", "standardize"))
 
 
 SPEC = DatasetSpec(

@@ -1,0 +1,108 @@
+"""What the paper-reproduction scripts share: compose a run's config from overrides, run it unless its directory
+already holds a finished run, run many in parallel processes, stand a fixture in for a dataset that is missing, and
+say which commits and machine made a table.
+
+A job is ``(overrides, run_dir)``: plain strings, so it can go to a worker process (spawned, not forked, so torch's
+thread pools start clean) and so a table can be re-made from its runs without re-running them.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from .bench import device_name
+from .data import DATASETS, resolve_root
+from .data.fixtures import write_cifar
+from .results import SUMMARY_FILE, git_commit
+
+Job = tuple[list[str], str]
+
+
+def compose_config(overrides: list[str]):
+    """The config ``fedrun <overrides>`` would run (Hydra's sweep keys are dropped: a job is one point)."""
+    from .cli import CONF_DIR
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("config", overrides=["progress=false", *overrides])
+
+
+def finished_summary(run_dir: str | Path) -> dict | None:
+    """The run's summary if it finished, else None (missing, failed or interrupted runs are run again)."""
+    path = Path(run_dir) / SUMMARY_FILE
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("status") == "finished" else None
+
+
+def run_job(job: Job) -> dict:
+    overrides, run_dir = job
+    done = finished_summary(run_dir)
+    if done is not None:
+        return done
+    from .engine.simulation import run_experiment
+
+    return run_experiment(compose_config(overrides), run_dir)
+
+
+def run_jobs(jobs: list[Job], workers: int = 1, log=print) -> list[dict]:
+    """Run every job (skipping finished ones) on ``workers`` processes; summaries come back in job order."""
+    results: list[dict | None] = [None] * len(jobs)
+    todo = [i for i, (_, d) in enumerate(jobs) if finished_summary(d) is None]
+    for i in set(range(len(jobs))) - set(todo):
+        results[i] = finished_summary(jobs[i][1])
+    log(f"{len(jobs)} runs: {len(jobs) - len(todo)} already finished, {len(todo)} to run on {workers} process(es)")
+    if workers <= 1:
+        for n, i in enumerate(todo, 1):
+            results[i] = run_job(jobs[i])
+            log(_line(n, len(todo), jobs[i], results[i]))
+        return results
+    threads = max(1, torch.get_num_threads() // workers)
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(run_job, (jobs[i][0] + [f"hardware.num_threads={threads}"], jobs[i][1])): i
+                   for i in todo}
+        for n, fut in enumerate(as_completed(futures), 1):
+            i = futures[fut]
+            results[i] = fut.result()
+            log(_line(n, len(todo), jobs[i], results[i]))
+    return results
+
+
+def _line(n: int, total: int, job: Job, summary: dict) -> str:
+    return (f"[{n}/{total}] {job[1]}: {summary.get('status')} acc {100 * summary.get('final_test_acc', float('nan')):.2f}% "
+            f"in {summary.get('wall_time_s', 0):.0f} s")
+
+
+_FIXTURE_ROOTS: dict[str, Path] = {}
+
+
+def fixture_for(dataset: str) -> tuple[list[str], str | None]:
+    """Overrides that point ``dataset`` at a small fixture in its official format when the real data is missing,
+    and the note for the table; ``([], None)`` when the real data is present."""
+    if DATASETS[dataset].is_present(resolve_root(None), None):
+        return [], None
+    if dataset not in _FIXTURE_ROOTS:
+        root = Path(tempfile.mkdtemp(prefix=f"fedrun-{dataset}-fixture-"))
+        write_cifar(root, dataset, per_file=40)
+        _FIXTURE_ROOTS[dataset] = root
+    return ([f"data.root={_FIXTURE_ROOTS[dataset]}"],
+            f"not reproduced: {dataset} is not present on this machine; ran on a 200-image fixture")
+
+
+def provenance(command: str, summaries: list[dict]) -> str:
+    """One sentence for a table's header: the command, this commit, the runs' commits, compute time, machine."""
+    commits = sorted({str(s.get("git_commit")) for s in summaries})
+    compute = sum(s.get("wall_time_s", 0.0) for s in summaries)
+    return (f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')} from {len(summaries)} runs "
+            f"made at commit {', '.join(commits)}; their compute time {compute:.0f} s on "
+            f"{device_name(torch.device('cpu'))}.")
