@@ -124,6 +124,10 @@ def validate(cfg) -> None:
          "hardware.memory_fraction=0.5")
     need(hw.get("dtype", "float32") in ("float32", "float64"), "hardware.dtype", hw.get("dtype"),
          "must be float32 or float64", "hardware.dtype=float32")
+    need(hw.get("step_store", "auto") in ("auto", "device", "host"), "hardware.step_store", hw.get("step_store"),
+         "must be auto, device or host", "hardware.step_store=auto")
+    need(_is_int(hw.get("gram_block", 1)) and hw.get("gram_block", 1) >= 1, "hardware.gram_block",
+         hw.get("gram_block"), "must be an integer >= 1", "hardware.gram_block=65536")
     need(hw.num_threads is None or (_is_int(hw.num_threads) and hw.num_threads >= 1), "hardware.num_threads",
          hw.num_threads, "must be null or an integer >= 1", "hardware.num_threads=2")
     need(cfg.logger.name in LOGGERS, "logger", cfg.logger.name, f"must be one of {LOGGERS}", "logger=csv")

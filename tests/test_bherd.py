@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.selection import grab_order, herd_order, num_selected
+from fedrun.algorithms.selection import centred_gram, grab_order, herd_order, num_selected
 from fedrun.engine.simulation import Simulation, run_experiment
 
 
@@ -115,3 +115,25 @@ def test_herding_reports_the_memory_of_the_stored_gradients(cfg_factory):
     expected = sum(p.tau for p in out.plans) * sim.model.dim * 4 / 2**20
     assert out.diagnostics["steps_mb"] == pytest.approx(expected)
     assert set(out.diagnostics) >= {"agg_grad_mean", "agg_grad_var", "herd_dist_mean", "herd_dist_max"}
+
+
+def test_gram_matrix_in_column_blocks_equals_the_whole():
+    z = torch.randn(9, 50, dtype=torch.float64)
+    centre = z.mean(0)
+    whole = (z - centre) @ (z - centre).T
+    torch.testing.assert_close(centred_gram(z, centre, block=7), whole)
+    assert herd_order(z, 5, block=7) == herd_order(z, 5)
+
+
+@pytest.mark.parametrize("algo", ["bherd", "grab_fedavg"])
+def test_steps_kept_in_host_memory_with_a_blocked_gram_give_the_same_run(tmp_path, cfg_factory, algo):
+    common = ["data=digits", "model=logreg", "fl.rounds=2", "fl.clients_per_round=4", "fl.batch_size=16",
+              f"algo={algo}", "hardware.dtype=float64"]
+    run_experiment(cfg_factory(*common, "hardware.step_store=device"), tmp_path / "device")
+    sim = Simulation(cfg_factory(*common, "hardware.step_store=host", "hardware.gram_block=13"))
+    assert sim.step_store == torch.device("cpu") and sim.algo.selector.block == 13
+    run_experiment(cfg_factory(*common, "hardware.step_store=host", "hardware.gram_block=13"), tmp_path / "host")
+    device, host = _rows(tmp_path / "device" / "metrics.csv"), _rows(tmp_path / "host" / "metrics.csv")
+    for a, b in zip(device, host, strict=True):
+        assert float(a["test_loss"]) == pytest.approx(float(b["test_loss"]), rel=1e-12)
+        assert a["test_acc"] == b["test_acc"] and a["herd_dist_mean"][:10] == b["herd_dist_mean"][:10]

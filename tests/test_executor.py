@@ -147,6 +147,19 @@ def test_bench_records_are_consistent(tmp_path):
     assert "| softmax576_400 |" in (tmp_path / "b.md").read_text()
 
 
+def test_bench_herding_cost_records(tmp_path):
+    import json
+
+    from fedrun.bench import main
+
+    assert main(["--quick", "--only", "herd_svm_mnist", "--repeats", "1", "--out", str(tmp_path / "h.json")]) == 0
+    (r,) = json.loads((tmp_path / "h.json").read_text())
+    assert r["workload"] == "herd_svm_mnist" and r["parameters"] == 785 and r["tau"] == 12
+    assert r["herd_share"] == pytest.approx(r["herd_s"] / r["train_s"])
+    assert r["steps_mb"] == pytest.approx(r["clients"] * r["tau"] * 785 * 4 / 2**20)
+    assert "BHerd herding cost" in (tmp_path / "h.md").read_text()
+
+
 @pytest.mark.parametrize("algo", ["centralized", "fedprox", "scaffold", "feddyn", "fednova", "fedadam", "feddecorr",
                                   "perfedavg", "mimesvrg", "losac"])
 def test_every_algorithm_hook_gives_the_same_round_under_both_executors(cfg_factory, algo):

@@ -4,6 +4,10 @@ A selector that ``records_steps`` receives each client's per-step directions z_1
 applied at each step: SGD's gradient, SCAFFOLD's corrected one, FedDyn's regularised one) and returns the update
 the client sends. Orders are computed from the Gram matrix of the steps (one (tau x d) @ (d x tau) product), so the
 greedy loops are O(tau^2) scalar work, never O(tau^2 d).
+
+When the steps do not fit on the accelerator (``hardware.step_store=host``) they stay in host memory and the Gram
+matrix is accumulated over blocks of ``block`` coordinates moved to the compute device one at a time, so the device
+holds tau x block numbers, never tau x d.
 """
 
 from __future__ import annotations
@@ -13,15 +17,27 @@ import math
 import torch
 
 
-def herd_order(z: torch.Tensor, k: int) -> list[int]:
+def centred_gram(z: torch.Tensor, centre: torch.Tensor, block: int | None = None,
+                 device: torch.device | None = None) -> torch.Tensor:
+    """Gram matrix (float64) of the rows of z (tau x d) minus ``centre`` (d,), computed on ``device`` over column
+    blocks of ``block`` coordinates (all at once when None)."""
+    device = device or z.device
+    width = block or z.shape[1]
+    gram = torch.zeros(len(z), len(z), dtype=torch.float64, device=device)
+    for start in range(0, z.shape[1], width):
+        c = z[:, start : start + width].to(device) - centre[start : start + width].to(device)
+        gram += (c @ c.T).double()
+    return gram
+
+
+def herd_order(z: torch.Tensor, k: int, block: int | None = None, device: torch.device | None = None) -> list[int]:
     """BHerd Algorithm 2: centre z (tau x d) by its mean, then k times pick argmin_{j not chosen} ||s + z_j|| and add
     it to s. With G the Gram matrix of the centred z, ||s + z_j||^2 = ||s||^2 + 2 (s . z_j) + G_jj, and s . z_j is
     the running sum of G's chosen rows. Ties go to the lowest index."""
-    c = z - z.mean(dim=0, keepdim=True)
-    gram = (c @ c.T).double()
+    gram = centred_gram(z, z.mean(dim=0), block, device)
     diag = torch.diagonal(gram)
     s_dot = torch.zeros_like(diag)
-    taken = torch.zeros(len(diag), dtype=torch.bool, device=z.device)
+    taken = torch.zeros(len(diag), dtype=torch.bool, device=gram.device)
     order = []
     for _ in range(k):
         score = (2 * s_dot + diag).masked_fill(taken, math.inf)
@@ -32,16 +48,16 @@ def herd_order(z: torch.Tensor, k: int) -> list[int]:
     return order
 
 
-def grab_order(z: torch.Tensor, stale_mean: torch.Tensor) -> list[int]:
+def grab_order(z: torch.Tensor, stale_mean: torch.Tensor, block: int | None = None,
+               device: torch.device | None = None) -> list[int]:
     """GraB's online balancing (Lu et al. 2022; reference-rules.md §1, ``StaleGradDiscrepencyMinimizationSort``):
     in arrival order, c_t = z_t - m_stale; if ||s + c_t|| <= ||s - c_t|| (i.e. s . c_t <= 0) the step goes to the
     front and s += c_t, else to the back and s -= c_t. The order is the front steps in arrival order, then the back
     steps in reverse arrival order."""
-    c = z - stale_mean
-    gram = (c @ c.T).double()
-    signs = torch.zeros(len(c), dtype=torch.float64, device=z.device)
+    gram = centred_gram(z, stale_mean, block, device)
+    signs = torch.zeros(len(z), dtype=torch.float64, device=gram.device)
     front, back = [], []
-    for t in range(len(c)):
+    for t in range(len(z)):
         s_dot_c = float(signs[:t] @ gram[:t, t])
         if s_dot_c <= 0:
             signs[t] = 1.0
@@ -70,22 +86,23 @@ class Herd:
     name = "herd"
     records_steps = True
 
-    def __init__(self, alpha: float, local_epochs: float):
-        self.alpha, self.epochs = float(alpha), float(local_epochs)
+    def __init__(self, alpha: float, local_epochs: float, block: int | None = None):
+        self.alpha, self.epochs, self.block = float(alpha), float(local_epochs), block
 
-    def order(self, z: torch.Tensor, client: int, k: int) -> list[int]:
-        return herd_order(z, k)
+    def order(self, z: torch.Tensor, client: int, k: int, device: torch.device) -> list[int]:
+        return herd_order(z, k, self.block, device)
 
     def __call__(self, updates, steps, plans, uploads, lr):
         """(updates to send, uploads, diagnostics): ``g`` (K, d) the selected sums g_i of eq. 5 and ``distance``
-        (K,) = ||g_i / (alpha tau_i) - mu_i|| (Fig. 6)."""
+        (K,) = ||g_i / (alpha tau_i) - mu_i|| (Fig. 6). The steps may live in host memory (see the module doc);
+        what is sent is on the updates' device."""
         scale = self.epochs / self.alpha
         out, sums, distances, counts = [], [], [], []
         for update, z, plan in zip(updates, steps, plans):
             k = num_selected(self.alpha, plan.tau)
-            g = z[self.order(z, plan.id, k)[:k]].sum(dim=0)
+            g = z[self.order(z, plan.id, k, update.device)[:k]].sum(dim=0).to(update.device)
             sums.append(g)
-            distances.append(torch.linalg.vector_norm(g / k - z.mean(dim=0)))
+            distances.append(torch.linalg.vector_norm(g / k - z.mean(dim=0).to(update.device)))
             counts.append(k)
             out.append(update * scale if k == plan.tau else -lr * scale * g)
         if "a" in uploads:
@@ -100,11 +117,11 @@ class GraB(Herd):
 
     name = "grab"
 
-    def __init__(self, alpha: float, local_epochs: float):
-        super().__init__(alpha, local_epochs)
+    def __init__(self, alpha: float, local_epochs: float, block: int | None = None):
+        super().__init__(alpha, local_epochs, block)
         self.stale_means: dict[int, torch.Tensor] = {}
 
-    def order(self, z, client, k):
-        order = grab_order(z, self.stale_means.get(client, torch.zeros_like(z[0])))
+    def order(self, z, client, k, device):
+        order = grab_order(z, self.stale_means.get(client, torch.zeros_like(z[0])), self.block, device)
         self.stale_means[client] = z.mean(dim=0)
         return order

@@ -50,9 +50,10 @@ class LoopExecutor:
     name = "loop"
 
     def run(self, rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan],
-            x: torch.Tensor, y: torch.Tensor, client_states: list[State | None], record: bool = False
-            ) -> CohortResult:
-        """``record``: keep every step's direction (``state["direction"]``), for a selector (BHerd, GraB)."""
+            x: torch.Tensor, y: torch.Tensor, client_states: list[State | None],
+            record: torch.device | None = None) -> CohortResult:
+        """``record``: keep every step's direction (``state["direction"]``) on that device, for a selector (BHerd,
+        GraB); the host's memory when they do not fit on the accelerator."""
         outputs = []
         for plan, cstate in zip(plans, client_states):
             state = rule.client_init(ctx, cstate)
@@ -61,11 +62,11 @@ class LoopExecutor:
             for batch in plan.batches:
                 state, loss = rule.client_step(model, ctx, state, x[batch], y[batch])
                 loss_sum = loss_sum + loss.detach()
-                if record:
-                    steps.append(state["direction"])
+                if record is not None:
+                    steps.append(state["direction"].to(record, non_blocking=True))
             update, new_state, uploads = rule.client_final(ctx, state, cstate)
             outputs.append((update, state["buffers"], loss_sum / plan.tau, new_state, uploads,
-                            torch.stack(steps) if record else None))
+                            torch.stack(steps) if record is not None else None))
         return _result(outputs)
 
 
@@ -79,8 +80,8 @@ class VmapExecutor:
         self.memory_fraction = memory_fraction
 
     def run(self, rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan],
-            x: torch.Tensor, y: torch.Tensor, client_states: list[State | None], record: bool = False
-            ) -> CohortResult:
+            x: torch.Tensor, y: torch.Tensor, client_states: list[State | None],
+            record: torch.device | None = None) -> CohortResult:
         # clients with the same minibatch width step together, longest tau first
         order = sorted(range(len(plans)), key=lambda i: (plans[i].batches.shape[1], -plans[i].tau, i))
         out: list[tuple | None] = [None] * len(plans)
@@ -97,14 +98,14 @@ class VmapExecutor:
                     out[i] = r
         return _result(out)
 
-    def _run_chunk(self, rule, model, ctx, plans, x, y, cstates, record=False):
+    def _run_chunk(self, rule, model, ctx, plans, x, y, cstates, record=None):
         k_all = len(plans)
         stacked = tree.stack([rule.client_init(ctx, cs) for cs in cstates])
         taus = [p.tau for p in plans]  # non-increasing
         step = vmap(lambda s, xb, yb: rule.client_step(model, ctx, s, xb, yb), randomness="different")
         loss_sum = torch.zeros(k_all, device=x.device, dtype=ctx.params.dtype)
-        steps = torch.zeros(k_all, taus[0], len(ctx.params), device=x.device, dtype=ctx.params.dtype) \
-            if record else None
+        steps = torch.zeros(k_all, taus[0], len(ctx.params), device=record, dtype=ctx.params.dtype) \
+            if record is not None else None
         for t in range(taus[0]):
             k = sum(tau > t for tau in taus)  # active clients: a prefix of the stack
             idx = torch.stack([p.batches[t] for p in plans[:k]])
@@ -115,13 +116,13 @@ class VmapExecutor:
             else:
                 tree.write_prefix(stacked, new, k)
             loss_sum[:k] += loss.detach()
-            if record:
-                steps[:k, t] = new["direction"]
+            if record is not None:
+                steps[:k, t].copy_(new["direction"], non_blocking=True)
         results = []
         for i, (state, cs, plan) in enumerate(zip(tree.unstack(stacked, k_all), cstates, plans)):
             update, new_state, uploads = rule.client_final(ctx, state, cs)
             results.append((update, state["buffers"], loss_sum[i] / plan.tau, new_state, uploads,
-                            steps[i, : plan.tau] if record else None))
+                            steps[i, : plan.tau] if record is not None else None))
         return results
 
     def _fitting_chunk(self, rule, model, ctx, plan: ClientPlan, x: torch.Tensor) -> int:

@@ -83,6 +83,26 @@ class Simulation:
         self.executor = make_executor(cfg.hardware, self.model, self.device, self.data.x_train[:b],
                                       self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients))
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.buffers)
+        self.step_store = self._step_store() if self.algo.selector.records_steps else None
+
+    def _step_store(self) -> torch.device:
+        """Where a selector (BHerd, GraB) keeps the round's step gradients (``hardware.step_store``): on the compute
+        device, or in host memory with the Gram matrix accumulated over column blocks of ``hardware.gram_block``
+        (``auto``: host only when the largest cohort's steps exceed memory_fraction of the accelerator's free
+        memory)."""
+        hw = self.cfg.hardware
+        taus = sorted((self.plan(c, 1).tau for c in range(self.num_clients)), reverse=True)
+        need = sum(taus[: self.cfg.fl.clients_per_round]) * len(self.params) * self.params.element_size()
+        choice = hw.get("step_store", "auto")
+        if choice == "auto":
+            free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
+            choice = "host" if free is not None and need > float(hw.get("memory_fraction", 0.5)) * free else "device"
+        store = torch.device("cpu") if choice == "host" else self.device
+        if choice == "host":
+            self.algo.selector.block = int(hw.get("gram_block", 65536))
+        log.info("%s keeps up to %.1f MB of step gradients per round on %s%s", self.algo.selector.name, need / 2**20,
+                 store, f" (Gram matrix in blocks of {self.algo.selector.block})" if choice == "host" else "")
+        return store
 
     def plan(self, client: int, rnd: int) -> ClientPlan:
         """Client's steps and minibatches this round; a rule that draws k batches per step (Per-FedAvg) gets
@@ -128,7 +148,7 @@ class Simulation:
             extras = {**extras, **more}
         ctx = ClientContext(rnd, self.params, self.buffers, self.lr(rnd), fl.momentum, fl.weight_decay, extras=extras)
         result = self.executor.run(algo.local, self.model, ctx, plans, self.data.x_train, self.data.y_train,
-                                   [self.client_states.get(int(c)) for c in cohort], algo.selector.records_steps)
+                                   [self.client_states.get(int(c)) for c in cohort], self.step_store)
         for c, state in zip(cohort, result.client_states):
             if state is not None:
                 self.client_states[int(c)] = state
