@@ -21,7 +21,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from .bench import device_name
 from .data import DATASETS, resolve_root
-from .data.fixtures import write_cifar
+from .data.fixtures import write_cifar, write_imdb
 from .results import SUMMARY_FILE, git_commit
 
 Job = tuple[list[str], str]
@@ -87,16 +87,20 @@ _FIXTURE_ROOTS: dict[str, Path] = {}
 
 
 def fixture_for(dataset: str) -> tuple[list[str], str | None]:
-    """Overrides that point ``dataset`` at a small fixture in its official format when the real data is missing,
-    and the note for the table; ``([], None)`` when the real data is present."""
+    """Overrides that point ``dataset`` (cifar10, cifar100, imdb) at a small fixture in its official format when
+    the real data is missing, and the note for the table; ``([], None)`` when the real data is present."""
     if DATASETS[dataset].is_present(resolve_root(None), None):
         return [], None
     if dataset not in _FIXTURE_ROOTS:
         root = Path(tempfile.mkdtemp(prefix=f"fedrun-{dataset}-fixture-"))
-        write_cifar(root, dataset, per_file=40)
+        if dataset == "imdb":
+            write_imdb(root, per_folder=50)
+        else:
+            write_cifar(root, dataset, per_file=40)
         _FIXTURE_ROOTS[dataset] = root
+    size = "a 200-review" if dataset == "imdb" else "a 200-image"
     return ([f"data.root={_FIXTURE_ROOTS[dataset]}"],
-            f"not reproduced: {dataset} is not present on this machine; ran on a 200-image fixture")
+            f"not reproduced: {dataset} is not present on this machine; ran on {size} fixture")
 
 
 def provenance(command: str, summaries: list[dict]) -> str:

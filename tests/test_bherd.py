@@ -5,10 +5,12 @@ import csv
 import numpy as np
 import pytest
 import torch
+from conftest import run_cli
+from omegaconf import OmegaConf
 
 from fedrun.algorithms.selection import centred_gram, grab_order, herd_order, num_selected
+from fedrun.data.fixtures import write_cifar, write_imdb
 from fedrun.engine.simulation import Simulation, run_experiment
-
 
 def direct_algorithm2(z: np.ndarray, k: int) -> list[int]:
     """Algorithm 2 as printed: centre, then k times argmin ||s + z_mu|| over the remaining ones (O(tau^2 d))."""
@@ -137,3 +139,28 @@ def test_steps_kept_in_host_memory_with_a_blocked_gram_give_the_same_run(tmp_pat
     for a, b in zip(device, host, strict=True):
         assert float(a["test_loss"]) == pytest.approx(float(b["test_loss"]), rel=1e-12)
         assert a["test_acc"] == b["test_acc"] and a["herd_dist_mean"][:10] == b["herd_dist_mean"][:10]
+
+
+def test_bherd_experiment_presets_run_two_rounds_from_the_cli(tmp_path):
+    write_cifar(tmp_path / "data", "cifar10", per_file=5)
+    write_imdb(tmp_path / "data", per_folder=10)
+    for preset, extra in [("bherd_svm_mnist", []), ("bherd_cnn_cifar10", [f"data.root={tmp_path / 'data'}"]),
+                          ("bherd_rnn_imdb", [f"data.root={tmp_path / 'data'}", "data.max_len=20"])]:
+        run_dir = tmp_path / preset
+        run_cli(f"experiment={preset}", "algo=bherd", "fl.rounds=2", "progress=false", f"hydra.run.dir={run_dir}",
+                *extra, cwd=tmp_path)
+        rows = _rows(run_dir / "metrics.csv")
+        assert len(rows) == 2 and "herd_dist_mean" in rows[0], preset
+
+
+def test_fig5a_sweep_preset_runs_its_grid(tmp_path):
+    sweep = tmp_path / "fig5a"
+    run_cli("-m", "experiment=bherd_fig5a", "fl.rounds=1", "fl.batch_size=2000", "progress=false",
+            f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    configs = [OmegaConf.load(p) for p in sorted(sweep.glob("*/config.yaml"))]
+    grid = {(c.partition.name, c.algo.selector.alpha) for c in configs}
+    assert grid == {(case, a) for case in ("case1", "case2") for a in (0.1, 0.3, 0.5, 0.7, 1.0)}
+    for fig, key, values in [("fig8a", "fl.local_epochs", "0.1,0.5,1.0,1.5,2.0"), ("fig8b", "fl.batch_size",
+                             "10,50,100,500,1000"), ("fig8c", "fl.num_clients", "1,5,10,15")]:
+        hydra = run_cli(f"experiment=bherd_{fig}", "--cfg", "hydra", cwd=tmp_path).stdout
+        assert f"{key}: {values}" in hydra and "partition: case1,case2" in hydra

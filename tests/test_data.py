@@ -9,12 +9,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fedrun.data import DATASETS, default_root, fashion_mnist, mnist, synthetic
+from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, synthetic
 from fedrun.data.cifar import LAYOUTS
 from fedrun.data.cli import main as data_cli
-from fedrun.data.fixtures import write_cifar
+from fedrun.data.fixtures import write_cifar, write_imdb
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
+from fedrun.data.text import build_vocabulary, encode, words
 from fedrun.errors import DataMissingError
 
 EMPTY = OmegaConf.create({"download": False})
@@ -176,3 +177,46 @@ def test_digits_split_is_fixed():
     b = DATASETS["digits"].load(None, EMPTY)
     assert a.x_train.shape == (1438, 1, 8, 8) and torch.equal(a.y_test, b.y_test)
     assert a.fingerprint() == b.fingerprint()
+
+
+def test_words_drop_markup_and_keep_apostrophes():
+    assert words("Don't <br /><br />watch IT, it's 10/10!") == ["don't", "watch", "it", "it's", "10", "10"]
+
+
+def test_vocabulary_ranks_by_frequency_then_alphabet_and_pads_at_the_front():
+    vocab = build_vocabulary([["b", "a", "c", "a"], ["b", "d"]], size=4)
+    assert vocab == {"a": 2, "b": 3}  # 0 = padding, 1 = out of vocabulary
+    assert encode([["a", "z", "b"], ["b", "b", "b", "a", "a"]], vocab, 4).tolist() == [[0, 2, 1, 3], [3, 3, 2, 2]]
+
+
+def test_imdb_fixture_in_the_official_layout(tmp_path):
+    write_imdb(tmp_path, per_folder=6)
+    cfg = OmegaConf.create({"vocab_size": 12, "max_len": 16})
+    data = imdb.load(tmp_path, cfg)
+    assert data.input_kind == "tokens" and data.num_classes == 2
+    assert data.x_train.shape == (12, 16) and data.x_test.shape == (12, 16)
+    assert data.y_train.tolist() == [0] * 6 + [1] * 6  # neg then pos, files in name order
+    assert int(data.x_train.max()) == 11 and int(data.x_train.min()) == 0
+    review = sorted((tmp_path / "imdb/aclImdb/train/neg").glob("*.txt"))[0].read_text()
+    assert "<br />" in review and "br" not in words(review)
+    assert DATASETS["imdb"].meta(cfg) == ("tokens", (16,), 2)
+
+
+def test_imdb_token_cache_is_reused_and_invalidated_by_its_settings(tmp_path, monkeypatch):
+    write_imdb(tmp_path, per_folder=3)
+    calls = []
+    real = imdb.read_split
+    monkeypatch.setattr(imdb, "read_split", lambda d, s: calls.append(s) or real(d, s))
+    a = imdb.load(tmp_path, OmegaConf.create({"vocab_size": 10, "max_len": 8}))
+    b = imdb.load(tmp_path, OmegaConf.create({"vocab_size": 10, "max_len": 8}))
+    assert calls == ["train", "test"] and a.x_train.equal(b.x_train)  # the second load read the cache
+    c = imdb.load(tmp_path, OmegaConf.create({"vocab_size": 10, "max_len": 5}))
+    assert calls == ["train", "test"] * 2 and c.x_train.shape[1] == 5
+    assert len(list((tmp_path / "imdb" / "cache").glob("imdb-*.npz"))) == 2
+
+
+def test_missing_imdb_names_the_folders_and_the_download(tmp_path):
+    with pytest.raises(DataMissingError) as err:
+        imdb.load(tmp_path, OmegaConf.create({}))
+    msg = str(err.value)
+    assert f"{tmp_path}/imdb/aclImdb/" in msg and "aclImdb_v1.tar.gz" in msg and "train/pos" in msg

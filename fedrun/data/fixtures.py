@@ -28,3 +28,22 @@ def write_cifar(root: Path, name: str = "cifar10", per_file: int = 3, seed: int 
         (d / f).write_bytes(pickle.dumps(batch, protocol=2))
         labels[f] = lab
     return labels
+
+
+_WORDS = {0: ["awful", "boring", "worst", "dull", "waste"], 1: ["great", "wonderful", "best", "moving", "superb"]}
+_FILLER = ["the", "movie", "was", "and", "a", "plot", "actor", "film", "it", "scene"]
+
+
+def write_imdb(root: Path, per_folder: int = 6, seed: int = 5) -> None:
+    """Write ``per_folder`` reviews per train/test x pos/neg folder in aclImdb's layout (``<id>_<rating>.txt``,
+    HTML line breaks included) under ``root/imdb/aclImdb``; positive reviews lean on positive words."""
+    rng = np.random.default_rng(seed)
+    for split in ("train", "test"):
+        for label, y in (("neg", 0), ("pos", 1)):
+            d = Path(root) / "imdb" / "aclImdb" / split / label
+            d.mkdir(parents=True, exist_ok=True)
+            for i in range(per_folder):
+                n = int(rng.integers(5, 30))
+                text = " ".join(rng.choice(_WORDS[y] if rng.random() < 0.4 else _FILLER) for _ in range(n))
+                rating = int(rng.integers(7, 11) if y else rng.integers(1, 5))
+                (d / f"{i}_{rating}.txt").write_text(text.capitalize() + ".<br /><br />" + "The End.")

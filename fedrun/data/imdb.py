@@ -1,0 +1,74 @@
+"""IMDB movie reviews (Maas et al. 2011) from the official ``aclImdb`` folder: 25k train / 25k test, binary sentiment.
+
+Reviews are tokenised by :mod:`fedrun.data.text` with a vocabulary of the most frequent training words
+(``data.vocab_size``, 1000 for BHerd's RNN) and cut to ``data.max_len`` tokens; the token arrays are cached under the
+data root, keyed by those settings and the files found.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import DataMissingError
+from .base import DatasetSpec, FedDataset
+from .text import build_vocabulary, cache_path, encode, load_or_build, words
+
+LABELS = {"neg": 0, "pos": 1}
+
+
+def find_dir(root: Path) -> Path | None:
+    for d in (root / "imdb" / "aclImdb", root / "aclImdb"):
+        if all((d / split / label).is_dir() for split in ("train", "test") for label in LABELS):
+            return d
+    return None
+
+
+def is_present(root: Path, cfg=None) -> bool:
+    return find_dir(root) is not None
+
+
+def read_split(d: Path, split: str) -> tuple[list[list[str]], np.ndarray]:
+    texts, labels = [], []
+    for label, y in LABELS.items():
+        for f in sorted((d / split / label).glob("*.txt")):
+            texts.append(words(f.read_text(encoding="utf-8", errors="replace")))
+            labels.append(y)
+    return texts, np.asarray(labels, dtype=np.int64)
+
+
+def load(root: Path, cfg) -> FedDataset:
+    d = find_dir(root)
+    if d is None:
+        raise DataMissingError(SPEC.how_to_get.format(root=root))
+    size, length = int(cfg.get("vocab_size", 1000)), int(cfg.get("max_len", 200))
+    files = {s: sum(1 for lab in LABELS for _ in (d / s / lab).glob("*.txt")) for s in ("train", "test")}
+
+    def build():
+        train, y_train = read_split(d, "train")
+        test, y_test = read_split(d, "test")
+        vocab = build_vocabulary(train, size)
+        return {"x_train": encode(train, vocab, length), "y_train": y_train, "x_test": encode(test, vocab, length),
+                "y_test": y_test}
+
+    settings = {"dir": str(d.resolve()), "files": files, "vocab_size": size, "max_len": length, "version": 1}
+    a = load_or_build(cache_path(root / "imdb" / "cache", "imdb", settings), build)
+    return FedDataset("imdb", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),
+                      torch.from_numpy(a["x_test"]), torch.from_numpy(a["y_test"]), num_classes=2,
+                      input_kind="tokens", source=str(d))
+
+
+SPEC = DatasetSpec(
+    name="imdb",
+    description="IMDB reviews (aclImdb), 25k train / 25k test, word ids (data.vocab_size, data.max_len), 2 classes",
+    meta=lambda cfg: ("tokens", (int(cfg.get("max_len", 200)),), 2),
+    load=load,
+    is_present=is_present,
+    how_to_get=(
+        "IMDB was not found in {root}/imdb/aclImdb/ or {root}/aclImdb/. Download aclImdb_v1.tar.gz from "
+        "https://ai.stanford.edu/~amaas/data/sentiment/ and unpack it into {root}/imdb/ so that "
+        "{root}/imdb/aclImdb/train/pos, train/neg, test/pos and test/neg hold the reviews as .txt files."
+    ),
+)
