@@ -83,13 +83,17 @@ class FunctionalModel:
     @torch.no_grad()
     def evaluate(self, flat, buffers, x, y, batch_size: int = 2048) -> tuple[float, float]:
         """(accuracy, mean loss) on (x, y), in eval mode."""
+        hits, loss = self.evaluate_hits(flat, buffers, x, y, batch_size)
+        return int(hits.sum()) / max(1, len(y)), loss
+
+    def evaluate_hits(self, flat, buffers, x, y, batch_size: int = 2048) -> tuple[torch.Tensor, float]:
+        """(which samples are predicted correctly, mean loss) on (x, y), in eval mode."""
         self.set_training(False)
-        correct, loss_sum = 0, 0.0
+        hits, loss_sum = [], 0.0
         for s in range(0, len(y), batch_size):
             out = self.forward(flat, buffers, x[s : s + batch_size])
             yb = y[s : s + batch_size]
             loss_sum += float(self.objective.loss(out, yb)) * len(yb)
-            correct += int(self.objective.correct(out, yb))
-        n = max(1, len(y))
-        return correct / n, loss_sum / n
+            hits.append(self.objective.hits(out, yb))
+        return (torch.cat(hits) if hits else torch.zeros(0, dtype=torch.bool)), loss_sum / max(1, len(y))
 

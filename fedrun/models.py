@@ -16,15 +16,18 @@ from .errors import ConfigError
 
 @dataclass(frozen=True)
 class Objective:
-    """The training loss and the correctness count used for accuracy."""
+    """The training loss and which predictions count as correct (per sample) for accuracy."""
 
     name: str
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    correct: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    hits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+    def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.hits(out, y).sum()
 
 
 CROSS_ENTROPY = Objective("cross_entropy", lambda out, y: F.cross_entropy(out, y),
-                          lambda out, y: (out.argmax(dim=-1) == y).sum())
+                          lambda out, y: out.argmax(dim=-1) == y)
 
 
 def _parity_target(y: torch.Tensor) -> torch.Tensor:
@@ -36,7 +39,7 @@ def _parity_target(y: torch.Tensor) -> torch.Tensor:
 SQUARED_HINGE_PARITY = Objective(
     "squared_hinge_parity",
     lambda out, y: 0.5 * F.relu(1.0 - _parity_target(y) * out.squeeze(-1)).pow(2).mean(),
-    lambda out, y: ((out.squeeze(-1) >= 0) == (y % 2 == 0)).sum(),
+    lambda out, y: (out.squeeze(-1) >= 0) == (y % 2 == 0),
 )
 
 

@@ -39,7 +39,7 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, check: bool = True) 
 
 
 def register_tiny(monkeypatch, name: str, x: np.ndarray, y: np.ndarray, x_test=None, y_test=None, classes=None,
-                  users=None, kind="vector"):
+                  users=None, kind="vector", test_users=None):
     """Register an in-memory dataset so the engine can run on a hand-made problem."""
     classes = classes or int(y.max()) + 1
     x_test = x if x_test is None else x_test
@@ -49,7 +49,8 @@ def register_tiny(monkeypatch, name: str, x: np.ndarray, y: np.ndarray, x_test=N
 
     def load(root, cfg):
         return FedDataset(name, torch.tensor(x, dtype=dtype), torch.tensor(y), torch.tensor(x_test, dtype=dtype),
-                          torch.tensor(y_test), num_classes=classes, input_kind=kind, train_users=users)
+                          torch.tensor(y_test), num_classes=classes, input_kind=kind, train_users=users,
+                          test_users=test_users)
 
     spec = DatasetSpec(name=name, description="test data", meta=lambda cfg: (kind, tuple(x.shape[1:]), classes),
                        load=load, is_present=lambda root, cfg=None: True, how_to_get="test",

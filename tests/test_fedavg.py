@@ -122,3 +122,23 @@ def test_fractional_and_multi_epoch_steps():
     assert sorted(two.batches.flatten().tolist()[:95]) == ix.tolist()  # the first epoch holds every sample once
     small = plan_client(0, np.arange(4), local_steps(4, 1.0, 10), 10, 0, 1, True, "cpu")
     assert small.tau == 1 and small.batches.shape == (1, 4)  # a client smaller than B uses all it has
+
+
+def test_local_accuracy_is_the_mean_over_users_of_their_own_test_accuracy(monkeypatch, cfg_factory):
+    """FedGH's Acc_l (LEAF's metric) beside Acc_g, the accuracy on the pooled test set."""
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(12, 3)), rng.integers(0, 2, 12)
+    x_test, y_test = rng.normal(size=(7, 3)), np.array([0, 1, 1, 0, 1, 0, 0])
+    test_users = np.array([0, 0, 0, 0, 1, 2, 2])  # unequal test splits: Acc_l weighs users, Acc_g samples
+    register_tiny(monkeypatch, "tiny", x, y, x_test, y_test, users=np.repeat(np.arange(3), 4), test_users=test_users)
+    cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=3", "fl.clients_per_round=3", "hardware=cpu")
+    cfg.data = {"name": "tiny", "root": None}
+    sim = Simulation(cfg)
+    logits = torch.tensor(x_test, dtype=torch.float32) @ sim.params[:6].view(2, 3).T + sim.params[6:]
+    hits = (logits.argmax(1).numpy() == y_test)
+    per_user = [hits[test_users == u].mean() for u in range(3)]
+    out = sim.evaluate()
+    assert out["test_acc"] == hits.mean() and out["local_acc"] == np.mean(per_user)
+    cfg_iid = cfg_factory("model=logreg", "partition=iid", "fl.num_clients=3", "fl.clients_per_round=3", "hardware=cpu")
+    cfg_iid.data = {"name": "tiny", "root": None}
+    assert "local_acc" not in Simulation(cfg_iid).evaluate()  # only users' own splits make Acc_l

@@ -183,9 +183,20 @@ class Simulation:
         diagnostics |= selection_diagnostics(selection, plans, weights)
         return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity)
 
-    def evaluate(self) -> tuple[float, float]:
-        return self.model.evaluate(self.params, self.buffers, self.data.x_test, self.data.y_test,
-                                   self.cfg.eval.batch_size)
+    def evaluate(self) -> dict[str, float]:
+        """``test_acc`` and ``test_loss`` of the global model on the pooled test set, and with natural (user)
+        clients ``local_acc``: the mean over users of its accuracy on each user's own test split (LEAF's metric,
+        FedGH's Acc_l; ``test_acc`` is Acc_g)."""
+        hits, loss = self.model.evaluate_hits(self.params, self.buffers, self.data.x_test, self.data.y_test,
+                                              self.cfg.eval.batch_size)
+        out = {"test_acc": int(hits.sum()) / max(1, len(hits)), "test_loss": loss}
+        if self.cfg.partition.name == "natural" and self.data.test_users is not None:
+            users = torch.as_tensor(np.unique(self.data.test_users, return_inverse=True)[1], device=hits.device)
+            per_user = torch.zeros(int(users.max()) + 1, dtype=torch.float64, device=hits.device)
+            per_user.index_add_(0, users, hits.double())
+            counts = torch.bincount(users).double()
+            out["local_acc"] = float((per_user / counts).mean())
+        return out
 
     @property
     def personalized(self) -> bool:
@@ -264,8 +275,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             bytes_up += step.bytes_up
             row = None
             if rnd % cfg.eval.every == 0 or rnd == rounds:
-                acc, test_loss = sim.evaluate()
-                row = {"round": rnd, "test_acc": acc, "test_loss": test_loss, "train_loss": step.train_loss,
+                row = {"round": rnd, **sim.evaluate(), "train_loss": step.train_loss,
                        "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
                        "bytes_down": bytes_down}
@@ -297,9 +307,10 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
 
 def finish_summary(history: list[dict], target_acc: float | None) -> dict:
     final, best = history[-1], max(history, key=lambda r: r["test_acc"])
+    local = {"final_local_acc": final["local_acc"]} if "local_acc" in final else {}
     reached = [r["round"] for r in history if target_acc is not None and r["test_acc"] >= target_acc]
     return {"final_test_acc": final["test_acc"], "final_test_loss": final["test_loss"],
             "best_test_acc": best["test_acc"], "best_round": best["round"],
             "best_test_loss": min(r["test_loss"] for r in history),
             "target_acc": target_acc, "rounds_to_target": reached[0] if reached else None,
-            "total_bytes_up": final["bytes_up"], "total_bytes_down": final["bytes_down"]}
+            "total_bytes_up": final["bytes_up"], "total_bytes_down": final["bytes_down"], **local}
