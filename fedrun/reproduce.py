@@ -83,7 +83,7 @@ def _line(n: int, total: int, job: Job, summary: dict) -> str:
             f"in {summary.get('wall_time_s', 0):.0f} s")
 
 
-_FIXTURE_ROOTS: dict[str, Path] = {}
+_FIXTURE_ROOTS: dict[str, tuple[Path, str]] = {}
 
 
 def fixture_for(dataset: str) -> tuple[list[str], str | None]:
@@ -95,12 +95,12 @@ def fixture_for(dataset: str) -> tuple[list[str], str | None]:
         root = Path(tempfile.mkdtemp(prefix=f"fedrun-{dataset}-fixture-"))
         if dataset == "imdb":
             write_imdb(root, per_folder=50)
+            size = "200 reviews"
         else:
-            write_cifar(root, dataset, per_file=40)
-        _FIXTURE_ROOTS[dataset] = root
-    size = "a 200-review" if dataset == "imdb" else "a 200-image"
-    return ([f"data.root={_FIXTURE_ROOTS[dataset]}"],
-            f"not reproduced: {dataset} is not present on this machine; ran on {size} fixture")
+            size = f"{sum(map(len, write_cifar(root, dataset, per_file=40).values()))} images"
+        _FIXTURE_ROOTS[dataset] = (root, size)
+    root, size = _FIXTURE_ROOTS[dataset]
+    return [f"data.root={root}"], f"not reproduced: {dataset} is not present on this machine; ran on a fixture of {size}"
 
 
 def provenance(command: str, summaries: list[dict]) -> str:
