@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup data run test test-slow bench clean
+.PHONY: setup data run test test-slow bench bench-addons clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test-slow: data
 
 bench: setup
 	$(PY) -m fedrun.bench --out results/bench/$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
+
+ADDONS := herd_svm_mnist,herd_cnn_cifar10,harmonize_cnn_k20,harmonize_perceptron_k1000
+bench-addons: setup
+	$(PY) -m fedrun.bench --only $(ADDONS) --repeats 2 --out results/bench/addons-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

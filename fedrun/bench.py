@@ -8,9 +8,10 @@ machine: ``speedup = loop_s / vmap_s``, ``gflops`` is the workload's FLOPs (forw
 ``torch.utils.flop_counter``) over the auto executor's time, and ``matmul_peak_gflops`` is a large dense matmul
 measured in the same run, so ``gflops / matmul_peak_gflops`` says how close a workload gets to the machine's peak.
 
-The herding workloads time BHerd's client-side selection (Gram matrix, greedy order, selected sum; alpha = 0.5)
-against the local training of the same round with its step gradients kept, for the paper's SVM-MNIST and
-CNN-CIFAR10 shapes: ``herd_share = herd_s / train_s``.
+The add-on workloads time what an algorithm adds to a round against the round's local training, on the paper's
+shapes: BHerd's client-side herding (Gram matrix, greedy order, selected sums; alpha = 0.5; the training keeps every
+step gradient) and the server-side harmonisers FedGH and DGT on the round's updates: ``<addon>_share =
+<addon>_s / train_s``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from . import __version__
 from .algorithms import ClientContext
 from .algorithms.local_sgd import LocalSGD
 from .algorithms.parts import FixedSchedule
+from .algorithms.harmonize import DGT, FedGH
 from .algorithms.selection import Herd
 from .engine.cohort import plan_client
 from .engine.executor import EXECUTORS, LoopExecutor, VmapExecutor, flops_per_step, resolve_auto
@@ -63,10 +65,15 @@ WORKLOADS = [
     Workload("cnn_fedgh_20", "FedGH (CNN)", {"name": "cnn_fedgh"}, "image", (3, 32, 32), 10, 20, 320, 64),
 ]
 
-HERDING_WORKLOADS = [
-    Workload("herd_svm_mnist", "BHerd (SVM-MNIST)", {"name": "svm"}, "image", (1, 28, 28), 10, 5, 12000, 100),
-    Workload("herd_cnn_cifar10", "BHerd (CNN-CIFAR10)", {"name": "cnn_bherd"}, "image", (3, 32, 32), 10, 5, 10000,
-             100),
+ADDON_WORKLOADS = [  # (workload, add-ons timed on its round)
+    (Workload("herd_svm_mnist", "BHerd (SVM-MNIST)", {"name": "svm"}, "image", (1, 28, 28), 10, 5, 12000, 100),
+     ("herd",)),
+    (Workload("herd_cnn_cifar10", "BHerd (CNN-CIFAR10)", {"name": "cnn_bherd"}, "image", (3, 32, 32), 10, 5, 10000,
+              100), ("herd",)),
+    (Workload("harmonize_cnn_k20", "FedGH/DGT (CIFAR-10 CNN, K=20, E=5)", {"name": "cnn_fedgh"}, "image", (3, 32, 32),
+              10, 20, 320, 64, 5.0), ("fedgh", "dgt")),
+    (Workload("harmonize_perceptron_k1000", "FedGH/DGT (LEAF Synthetic perceptron, K=1000)", {"name": "logreg"},
+              "vector", (60,), 5, 1000, 20, 5), ("fedgh", "dgt")),
 ]
 
 
@@ -198,12 +205,18 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float) -
     }
 
 
-def run_herding(w: Workload, device: torch.device, repeats: int) -> dict:
-    """Seconds of one round's local training with the steps kept, and of herding those steps (best of repeats)."""
+def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repeats: int) -> dict:
+    """Seconds (best of ``repeats`` after a warm-up) of one round's local training and of each add-on on its output:
+    ``herd`` (the steps are kept during training), ``fedgh``, ``dgt`` (on the stacked updates)."""
     model, x, y, plans, ctx = setup(w, device)
     first = plans[0].batches[0]
     executor = EXECUTORS[resolve_auto(model, device, x[first], y[first], len(plans))[0]]()
-    herd, states = Herd(alpha=0.5, local_epochs=1.0), [None] * len(plans)
+    record = device if "herd" in addons else None
+    weights = torch.full((len(plans),), 1.0 / len(plans), device=device)
+    clients = [p.id for p in plans]
+    run = {"herd": lambda r: Herd(alpha=0.5, local_epochs=1.0)(r.updates, r.steps, plans, r.uploads, ctx.lr),
+           "fedgh": lambda r: FedGH(0)(r.updates, weights, clients, 1),
+           "dgt": lambda r: DGT(0.5)(r.updates, weights, clients, 1)}
 
     def timed(fn):
         sync(device)
@@ -212,16 +225,20 @@ def run_herding(w: Workload, device: torch.device, repeats: int) -> dict:
         sync(device)
         return time.perf_counter() - t, out
 
-    train_s, herd_s = float("inf"), float("inf")
+    best = {name: float("inf") for name in ("train", *addons)}
     for attempt in range(max(1, repeats) + 1):  # the first is a warm-up
-        t_train, result = timed(lambda: executor.run(LocalSGD(), model, ctx, plans, x, y, states, record=device))
-        t_herd, _ = timed(lambda: herd(result.updates, result.steps, plans, result.uploads, ctx.lr))  # noqa: B023
+        t, result = timed(lambda: executor.run(LocalSGD(), model, ctx, plans, x, y, [None] * len(plans), record))
+        times = {"train": t} | {a: timed(lambda a=a: run[a](result))[0] for a in addons}  # noqa: B023
         if attempt:
-            train_s, herd_s = min(train_s, t_train), min(herd_s, t_herd)
-    steps_mb = sum(z.numel() * z.element_size() for z in result.steps) / 2**20
-    return {"workload": w.name, "paper": w.paper, "model": w.model["name"], "clients": w.clients,
-            "tau": plans[0].tau, "parameters": len(ctx.params), "executor": executor.name, "train_s": train_s,
-            "herd_s": herd_s, "herd_share": herd_s / train_s, "steps_mb": steps_mb, "device": device_name(device)}
+            best = {k: min(best[k], times[k]) for k in best}
+    rec = {"workload": w.name, "paper": w.paper, "model": w.model["name"], "clients": w.clients, "tau": plans[0].tau,
+           "parameters": len(ctx.params), "executor": executor.name, "train_s": best["train"],
+           "addons": list(addons), "device": device_name(device)}
+    for a in addons:
+        rec |= {f"{a}_s": best[a], f"{a}_share": best[a] / best["train"]}
+    if record is not None:
+        rec["steps_mb"] = sum(z.numel() * z.element_size() for z in result.steps) / 2**20
+    return rec
 
 
 def device_name(device: torch.device) -> str:
@@ -242,20 +259,20 @@ def machine() -> dict:
             "git_commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
-def herding_markdown(records: list[dict]) -> str:
+def addons_markdown(records: list[dict]) -> str:
     if not records:
         return ""
     rows = "".join(f"| {r['workload']} | {r['paper']} | {r['clients']} | {r['tau']} | {r['parameters']} | "
-                   f"{r['executor']} | {r['train_s']:.3f} | {r['herd_s']:.3f} | {100 * r['herd_share']:.1f}% | "
-                   f"{r['steps_mb']:.0f} |\n" for r in records)
-    return ("\n## BHerd herding cost\n\n| workload | paper | clients | tau | parameters | executor | train s | herd s | "
-            "herd/train | steps MB |\n|---|---|---|---|---|---|---|---|---|---|\n" + rows +
-            "\ntrain s = one round of local training with every step gradient kept; herd s = herding them "
-            "(alpha = 0.5: Gram matrix, greedy order, selected sums) for all clients; steps MB = the stored "
-            "gradients.\n")
+                   f"{r['executor']} | {r['train_s']:.3f} | {a} | {r[a + '_s']:.4f} | {100 * r[a + '_share']:.2f}% |\n"
+                   for r in records for a in r["addons"])
+    return ("\n## Cost of BHerd's herding and of the FedGH/DGT harmonisers\n\n| workload | paper | clients | tau | "
+            "parameters | executor | train s | add-on | add-on s | share of training |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n" + rows +
+            "\ntrain s = one round of local training (for herding, with every step gradient kept); add-on s = herding "
+            "all clients' steps (alpha = 0.5), or FedGH / DGT on the round's (K, d) updates.\n")
 
 
-def markdown(records: list[dict], info: dict, command: str, herding: list[dict] = ()) -> str:
+def markdown(records: list[dict], info: dict, command: str, addons: list[dict] = ()) -> str:
     head = ("| workload | paper | clients | steps | loop s | vmap s | auto s (choice) | speedup | auto/best | "
             "peak MB | GFLOP/s | matmul peak GFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     rows = "".join(
@@ -263,11 +280,11 @@ def markdown(records: list[dict], info: dict, command: str, herding: list[dict] 
         f"| {r['auto_s']:.3f} ({r['auto']}) | {r['speedup']:.1f}x | {r['auto_vs_best']:.2f} | {r['peak_mem_mb']:.0f} "
         f"| {r['gflops']:.2f} | {r['matmul_peak_gflops']:.0f} |\n" for r in records)
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
-    device = (list(records) + list(herding))[0]["device"]
+    device = (list(records) + list(addons))[0]["device"]
     return (f"# Executor benchmark on {device}\n\nMade by `{command}`.\n\n{head}{rows}\n"
             f"speedup = loop/vmap; auto/best = auto's time over the faster executor's; peak MB = the peak memory of "
             f"a round under the auto executor, data included (process RSS on a CPU, allocator peak on a GPU).\n"
-            f"{herding_markdown(list(herding))}\n## Machine\n{about}\n")
+            f"{addons_markdown(list(addons))}\n## Machine\n{about}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     chosen = lambda w: not args.only or w.name in args.only.split(",")  # noqa: E731
     workloads = [quick(w) if args.quick else w for w in WORKLOADS if chosen(w)]
-    herding_workloads = [quick(w) if args.quick else w for w in HERDING_WORKLOADS if chosen(w)]
+    addon_workloads = [(quick(w) if args.quick else w, a) for w, a in ADDON_WORKLOADS if chosen(w)]
     peak = matmul_peak_gflops(device)
     records = []
     for w in workloads:
@@ -292,21 +309,20 @@ def main(argv: list[str] | None = None) -> int:
               f"vmap={rec['vmap_s']:.3f}s auto={rec['auto_s']:.3f}s ({rec['auto']}) speedup={rec['speedup']:.1f}x "
               f"auto/best={rec['auto_vs_best']:.2f} peak={rec['peak_mem_mb']:.0f}MB gflops={rec['gflops']:.2f}",
               flush=True)
-    herding = []
-    for w in herding_workloads:
-        rec = run_herding(w, device, args.repeats)
-        herding.append(rec)
-        print(f"{rec['workload']:18s} tau={rec['tau']} d={rec['parameters']} train={rec['train_s']:.3f}s "
-              f"herd={rec['herd_s']:.3f}s share={100 * rec['herd_share']:.1f}% steps={rec['steps_mb']:.0f}MB",
-              flush=True)
+    addon_records = []
+    for w, addons in addon_workloads:
+        rec = run_addons(w, addons, device, args.repeats)
+        addon_records.append(rec)
+        print(f"{rec['workload']:26s} tau={rec['tau']} d={rec['parameters']} train={rec['train_s']:.3f}s "
+              + " ".join(f"{a}={rec[a + '_s']:.4f}s ({100 * rec[a + '_share']:.2f}%)" for a in addons), flush=True)
     info = machine()
     command = "python -m fedrun.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps([r | {"machine": info, "command": command} for r in records + herding], indent=2)
-                       + "\n")
-        out.with_suffix(".md").write_text(markdown(records, info, command, herding))
+        out.write_text(json.dumps([r | {"machine": info, "command": command} for r in records + addon_records],
+                                  indent=2) + "\n")
+        out.with_suffix(".md").write_text(markdown(records, info, command, addon_records))
         print(f"wrote {out} and {out.with_suffix('.md')}")
     return 0
 

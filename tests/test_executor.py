@@ -147,17 +147,21 @@ def test_bench_records_are_consistent(tmp_path):
     assert "| softmax576_400 |" in (tmp_path / "b.md").read_text()
 
 
-def test_bench_herding_cost_records(tmp_path):
+def test_bench_addon_cost_records(tmp_path):
     import json
 
     from fedrun.bench import main
 
-    assert main(["--quick", "--only", "herd_svm_mnist", "--repeats", "1", "--out", str(tmp_path / "h.json")]) == 0
-    (r,) = json.loads((tmp_path / "h.json").read_text())
-    assert r["workload"] == "herd_svm_mnist" and r["parameters"] == 785 and r["tau"] == 12
-    assert r["herd_share"] == pytest.approx(r["herd_s"] / r["train_s"])
-    assert r["steps_mb"] == pytest.approx(r["clients"] * r["tau"] * 785 * 4 / 2**20)
-    assert "BHerd herding cost" in (tmp_path / "h.md").read_text()
+    assert main(["--quick", "--only", "herd_svm_mnist,harmonize_perceptron_k1000", "--repeats", "1", "--out",
+                 str(tmp_path / "h.json")]) == 0
+    herd, harm = json.loads((tmp_path / "h.json").read_text())
+    assert herd["workload"] == "herd_svm_mnist" and herd["parameters"] == 785 and herd["tau"] == 12
+    assert herd["herd_share"] == pytest.approx(herd["herd_s"] / herd["train_s"])
+    assert herd["steps_mb"] == pytest.approx(herd["clients"] * herd["tau"] * 785 * 4 / 2**20)
+    assert harm["addons"] == ["fedgh", "dgt"] and harm["clients"] == 100 and harm["parameters"] == 305
+    assert harm["dgt_share"] == pytest.approx(harm["dgt_s"] / harm["train_s"])
+    table = (tmp_path / "h.md").read_text()
+    assert "| herd_svm_mnist |" in table and "| fedgh |" in table and "| dgt |" in table
 
 
 @pytest.mark.parametrize("algo", ["centralized", "fedprox", "scaffold", "feddyn", "fednova", "fedadam", "feddecorr",

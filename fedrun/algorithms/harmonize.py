@@ -16,17 +16,21 @@ def fedgh_coefficients(gram: torch.Tensor, orders: list[list[int]]) -> torch.Ten
     """FedGH Algorithm 1 (001_662c50974d887e50.txt; NOTES.md) on the Gram matrix of the original updates g~:
     for each k, for j != k in ``orders[k]``: if g_k . g~_j < 0 then g_k -= (g_k . g~_j / ||g~_j||^2) g~_j, where g_k
     is the progressively projected update and g~_j the unmodified copy. Writing g_k = sum_m A[k, m] g~_m,
-    g_k . g~_j = A[k] . G[:, j], so the sequential projections are exact and cost O(K) each."""
+    g_k . g~_j = A[k] . G[:, j], so the sequential projections are exact and cost O(K) each. Each k's sequence
+    reads only the unmodified copies, so the K sequences advance together: step t projects every g_k on its own
+    t-th partner at once (K - 1 vectorised steps rather than K (K - 1) scalar ones)."""
     k_all = len(gram)
     coef = torch.eye(k_all, dtype=gram.dtype, device=gram.device)
-    for k in range(k_all):
-        for j in orders[k]:
-            norm_sq = gram[j, j]
-            if norm_sq <= 0:
-                continue
-            dot = coef[k] @ gram[:, j]
-            if dot < 0:
-                coef[k, j] -= dot / norm_sq
+    if k_all < 2:
+        return coef
+    partners = torch.as_tensor(orders, dtype=torch.long, device=gram.device)  # (K, K - 1)
+    rows = torch.arange(k_all, device=gram.device)
+    norm_sq = torch.diagonal(gram)
+    for t in range(k_all - 1):
+        j = partners[:, t]
+        dots = (coef * gram[:, j].T).sum(dim=1)  # g_k . g~_{j_k} for every k
+        project = (dots < 0) & (norm_sq[j] > 0)
+        coef[rows[project], j[project]] -= dots[project] / norm_sq[j[project]]
     return coef
 
 
