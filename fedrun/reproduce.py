@@ -37,12 +37,13 @@ def compose_config(overrides: list[str]):
 
 
 def finished_summary(run_dir: str | Path) -> dict | None:
-    """The run's summary if it finished, else None (missing, failed or interrupted runs are run again)."""
+    """The run's summary if it is complete (finished, or diverged: a deterministic outcome), else None (missing,
+    failed or interrupted runs are run again)."""
     path = Path(run_dir) / SUMMARY_FILE
     if not path.exists():
         return None
     summary = json.loads(path.read_text())
-    return summary if summary.get("status") == "finished" else None
+    return summary if summary.get("status") in ("finished", "diverged") else None
 
 
 def run_job(job: Job) -> dict:

@@ -142,3 +142,15 @@ def test_local_accuracy_is_the_mean_over_users_of_their_own_test_accuracy(monkey
     cfg_iid = cfg_factory("model=logreg", "partition=iid", "fl.num_clients=3", "fl.clients_per_round=3", "hardware=cpu")
     cfg_iid.data = {"name": "tiny", "root": None}
     assert "local_acc" not in Simulation(cfg_iid).evaluate()  # only users' own splits make Acc_l
+
+
+def test_a_run_that_diverges_stops_with_its_metrics_and_status(tmp_path, cfg_factory):
+    from fedrun.engine.simulation import run_experiment
+
+    summary = run_experiment(cfg_factory("data=digits", "model=logreg", "fl.rounds=6", "fl.clients_per_round=4",
+                                         "fl.lr=1e38", "eval.every=3"), tmp_path)
+    assert summary["status"] == "diverged" and summary["rounds_completed"] == summary["diverged_round"] < 6
+    rows = (tmp_path / "metrics.csv").read_text().strip().splitlines()[1:]
+    assert int(rows[-1].split(",")[0]) == summary["diverged_round"]  # the diverging round is recorded too
+    import json
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "diverged"

@@ -265,8 +265,10 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}")
         bytes_up = bytes_down = 0
         history: list[dict] = []
+        status = {"status": "finished", "rounds_completed": rounds}
         for rnd in range(1, rounds + 1):
             step = sim.run_round(rnd)
+            diverged = not (math.isfinite(step.train_loss) and bool(torch.isfinite(sim.params).all()))
             if step.similarity is not None:  # FedGH Fig. 2, DGT Figs. 3-4
                 (out.path / "similarity").mkdir(exist_ok=True)
                 np.savez(out.path / "similarity" / f"round_{rnd:05d}.npz", **step.similarity)
@@ -274,7 +276,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             bytes_down += step.bytes_down
             bytes_up += step.bytes_up
             row = None
-            if rnd % cfg.eval.every == 0 or rnd == rounds:
+            if rnd % cfg.eval.every == 0 or rnd == rounds or diverged:
                 row = {"round": rnd, **sim.evaluate(), "train_loss": step.train_loss,
                        "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
@@ -286,11 +288,14 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                 out.append_metrics(row)
                 if wandb:
                     wandb.log(row)
-                if not math.isfinite(row["train_loss"]):
-                    log.warning("round %d: training loss is %s", rnd, row["train_loss"])
             bar.update(row)
+            if diverged:  # a run that fails to converge is a result (BHerd Fig. 5a, alpha = 0.1): stop, keep it
+                log.warning("round %d: the training loss (%s) or the model is not finite; the run stops as diverged",
+                            rnd, step.train_loss)
+                status = {"status": "diverged", "rounds_completed": rnd, "diverged_round": rnd}
+                break
         bar.close()
-        summary |= finish_summary(history, cfg.eval.target_acc) | {"status": "finished", "rounds_completed": rounds}
+        summary |= finish_summary(history, cfg.eval.target_acc) | status
     except BaseException as e:
         summary |= {"status": "failed", "error": f"{type(e).__name__}: {e}"}
         raise
@@ -300,13 +305,14 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         out.save_summary(summary)
         if wandb:
             wandb.finish(summary)
-    log.info("final test accuracy %.4f (best %.4f) after %d rounds, %.1f s; files in %s",
-             summary["final_test_acc"], summary["best_test_acc"], cfg.fl.rounds, summary["wall_time_s"], out.path)
+    log.info("%s: final test accuracy %.4f (best %.4f) after %d rounds, %.1f s; files in %s", summary["status"],
+             summary["final_test_acc"], summary["best_test_acc"], summary["rounds_completed"], summary["wall_time_s"],
+             out.path)
     return summary
 
 
 def finish_summary(history: list[dict], target_acc: float | None) -> dict:
-    final, best = history[-1], max(history, key=lambda r: r["test_acc"])
+    final, best = history[-1], max(history, key=lambda r: r["test_acc"] if math.isfinite(r["test_acc"]) else -1)
     local = {"final_local_acc": final["local_acc"]} if "local_acc" in final else {}
     reached = [r["round"] for r in history if target_acc is not None and r["test_acc"] >= target_acc]
     return {"final_test_acc": final["test_acc"], "final_test_loss": final["test_loss"],
