@@ -1,37 +1,68 @@
-"""The ``fedrun`` command: Hydra composes the config from ``conf/``, and one run goes to Hydra's run directory."""
+"""The ``fedrun`` command: Hydra composes the config from ``conf/``, and one run goes to Hydra's run directory.
+
+In a sweep (``--multirun``) each job is one run directory: a job whose directory already holds a complete run
+(``summary.json`` finished or diverged) is skipped, so a resubmitted sweep (same ``hydra.sweep.dir``) runs only
+what is missing; a job that fails is recorded (``summary.json`` with status failed and the error) and the sweep goes
+on; the command exits with status 1 at the end when any job failed.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .engine.simulation import run_experiment
 from .errors import FedrunError
+from .results import CONFIG_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("fedrun")
+FAILED_JOBS: list[str] = []
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
-    group = Path(hc.sweep.dir).name if hc.mode == RunMode.MULTIRUN else None
+    run_dir = Path(hc.runtime.output_dir)
+    if hc.mode != RunMode.MULTIRUN:
+        try:
+            return run_experiment(cfg, run_dir).get("final_test_acc")
+        except FedrunError as e:
+            print(f"fedrun: {e}", file=sys.stderr)
+            sys.exit(2)
+    done = finished_summary(run_dir)
+    if done is not None:
+        log.info("job %s: %s already holds a %s run; skipped", hc.job.num, run_dir, done["status"])
+        return done.get("final_test_acc")
     try:
-        summary = run_experiment(cfg, hc.runtime.output_dir, sweep_group=group)
-    except FedrunError as e:
-        print(f"fedrun: {e}", file=sys.stderr)
-        sys.exit(2)
-    return summary.get("final_test_acc")
+        return run_experiment(cfg, run_dir, sweep_group=Path(hc.sweep.dir).name).get("final_test_acc")
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # one bad job must not end the sweep
+        if not (run_dir / SUMMARY_FILE).exists():  # refused before it started (a bad value at this grid point)
+            (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg))
+            write_json(run_dir / SUMMARY_FILE, base_summary(cfg) | {"status": "failed",
+                                                                    "error": f"{type(e).__name__}: {e}"})
+        log.error("job %s failed (%s: %s); recorded in %s, the sweep goes on", hc.job.num, type(e).__name__, e,
+                  run_dir / SUMMARY_FILE)
+        log.debug("%s", traceback.format_exc())
+        FAILED_JOBS.append(str(run_dir))
+        return None
 
 
 def main() -> None:
     _main()
+    if FAILED_JOBS:
+        print(f"fedrun: {len(FAILED_JOBS)} job(s) failed: {', '.join(FAILED_JOBS)} (see their summary.json; "
+              f"`fedrun-report` lists them)", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

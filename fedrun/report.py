@@ -4,7 +4,8 @@
     fedrun-report RUN_A RUN_B --by algo.name,fl.local_epochs --out report/
 
 Rows are grouped by the config keys given with --by, or by default by every key whose value differs between the
-runs (the seed excepted), so a sweep reports what it swept.
+runs (the seed excepted), so a sweep reports what it swept. Runs that did not finish are listed after the table:
+failed (with the error), diverged (with the round), running (interrupted or still going) and missing (no summary).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 
 IGNORED_KEYS = {"seed", "data.root", "progress"}
 VALUE_COLUMNS = ["final_test_acc", "best_test_acc", "rounds_to_target", "wall_time_s"]
+STATUS_COLUMNS = ["status", "error", "diverged_round"]
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -49,12 +51,12 @@ def load_runs(run_dirs: list[Path]) -> pd.DataFrame:
     for d in run_dirs:
         cfg = _flatten(yaml.safe_load((d / CONFIG_FILE).read_text()) or {})
         summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {"status": "missing"}
-        rows.append({"run_dir": str(d), **cfg, **{k: summary.get(k) for k in VALUE_COLUMNS + ["status"]}})
+        rows.append({"run_dir": str(d), **cfg, **{k: summary.get(k) for k in VALUE_COLUMNS + STATUS_COLUMNS}})
     return pd.DataFrame(rows)
 
 
 def varying_keys(df: pd.DataFrame) -> list[str]:
-    skip = set(VALUE_COLUMNS) | {"run_dir", "status"} | IGNORED_KEYS
+    skip = set(VALUE_COLUMNS) | set(STATUS_COLUMNS) | {"run_dir"} | IGNORED_KEYS
     keys = []
     for col in df.columns:
         if col in skip or col.startswith("hydra."):
@@ -75,6 +77,21 @@ def summarize(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     table.insert(0, "runs", grouped.size())
     table.insert(1, "seeds", grouped["seed"].nunique() if "seed" in work else 1)
     return table.reset_index()
+
+
+def unfinished(df: pd.DataFrame) -> str:
+    """Markdown list of the runs whose status is not ``finished``, or "" when all finished."""
+    bad = df[df["status"] != "finished"]
+    if bad.empty:
+        return ""
+    lines = [f"\n## {len(bad)} of {len(df)} runs did not finish\n", "| run | status | detail |", "|---|---|---|"]
+    for _, r in bad.iterrows():
+        detail = (f"diverged at round {int(r['diverged_round'])}" if r["status"] == "diverged"
+                  else r["error"] if isinstance(r["error"], str) else
+                  "no summary.json: killed before it could write one" if r["status"] == "missing" else
+                  "interrupted, or still running")
+        lines.append(f"| {r['run_dir']} | {r['status']} | {detail} |")
+    return "\n".join(lines) + "\n"
 
 
 def plot_curves(df: pd.DataFrame, by: list[str], path: Path) -> None:
@@ -128,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     table = summarize(df, by)
-    markdown = table.to_markdown(index=False, floatfmt=".4f")
+    markdown = table.to_markdown(index=False, floatfmt=".4f") + unfinished(df)
     print(f"{len(runs)} runs, grouped by {by or 'nothing'}\n")
     print(markdown)
     if args.out:

@@ -8,7 +8,6 @@ thread pools start clean) and so a table can be re-made from its runs without re
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -22,7 +21,7 @@ from hydra.core.global_hydra import GlobalHydra
 from .bench import device_name
 from .data import DATASETS, resolve_root
 from .data.fixtures import write_cifar, write_imdb
-from .results import SUMMARY_FILE, git_commit
+from .results import finished_summary, git_commit
 
 Job = tuple[list[str], str]
 
@@ -34,16 +33,6 @@ def compose_config(overrides: list[str]):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose("config", overrides=["progress=false", *overrides])
-
-
-def finished_summary(run_dir: str | Path) -> dict | None:
-    """The run's summary if it is complete (finished, or diverged: a deterministic outcome), else None (missing,
-    failed or interrupted runs are run again)."""
-    path = Path(run_dir) / SUMMARY_FILE
-    if not path.exists():
-        return None
-    summary = json.loads(path.read_text())
-    return summary if summary.get("status") in ("finished", "diverged") else None
 
 
 def run_job(job: Job) -> dict:

@@ -85,6 +85,16 @@ def _fmt(v):
     return v
 
 
+def finished_summary(run_dir: str | Path) -> dict | None:
+    """The run's summary if it is complete (finished, or diverged: a deterministic outcome), else None (missing,
+    failed or interrupted runs are run again)."""
+    path = Path(run_dir) / SUMMARY_FILE
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("status") in ("finished", "diverged") else None
+
+
 def base_summary(cfg) -> dict:
     return {"fedrun_version": __version__, "git_commit": git_commit(), "seed": int(cfg.seed),
             "algo": cfg.algo.name, "data": cfg.data.name, "model": cfg.model.name}

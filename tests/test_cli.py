@@ -57,6 +57,26 @@ def test_multirun_sweeps_two_jobs(tmp_path):
     assert all(json.loads((j / "summary.json").read_text())["status"] == "finished" for j in jobs)
 
 
+def test_sweep_records_a_failed_job_goes_on_and_a_resubmission_runs_only_what_is_missing(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "data=digits", "model=logreg", "fl.rounds=1", "fl.num_clients=4", "fl.clients_per_round=2,9",
+            "progress=false", f"hydra.sweep.dir={sweep}"]
+    first = run_cli(*args, cwd=tmp_path, check=False)
+    assert first.returncode == 1 and "1 job(s) failed" in first.stderr
+    ok, bad = (json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1"))
+    assert ok["status"] == "finished"
+    assert bad["status"] == "failed" and "fl.clients_per_round=9" in bad["error"]
+    finished_at = (sweep / "0" / "summary.json").stat().st_mtime_ns
+    again = run_cli(*args, cwd=tmp_path, check=False)
+    assert (sweep / "0" / "summary.json").stat().st_mtime_ns == finished_at  # not run again
+    assert "already holds a finished run; skipped" in again.stdout + again.stderr and again.returncode == 1
+    from fedrun.report import main as report_main
+
+    assert report_main([str(sweep), "--out", str(tmp_path / "report")]) == 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "1 of 2 runs did not finish" in report and "fl.clients_per_round=9" in report
+
+
 def test_bad_value_exits_with_the_message_before_any_work(tmp_path):
     run = tmp_path / "bad"
     proc = run_cli("partition.alpha=-1", "fl.clients_per_round=30", f"hydra.run.dir={run}", cwd=tmp_path,
