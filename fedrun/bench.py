@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 from . import __version__
 from .algorithms import ClientContext
 from .algorithms.local_sgd import LocalSGD
-from .algorithms.parts import FixedSchedule
+from .algorithms.schedule import FixedSchedule
 from .algorithms.harmonize import DGT, FedGH
 from .algorithms.selection import Herd
 from .engine.cohort import plan_client

@@ -110,6 +110,16 @@ def validate(cfg) -> None:
             problems.append(f"{why}. Fix: choose a model that fits (model=...)")
 
     problems += [f"{msg}. Fix: pick a listed part" for msg in check_parts(cfg.algo)]
+    sched = cfg.algo.get("schedule", {})
+    if sched.get("name") == "gift":
+        need(_is_int(sched.tau0) and sched.tau0 >= 1, "algo.schedule.tau0", sched.tau0, "must be an integer >= 1",
+             "algo.schedule.tau0=100")
+        need(_is_num(sched.beta) and 0 <= sched.beta < 1, "algo.schedule.beta", sched.beta, "must be in [0, 1)",
+             "algo.schedule.beta=0.9")
+        need(_is_int(sched.patience) and sched.patience >= 1, "algo.schedule.patience", sched.patience,
+             "must be an integer >= 1", "algo.schedule.patience=2")
+        need(_is_int(sched.factor) and sched.factor >= 2, "algo.schedule.factor", sched.factor,
+             "must be an integer >= 2", "algo.schedule.factor=2")
     hw = cfg.hardware
     need(hw.device in DEVICES, "hardware.device", hw.device, f"must be one of {DEVICES}", "hardware=auto")
     if hw.device == "cuda" and not torch.cuda.is_available():

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from conftest import register_tiny
-from fedrun.algorithms.parts import FixedSchedule
+from fedrun.algorithms.schedule import FixedSchedule
 from fedrun.engine.cohort import plan_client, sample_clients
 
 local_steps = FixedSchedule().local_steps

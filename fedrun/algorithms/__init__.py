@@ -17,7 +17,8 @@ from .selection import GraB, Herd
 from .variance_reduced import LoSAC, MimeSVRG
 from .server_opt import ServerAdaptive, ServerMomentum, ServerSGD
 from .harmonize import DGT, FedGH
-from .parts import AllSteps, FixedSchedule, NoHarmonizer
+from .parts import AllSteps, NoHarmonizer
+from .schedule import GIFT, FixedSchedule
 
 LOCAL_RULES = {
     "sgd": lambda c: LocalSGD(c.get("mu", 0.0)),
@@ -50,7 +51,11 @@ SERVER_OPTIMIZERS = {
                                                   c.get("adagrad_momentum", True)))(kind)
        for kind in ("adagrad", "adam", "yogi")},
 }
-SCHEDULES = {"fixed": lambda c: FixedSchedule()}
+SCHEDULES = {
+    "fixed": lambda c: FixedSchedule(),
+    "gift": lambda c: GIFT(c.get("tau0", 100), c.get("beta", 0.9), c.get("patience", 2), c.get("factor", 2),
+                           c.get("relax", False), c.get("relax_after", 10), c.get("relax_step", 5)),
+}
 
 PARTS = {"local": LOCAL_RULES, "selector": SELECTORS, "harmonizer": HARMONIZERS, "aggregator": AGGREGATORS,
          "server_opt": SERVER_OPTIMIZERS, "schedule": SCHEDULES}
@@ -64,7 +69,7 @@ class Algorithm:
     harmonizer: NoHarmonizer | FedGH | DGT
     aggregator: Aggregator
     server_opt: ServerOptimizer
-    schedule: FixedSchedule
+    schedule: FixedSchedule | GIFT
     pooled: bool  # one client holding all training data (centralized SGD)
 
 

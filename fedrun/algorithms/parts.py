@@ -1,9 +1,7 @@
-"""The default parts of the plug points that later papers fill: client-side update selection (BHerd, GraB),
-harmonisers (FedGH, DGT) and synchronisation schedules (GIFT, AFL, AdaComm)."""
+"""The default parts of the plug points that later papers fill: client-side update selection (BHerd, GraB) and
+harmonisers (FedGH, DGT). Synchronisation schedules are in :mod:`fedrun.algorithms.schedule`."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -25,12 +23,3 @@ class NoHarmonizer:
 
     def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int) -> torch.Tensor:
         return updates
-
-
-class FixedSchedule:
-    """Each client takes tau_i = floor(E |D_i| / B) local steps every round, at least 1 (BHerd Sec. III-A)."""
-
-    name = "fixed"
-
-    def local_steps(self, num_samples: int, epochs: float, batch_size: int) -> int:
-        return max(1, math.floor(epochs * num_samples / batch_size + 1e-9))

@@ -159,7 +159,7 @@ class Simulation:
         weights = (sizes / sizes.sum()).to(device=self.device, dtype=self.params.dtype)
         updates, uploads, selection = algo.selector(result.updates, result.steps, plans, result.uploads, ctx.lr)
         clients = [p.id for p in plans]
-        diagnostics = {}
+        diagnostics = algo.schedule.observe(updates)  # what the clients sent (GIFT uses nothing else)
         if self.cfg.get("diagnostics", {}).get("conflicts", False):
             diagnostics |= {f"pre_{k}": v for k, v in conflict_statistics(updates).items()}
         harmonized = algo.harmonizer(updates, weights, clients, rnd)
