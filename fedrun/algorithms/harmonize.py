@@ -18,7 +18,8 @@ def fedgh_coefficients(gram: torch.Tensor, orders: list[list[int]]) -> torch.Ten
     is the progressively projected update and g~_j the unmodified copy. Writing g_k = sum_m A[k, m] g~_m,
     g_k . g~_j = A[k] . G[:, j], so the sequential projections are exact and cost O(K) each. Each k's sequence
     reads only the unmodified copies, so the K sequences advance together: step t projects every g_k on its own
-    t-th partner at once (K - 1 vectorised steps rather than K (K - 1) scalar ones)."""
+    t-th partner at once (K - 1 vectorised steps rather than K (K - 1) scalar ones). D = A G holds every
+    g_k . g~_j; a projection of g_k changes only row k of D, by a multiple of row j of G."""
     k_all = len(gram)
     coef = torch.eye(k_all, dtype=gram.dtype, device=gram.device)
     if k_all < 2:
@@ -26,11 +27,17 @@ def fedgh_coefficients(gram: torch.Tensor, orders: list[list[int]]) -> torch.Ten
     partners = torch.as_tensor(orders, dtype=torch.long, device=gram.device)  # (K, K - 1)
     rows = torch.arange(k_all, device=gram.device)
     norm_sq = torch.diagonal(gram)
+    dots_all = gram.clone()  # D = A G with A = I
     for t in range(k_all - 1):
         j = partners[:, t]
-        dots = (coef * gram[:, j].T).sum(dim=1)  # g_k . g~_{j_k} for every k
+        dots = dots_all[rows, j]  # g_k . g~_{j_k} for every k
         project = (dots < 0) & (norm_sq[j] > 0)
-        coef[rows[project], j[project]] -= dots[project] / norm_sq[j[project]]
+        if not bool(project.any()):
+            continue
+        k, jk = rows[project], j[project]
+        step = dots[project] / norm_sq[jk]
+        coef[k, jk] -= step
+        dots_all.index_add_(0, k, gram.index_select(0, jk).mul_(-step[:, None]))
     return coef
 
 
