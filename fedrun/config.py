@@ -12,6 +12,7 @@ import torch
 from .algorithms import check_parts
 from .data import DATASETS
 from .data.base import NORMALIZATIONS
+from .engine.cohort import DELAYS
 from .engine.executor import EXECUTORS
 from .errors import ConfigError
 from .models import check_fit
@@ -110,6 +111,24 @@ def validate(cfg) -> None:
             problems.append(f"{why}. Fix: choose a model that fits (model=...)")
 
     problems += [f"{msg}. Fix: pick a listed part" for msg in check_parts(cfg.algo)]
+    part = cfg.get("participation", {"name": "uniform"})
+    need(part.get("name") in ("uniform", "earliest"), "participation", part.get("name"), "must be uniform or earliest",
+         "participation=uniform")
+    if part.get("name") == "earliest":
+        need(_is_num(part.fraction) and 0 < part.fraction <= 1, "participation.fraction", part.fraction,
+             "must be in (0, 1]", "participation.fraction=0.4")
+        need(part.delay in DELAYS, "participation.delay", part.delay, f"must be one of {DELAYS}",
+             "participation.delay=exponential")
+        need(_is_num(part.delay_scale) and part.delay_scale > 0, "participation.delay_scale", part.delay_scale,
+             "must be > 0", "participation.delay_scale=1.0")
+    timing = cfg.get("timing", {"name": "none"})
+    need(timing.get("name") in ("none", "simulated"), "timing", timing.get("name"), "must be none or simulated",
+         "timing=simulated")
+    step = timing.get("step_time_s")
+    need(step is None or (_is_num(step) and step > 0), "timing.step_time_s", step, "must be null (measured) or > 0",
+         "timing.step_time_s=null")
+    need(_is_num(timing.get("bandwidth_mbps", 25)) and timing.get("bandwidth_mbps", 25) > 0, "timing.bandwidth_mbps",
+         timing.get("bandwidth_mbps"), "must be > 0", "timing.bandwidth_mbps=25")
     sched = cfg.algo.get("schedule", {})
     if sched.get("name") == "gift":
         need(_is_int(sched.tau0) and sched.tau0 >= 1, "algo.schedule.tau0", sched.tau0, "must be an integer >= 1",

@@ -2,6 +2,7 @@
 
 import csv
 
+import numpy as np
 import pytest
 import torch
 
@@ -68,3 +69,35 @@ def test_gift_runs_from_config_and_logs_its_tau_and_consistency(tmp_path, cfg_fa
         assert float(row["tau"]) == float(prev["next_tau"])  # each round runs the tau the last one chose
     replay = GIFT(tau0=8, patience=1)  # the logged C_r sequence drives the logged taus
     assert [float(replay.advance(float(r["gift_C"]))) for r in rows] == [float(r["next_tau"]) for r in rows]
+
+
+def test_earliest_reporters_keep_exactly_the_ceiling_of_the_fraction_reproducibly():
+    from fedrun.engine.cohort import earliest_reporters, report_delays
+
+    for n in (10, 25, 100, 7):
+        delays = report_delays(n, seed=3, round_=5)
+        kept = earliest_reporters(delays, 0.4)
+        assert len(kept) == -(-4 * n // 10) and list(kept) == sorted(kept)
+        assert delays[kept].max() <= np.delete(delays, kept).min()  # nobody left out reported earlier
+        assert np.array_equal(kept, earliest_reporters(report_delays(n, seed=3, round_=5), 0.4))
+    assert not np.array_equal(report_delays(100, 3, 5), report_delays(100, 3, 6))  # a fresh draw each round
+    assert np.array_equal(earliest_reporters(np.array([2.0, 1.0, 1.0, 3.0]), 0.5), [1, 2])  # ties by id
+
+
+def test_simulated_time_is_parallel_compute_plus_last_report_plus_transfer(tmp_path, cfg_factory):
+    from fedrun.engine.simulation import Simulation
+
+    cfg = cfg_factory("data=digits", "model=logreg", "fl.num_clients=10", "participation=earliest",
+                      "participation.fraction=0.3", "timing=simulated", "timing.step_time_s=0.5",
+                      "timing.bandwidth_mbps=8")
+    sim = Simulation(cfg)
+    out = sim.run_round(1)
+    cohort, last = sim.participants(1)
+    assert [p.id for p in out.plans] == list(cohort) and len(cohort) == 3
+    transfer = 2 * sim.model_bytes * 8 / 8e6
+    assert out.diagnostics["sim_round_s"] == pytest.approx(max(p.tau for p in out.plans) * 0.5 + last + transfer)
+    run_experiment(cfg_factory("data=digits", "model=logreg", "fl.rounds=3", "timing=simulated",
+                               "timing.step_time_s=0.5"), tmp_path)
+    with open(tmp_path / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[-1]["sim_time_s"]) == pytest.approx(sum(float(r["sim_round_s"]) for r in rows))

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-_SAMPLE, _BATCHES = 0x5A3D, 0xB47C
+_SAMPLE, _BATCHES, _DELAYS = 0x5A3D, 0xB47C, 0xD31A
+DELAYS = ("exponential", "uniform", "lognormal")
 
 
 @dataclass
@@ -31,6 +32,26 @@ def sample_clients(num_clients: int, per_round: int, seed: int, round_: int) -> 
         return np.arange(num_clients)
     rng = np.random.default_rng([seed, _SAMPLE, round_])
     return np.sort(rng.choice(num_clients, size=per_round, replace=False))
+
+
+def report_delays(num_clients: int, seed: int, round_: int, dist: str = "exponential", scale: float = 1.0
+                  ) -> np.ndarray:
+    """Each client's report delay (seconds) this round: exponential with mean ``scale``, uniform on [0, 2 scale], or
+    lognormal with median ``scale`` (sigma 1)."""
+    rng = np.random.default_rng([seed, _DELAYS, round_])
+    if dist == "exponential":
+        return rng.exponential(scale, num_clients)
+    if dist == "uniform":
+        return rng.uniform(0, 2 * scale, num_clients)
+    if dist == "lognormal":
+        return scale * rng.lognormal(0.0, 1.0, num_clients)
+    raise ValueError(f"participation.delay={dist!r}: must be one of {DELAYS}")
+
+
+def earliest_reporters(delays: np.ndarray, fraction: float) -> np.ndarray:
+    """GIFT Sec. 6.1: the server keeps the ceil(fraction N) clients that report first (ties by id), sorted by id."""
+    keep = math.ceil(fraction * len(delays) - 1e-9)
+    return np.sort(np.argsort(delays, kind="stable")[:keep])
 
 
 def plan_client(client: int, indices: np.ndarray, tau: int, batch_size: int, seed: int, round_: int,

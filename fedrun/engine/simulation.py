@@ -24,7 +24,7 @@ from ..loggers import ProgressBar, WandbLogger
 from ..models import build_model
 from ..partition import Partition, make_partition
 from ..results import RunDirectory, base_summary
-from .cohort import ClientPlan, plan_client, sample_clients
+from .cohort import ClientPlan, earliest_reporters, plan_client, report_delays, sample_clients
 from .executor import CohortResult, make_executor
 
 log = logging.getLogger("fedrun")
@@ -135,7 +135,7 @@ class Simulation:
 
     def run_round(self, rnd: int) -> RoundOutput:
         fl, seed = self.cfg.fl, self.cfg.seed
-        cohort = sample_clients(self.num_clients, min(fl.clients_per_round, self.num_clients), seed, rnd)
+        cohort, last_report = self.participants(rnd)
         plans = [self.plan(int(c), rnd) for c in cohort]
         algo = self.algo
         extras = algo.local.broadcast(self.rule_state)
@@ -147,8 +147,10 @@ class Simulation:
             more, self.rule_state = algo.local.round_extras(self.rule_state, full, counts)
             extras = {**extras, **more}
         ctx = ClientContext(rnd, self.params, self.buffers, self.lr(rnd), fl.momentum, fl.weight_decay, extras=extras)
+        started = time.perf_counter()
         result = self.executor.run(algo.local, self.model, ctx, plans, self.data.x_train, self.data.y_train,
                                    [self.client_states.get(int(c)) for c in cohort], self.step_store)
+        train_s = time.perf_counter() - started
         for c, state in zip(cohort, result.client_states):
             if state is not None:
                 self.client_states[int(c)] = state
@@ -181,7 +183,31 @@ class Simulation:
         if result.steps is not None:
             selection["steps_bytes"] = sum(nbytes(z) for z in result.steps)
         diagnostics |= selection_diagnostics(selection, plans, weights)
+        if self.cfg.get("timing", {}).get("name", "none") == "simulated":
+            diagnostics["sim_round_s"] = self.simulated_round_time(plans, train_s, last_report)
         return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity)
+
+    def participants(self, rnd: int) -> tuple[np.ndarray, float]:
+        """The round's clients (sorted ids) and when the last of them reported (seconds; 0 without delays):
+        ``participation=uniform`` draws fl.clients_per_round, ``earliest`` keeps the first reporters (GIFT 6.1)."""
+        part = self.cfg.get("participation", {"name": "uniform"})
+        if part["name"] == "earliest":
+            delays = report_delays(self.num_clients, self.cfg.seed, rnd, part.get("delay", "exponential"),
+                                   float(part.get("delay_scale", 1.0)))
+            cohort = earliest_reporters(delays, float(part.get("fraction", 0.4)))
+            return cohort, float(delays[cohort].max())
+        per_round = min(self.cfg.fl.clients_per_round, self.num_clients)
+        return sample_clients(self.num_clients, per_round, self.cfg.seed, rnd), 0.0
+
+    def simulated_round_time(self, plans: list[ClientPlan], train_s: float, last_report: float) -> float:
+        """GIFT's time model: clients compute in parallel (max tau_i steps of ``timing.step_time_s``, or of this
+        machine's measured time per client step), the last kept report arrives, and the model crosses the client
+        and server links at ``timing.bandwidth_mbps`` both ways."""
+        timing = self.cfg.get("timing", {})
+        step = timing.get("step_time_s")
+        step = train_s / max(1, sum(p.tau for p in plans)) if step is None else float(step)
+        transfer = 2 * self.model_bytes * 8 / (float(timing.get("bandwidth_mbps", 25)) * 1e6)
+        return max(p.tau for p in plans) * step + last_report + transfer
 
     def evaluate(self) -> dict[str, float]:
         """``test_acc`` and ``test_loss`` of the global model on the pooled test set, and with natural (user)
@@ -264,6 +290,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         rounds = cfg.fl.rounds
         bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}")
         bytes_up = bytes_down = 0
+        sim_time = 0.0
         history: list[dict] = []
         status = {"status": "finished", "rounds_completed": rounds}
         for rnd in range(1, rounds + 1):
@@ -275,13 +302,14 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             k = len(step.plans)
             bytes_down += step.bytes_down
             bytes_up += step.bytes_up
+            sim_time += step.diagnostics.get("sim_round_s", 0.0)
             row = None
             if rnd % cfg.eval.every == 0 or rnd == rounds or diverged:
                 row = {"round": rnd, **sim.evaluate(), "train_loss": step.train_loss,
                        "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
                        "bytes_down": bytes_down}
-                row |= step.diagnostics
+                row |= step.diagnostics | ({"sim_time_s": sim_time} if "sim_round_s" in step.diagnostics else {})
                 if sim.personalized:
                     row["personal_acc"] = sim.evaluate_personalized(rnd)
                 history.append(row)
