@@ -101,3 +101,17 @@ def test_simulated_time_is_parallel_compute_plus_last_report_plus_transfer(tmp_p
     with open(tmp_path / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert float(rows[-1]["sim_time_s"]) == pytest.approx(sum(float(r["sim_round_s"]) for r in rows))
+
+
+def test_gift_presets_run_a_few_rounds_from_the_cli(tmp_path):
+    from conftest import run_cli
+
+    run_cli("experiment=gift_lenet5_mnist", "fl.rounds=3", "algo.schedule.tau0=2", "progress=false",
+            f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["num_clients"]) for r in rows] == [40, 40, 40]  # the earliest 40% of 100 clients
+    assert float(rows[0]["tau"]) == 2 and all(float(r["sim_round_s"]) > 0 for r in rows)
+    for preset in ("gift_lenet5_cifar10", "gift_vgg16_cifar10", "gift_lenet5_fashion_mnist"):
+        job = run_cli(f"experiment={preset}", "--cfg", "job", cwd=tmp_path).stdout
+        assert "name: gift" in job and "name: earliest" in job and "client_fraction: 0.01" in job
