@@ -281,9 +281,10 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
         f"| {r['gflops']:.2f} | {r['matmul_peak_gflops']:.0f} |\n" for r in records)
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
     device = (list(records) + list(addons))[0]["device"]
-    return (f"# Executor benchmark on {device}\n\nMade by `{command}`.\n\n{head}{rows}\n"
-            f"speedup = loop/vmap; auto/best = auto's time over the faster executor's; peak MB = the peak memory of "
-            f"a round under the auto executor, data included (process RSS on a CPU, allocator peak on a GPU).\n"
+    executors = (f"{head}{rows}\nspeedup = loop/vmap; auto/best = auto's time over the faster executor's; peak MB = "
+                 f"the peak memory of a round under the auto executor, data included (process RSS on a CPU, allocator "
+                 f"peak on a GPU).\n") if records else ""
+    return (f"# Benchmark on {device}\n\nMade by `{command}`.\n\n{executors}"
             f"{addons_markdown(list(addons))}\n## Machine\n{about}\n")
 
 
