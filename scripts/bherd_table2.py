@@ -1,11 +1,12 @@
 """BHerd Table II: final test accuracy after T=100 rounds of the ten algorithms, Case 1 and Case 2, mean over seeds.
 
-    python scripts/bherd_table2.py [--seeds K] [--models svm,rnn,cnn] [--algos A,B] [--rounds T] [--workers P]
+    python scripts/bherd_table2.py [--seeds K] [--models svm,rnn,cnn] [--algos A,B] [--rounds T]
+                                   [--fixture-rounds R] [--workers P]
                                    [--set KEY=VALUE ...] [--runs DIR] [--out DIR]
 
 SVM-MNIST runs on the real MNIST. RNN-IMDB and CNN-CIFAR10 run on IMDB and CIFAR-10 where they are present under
-the data root; otherwise on fixtures in their official file formats (so the path is exercised), and the table marks
-those rows as not reproduced. Each run keeps its own directory under --runs; a run whose summary.json says finished is not run again,
+the data root; otherwise on fixtures in their official file formats for --fixture-rounds rounds (so the path is
+exercised), and the table marks those rows as not reproduced. Each run keeps its own directory under --runs; a run whose summary.json says finished is not run again,
 so an interrupted table resumes. ``--set`` adds overrides to every run (e.g. ``--set data.normalize=standardize``
 for the variant results/bherd/README.md discusses; give it its own --runs and --out). Writes <out>/table2.md and
 table2.csv with the paper's numbers beside fedrun's.
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="svm,rnn,cnn")
     parser.add_argument("--algos", default=",".join(ALGORITHMS), help="a subset of the rows")
     parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--fixture-rounds", type=int, default=2, help="rounds of a run on a fixture (not a result)")
     parser.add_argument("--workers", type=int, default=1, help="runs in parallel processes")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run")
     parser.add_argument("--runs", default="outputs/bherd_table2", help="where each run's directory goes")
@@ -72,12 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     cells, jobs, notes = [], [], {}
     for model in models:
         extra, notes[model] = fixture_for(MODEL_DATA[model]) if model != "svm" else ([], None)
+        if notes[model]:
+            notes[model] += f", {args.fixture_rounds} rounds"
         for algo in algos:
             for case in ("case1", "case2"):
                 for seed in range(args.seeds):
                     cells.append((model, algo, case))
+                    rounds = args.fixture_rounds if notes[model] else args.rounds
                     jobs.append(([f"experiment={EXPERIMENTS[model]}", f"algo={algo}", f"partition={case}",
-                                  f"seed={seed}", f"fl.rounds={args.rounds}", *extra, *args.set],
+                                  f"seed={seed}", f"fl.rounds={rounds}", *extra, *args.set],
                                  str(Path(args.runs) / model / case / algo / f"seed{seed}")))
     summaries = run_jobs(jobs, args.workers)
     accs: dict[tuple, list[float]] = {}
