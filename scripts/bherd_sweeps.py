@@ -123,19 +123,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+MARGIN = 0.5  # accuracy points: differences below this are within the seed-to-seed spread of these runs
+
+
 def claims_fig5a(frame: pd.DataFrame, early: str, final: str) -> str:
-    """Fig. 5a's claims: alpha=0.1 fails to converge; alpha in 0.3-0.5 converges faster than alpha=1 (FedAvg)."""
+    """Fig. 5a's claims: alpha=0.1 fails to converge (ends MARGIN below FedAvg or oscillates); alpha in 0.3-0.5
+    converges faster than alpha=1 (FedAvg): MARGIN points ahead of it early on."""
     lines = ["Claims of Sec. V-B3 checked on these runs:", ""]
     for case, part in frame.groupby("case"):
         by = part.set_index("alpha")
         low, fedavg = by.loc["0.1"], by.loc["1.0"]
-        fails = low[final] < fedavg[final] - 1.0 or low["std last 20"] > 2 * fedavg["std last 20"] + 0.5
-        faster = [a for a in ("0.3", "0.5") if by.loc[a, early] > fedavg[early]]
+        fails = low[final] < fedavg[final] - MARGIN or low["std last 20"] > 2 * fedavg["std last 20"] + MARGIN
+        faster = [a for a in ("0.3", "0.5") if by.loc[a, early] >= fedavg[early] + MARGIN]
         lines.append(f"- {CASES[case]}: alpha=0.1 ends at {low[final]:.2f}% (std over the last 20 rounds "
                      f"{low['std last 20']:.2f}) vs FedAvg {fedavg[final]:.2f}% ({fedavg['std last 20']:.2f}): "
                      f"'fails to converge' {'CONFIRMED' if fails else 'NOT confirmed'}; at {early} alpha=0.3/0.5 "
                      f"reach {by.loc['0.3', early]:.2f}/{by.loc['0.5', early]:.2f}% vs FedAvg "
-                     f"{fedavg[early]:.2f}%: 'accelerates' {'CONFIRMED' if len(faster) == 2 else 'NOT confirmed'}.")
+                     f"{fedavg[early]:.2f}%: 'accelerates' {'CONFIRMED' if len(faster) == 2 else 'NOT confirmed'} (margin "
+                     f"{MARGIN} points).")
     return "\n".join(lines) + "\n"
 
 
