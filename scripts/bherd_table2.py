@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"diff_{key}": None if paper[i] is None or notes[model] else s.mean() - paper[i]}
             row["status"] = notes[model] or status(row)
             rows.append(row)
+    command = "python scripts/bherd_table2.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    made_by = provenance(command, summaries)  # before any file is written: the tree is still clean
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(out / "table2.csv", index=False)
@@ -110,9 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['model']} | {r['algorithm']} | {fmt(r['paper_C1'])} | {fmt(r['fedrun_C1'])} ± "
                      f"{fmt(r['std_C1'])} | {fmt(r['diff_C1'])} | {fmt(r['paper_C2'])} | {fmt(r['fedrun_C2'])} ± "
                      f"{fmt(r['std_C2'])} | {fmt(r['diff_C2'])} | {r['status']} |")
-    command = "python scripts/bherd_table2.py " + " ".join(argv if argv is not None else sys.argv[1:])
     header = (f"# BHerd Table II: final test accuracy (%) after {args.rounds} rounds\n\n"
-              f"{provenance(command, summaries)} Mean ± std over {args.seeds} seeds (0..{args.seeds - 1}); the "
+              f"{made_by} Mean ± std over {args.seeds} seeds (0..{args.seeds - 1}); the "
               f"paper averages 10 runs. Setting: experiment presets {', '.join(EXPERIMENTS[m] for m in models)} "
               f"(N=5, all clients every round, B=100, E=1, eta=2e-4 (SVM, CNN) and 2e-3 (RNN), alpha=0.5)"
               f"{' with ' + ', '.join(args.set) if args.set else ''}; Case 1 = partition=case1, Case 2 = "
