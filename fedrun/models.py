@@ -34,7 +34,7 @@ def _parity_target(y: torch.Tensor) -> torch.Tensor:
     return 1.0 - 2.0 * (y % 2).to(torch.float32)  # +1 for even digits, -1 for odd
 
 
-# The smooth (squared-hinge) SVM of the prototype system BHerd builds on (Wang et al., JSAC 2019):
+# BHerd's "squared-SVM" (footnote 1), written as Wang et al.'s (JSAC 2019) smooth SVM on even/odd MNIST:
 # f(w) = 1/2 mean_j max(0, 1 - y_j w.x_j)^2, y = +1 for even digits; its lambda/2 ||w||^2 is fl.weight_decay.
 SQUARED_HINGE_PARITY = Objective(
     "squared_hinge_parity",

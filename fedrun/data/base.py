@@ -98,7 +98,7 @@ def scale_images(x_train: np.ndarray, x_test: np.ndarray, normalize: str = "stan
     """uint8 images (N, C, H, W) -> float32 inputs.
 
     ``standardize``: per channel with the training set's mean and std (the usual choice for neural networks);
-    ``unit``: pixels / 255 in [0, 1] (what linear models in the BHerd/AAFL prototype system see); ``raw``: 0..255.
+    ``unit``: pixels / 255 in [0, 1] (the BHerd SVM-MNIST preset, as Wang et al.'s testbed); ``raw``: 0..255.
     """
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"data.normalize={normalize!r}: must be one of {NORMALIZATIONS}")

@@ -134,7 +134,7 @@ class Simulation:
         return torch.stack(grads)
 
     def run_round(self, rnd: int) -> RoundOutput:
-        fl, seed = self.cfg.fl, self.cfg.seed
+        fl = self.cfg.fl
         cohort, last_report = self.participants(rnd)
         plans = [self.plan(int(c), rnd) for c in cohort]
         algo = self.algo
