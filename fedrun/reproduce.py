@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 
+import pandas as pd
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -21,7 +22,7 @@ from hydra.core.global_hydra import GlobalHydra
 from .bench import device_name
 from .data import DATASETS, resolve_root
 from .data.fixtures import write_cifar, write_imdb
-from .results import finished_summary, git_commit
+from .results import METRICS_FILE, finished_summary, git_commit
 
 Job = tuple[list[str], str]
 
@@ -91,6 +92,26 @@ def fixture_for(dataset: str) -> tuple[list[str], str | None]:
         _FIXTURE_ROOTS[dataset] = (root, size)
     root, size = _FIXTURE_ROOTS[dataset]
     return [f"data.root={root}"], f"not reproduced: {dataset} is not present on this machine; ran on a fixture of {size}"
+
+
+def mean_curve(run_dirs: list[str], column: str = "test_acc") -> pd.Series:
+    """Mean over the runs (seeds) of a metrics.csv column, indexed by round. ``aggregated_<name>`` reads what the
+    server aggregated: ``post_<name>`` where a harmoniser ran, else ``pre_<name>`` (the updates as sent)."""
+    frames = []
+    for d in run_dirs:
+        metrics = pd.read_csv(Path(d) / METRICS_FILE).set_index("round")
+        name = column
+        if column.startswith("aggregated_"):
+            base = column.removeprefix("aggregated_")
+            name = f"post_{base}" if f"post_{base}" in metrics else f"pre_{base}"
+        frames.append(metrics[name])
+    return pd.concat(frames, axis=1).mean(axis=1)
+
+
+def first_round_reaching(curve, level: float) -> int | None:
+    """The first round at which ``curve`` is at least ``level``, or None."""
+    hit = curve[curve >= level]
+    return int(hit.index[0]) if len(hit) else None
 
 
 def provenance(command: str, summaries: list[dict]) -> str:

@@ -25,7 +25,7 @@ import pandas as pd  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from fedrun.cli import CONF_DIR  # noqa: E402
-from fedrun.reproduce import provenance, run_jobs  # noqa: E402
+from fedrun.reproduce import first_round_reaching, mean_curve, provenance, run_jobs  # noqa: E402
 
 FIGURES = {  # figure -> (swept key, label in the plots)
     "fig5a": ("algo.selector.alpha", "alpha"),
@@ -41,17 +41,6 @@ def grid(fig: str) -> list[list[str]]:
     params = OmegaConf.load(Path(CONF_DIR) / "experiment" / f"bherd_{fig}.yaml").hydra.sweeper.params
     axes = [[f"{key}={v.strip()}" for v in str(values).split(",")] for key, values in params.items()]
     return [list(p) for p in itertools.product(*axes)]
-
-
-def curves(run_dirs: list[str]) -> pd.Series:
-    """Mean test accuracy (%) per round over the seeds' metrics.csv."""
-    frames = [pd.read_csv(Path(d) / "metrics.csv").set_index("round")["test_acc"] for d in run_dirs]
-    return 100 * pd.concat(frames, axis=1).mean(axis=1)
-
-
-def first_round_reaching(curve: pd.Series, level: float) -> int | None:
-    hit = curve[curve >= level]
-    return int(hit.index[0]) if len(hit) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for ax, case in zip(axes, CASES):
             values = [v for c, v in dirs if c == case]
-            table = {v: curves(dirs[case, v]) for v in values}
+            table = {v: 100 * mean_curve(dirs[case, v]) for v in values}
             reference = table.get("1.0") if fig == "fig5a" else None
             level = None if reference is None else reference.iloc[-1] - 0.5
             for v, c in table.items():

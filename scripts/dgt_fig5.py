@@ -23,26 +23,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedrun.reproduce import fixture_for, provenance, run_jobs  # noqa: E402
+from fedrun.reproduce import first_round_reaching, fixture_for, mean_curve, provenance, run_jobs  # noqa: E402
 
 BASES = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD"}
 DEFAULT_TARGETS = {"mnist": 0.9, "fashion_mnist": 0.7, "cifar10": 0.4}
-
-
-def curves(run_dirs: list[str], column: str) -> pd.Series:
-    """Mean over seeds of a metrics.csv column; ``aggregated_*`` is the updates the server aggregates: after
-    harmonising (``post_*``) where a harmoniser ran, else as sent (``pre_*``)."""
-    frames = []
-    for d in run_dirs:
-        m = pd.read_csv(Path(d) / "metrics.csv").set_index("round")
-        name = column.replace("aggregated_", "post_" if column.replace("aggregated_", "post_") in m else "pre_")
-        frames.append(m[name])
-    return pd.concat(frames, axis=1).mean(axis=1)
-
-
-def first_round(curve: pd.Series, level: float) -> int | None:
-    hit = curve[curve >= level]
-    return int(hit.index[0]) if len(hit) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,14 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for (base, dgt), run_dirs in dirs.items():
             label = BASES[base] + (" + DGT" if dgt else "")
-            acc, cos, conflict = (curves(run_dirs, c) for c in ("test_acc", "aggregated_cos_mean",
+            acc, cos, conflict = (mean_curve(run_dirs, c) for c in ("test_acc", "aggregated_cos_mean",
                                                                 "aggregated_conflict_ratio"))
             style = "-" if dgt else "--"
             axes[0].plot(acc.index, 100 * acc.values, style, label=label)
             axes[1].plot(cos.index, cos.values, style, label=label)
             axes[2].plot(conflict.index, conflict.values, style, label=label)
             rows.append({"method": label, "final acc %": 100 * acc.iloc[-1], "best acc %": 100 * acc.max(),
-                         f"rounds to {targets[ds]:.0%}": first_round(acc, targets[ds]),
+                         f"rounds to {targets[ds]:.0%}": first_round_reaching(acc, targets[ds]),
                          "mean cos (updates)": cos.mean(), "conflicting pairs": conflict.mean()})
         for ax, title in zip(axes, ("test accuracy (%)", "mean pairwise cosine of the aggregated updates",
                                     "share of aggregated update pairs with negative cosine")):
