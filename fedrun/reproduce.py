@@ -114,6 +114,11 @@ def first_round_reaching(curve, level: float) -> int | None:
     return int(hit.index[0]) if len(hit) else None
 
 
+def verdict(holds: bool) -> str:
+    """How a table says whether a paper's claim held on its runs."""
+    return "CONFIRMED" if holds else "NOT confirmed"
+
+
 def provenance(command: str, summaries: list[dict]) -> str:
     """One sentence for a table's header: the command, this commit, the runs' commits, compute time, machine."""
     commits = sorted({str(s.get("git_commit")) for s in summaries})

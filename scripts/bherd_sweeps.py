@@ -25,7 +25,7 @@ import pandas as pd  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from fedrun.cli import CONF_DIR  # noqa: E402
-from fedrun.reproduce import first_round_reaching, mean_curve, provenance, run_jobs  # noqa: E402
+from fedrun.reproduce import first_round_reaching, mean_curve, provenance, run_jobs, verdict  # noqa: E402
 
 FIGURES = {  # figure -> (swept key, label in the plots)
     "fig5a": ("algo.selector.alpha", "alpha"),
@@ -126,9 +126,9 @@ def claims_fig5a(frame: pd.DataFrame, early: str, final: str) -> str:
         faster = [a for a in ("0.3", "0.5") if by.loc[a, early] >= fedavg[early] + MARGIN]
         lines.append(f"- {CASES[case]}: alpha=0.1 ends at {low[final]:.2f}% (std over the last 20 rounds "
                      f"{low['std last 20']:.2f}) vs FedAvg {fedavg[final]:.2f}% ({fedavg['std last 20']:.2f}): "
-                     f"'fails to converge' {'CONFIRMED' if fails else 'NOT confirmed'}; at {early} alpha=0.3/0.5 "
+                     f"'fails to converge' {verdict(fails)}; at {early} alpha=0.3/0.5 "
                      f"reach {by.loc['0.3', early]:.2f}/{by.loc['0.5', early]:.2f}% vs FedAvg "
-                     f"{fedavg[early]:.2f}%: 'accelerates' {'CONFIRMED' if len(faster) == 2 else 'NOT confirmed'} (margin "
+                     f"{fedavg[early]:.2f}%: 'accelerates' {verdict(len(faster) == 2)} (margin "
                      f"{MARGIN} points).")
     return "\n".join(lines) + "\n"
 

@@ -23,7 +23,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedrun.reproduce import first_round_reaching, fixture_for, mean_curve, provenance, run_jobs  # noqa: E402
+from fedrun.reproduce import (  # noqa: E402
+    first_round_reaching, fixture_for, mean_curve, provenance, run_jobs, verdict)
 
 BASES = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD"}
 DEFAULT_TARGETS = {"mnist": 0.9, "fashion_mnist": 0.7, "cifar10": 0.4}
@@ -102,12 +103,10 @@ def claims(frame: pd.DataFrame, target: float) -> str:
     for base in BASES.values():
         a, b = by.loc[base], by.loc[base + " + DGT"]
         faster = b[col] is not None and not pd.isna(b[col]) and (pd.isna(a[col]) or b[col] < a[col])
-        lines.append(f"- {base}: rounds to {target:.0%} {a[col]} -> {b[col]} with DGT "
-                     f"({'faster: CONFIRMED' if faster else 'faster: NOT confirmed'}); final accuracy "
-                     f"{a['final acc %']:.2f} -> {b['final acc %']:.2f} "
-                     f"({'higher: CONFIRMED' if b['final acc %'] > a['final acc %'] else 'higher: NOT confirmed'}); "
-                     f"mean cosine {a['mean cos (updates)']:.3f} -> {b['mean cos (updates)']:.3f} "
-                     f"({'more similar: CONFIRMED' if b['mean cos (updates)'] > a['mean cos (updates)'] else 'more similar: NOT confirmed'}).")
+        acc, cos = "final acc %", "mean cos (updates)"
+        lines.append(f"- {base}: rounds to {target:.0%} {a[col]} -> {b[col]} with DGT (faster: {verdict(faster)}); "
+                     f"final accuracy {a[acc]:.2f} -> {b[acc]:.2f} (higher: {verdict(b[acc] > a[acc])}); mean cosine "
+                     f"{a[cos]:.3f} -> {b[cos]:.3f} (more similar: {verdict(b[cos] > a[cos])}).")
     return "\n".join(lines) + "\n"
 
 

@@ -91,7 +91,7 @@ class Simulation:
         (``auto``: host only when the largest cohort's steps exceed memory_fraction of the accelerator's free
         memory)."""
         hw = self.cfg.hardware
-        taus = sorted((self.plan(c, 1).tau for c in range(self.num_clients)), reverse=True)
+        taus = sorted((self.local_steps(c) for c in range(self.num_clients)), reverse=True)
         need = sum(taus[: self.cfg.fl.clients_per_round]) * len(self.params) * self.params.element_size()
         choice = hw.get("step_store", "auto")
         if choice == "auto":
@@ -108,10 +108,18 @@ class Simulation:
         """Client's steps and minibatches this round; a rule that draws k batches per step (Per-FedAvg) gets
         minibatches of k*B samples and tau_i = floor(E n_i / (k B))."""
         fl = self.cfg.fl
-        width = fl.batch_size * getattr(self.algo.local, "batches_per_step", 1)
-        indices = self.partition.indices[client]
-        tau = self.algo.schedule.local_steps(len(indices), fl.local_epochs, width)
-        return plan_client(client, indices, tau, width, self.cfg.seed, rnd, fl.reshuffle, self.device)
+        width, indices = self.batch_width, self.partition.indices[client]
+        return plan_client(client, indices, self.local_steps(client), width, self.cfg.seed, rnd, fl.reshuffle,
+                           self.device)
+
+    @property
+    def batch_width(self) -> int:
+        return self.cfg.fl.batch_size * getattr(self.algo.local, "batches_per_step", 1)
+
+    def local_steps(self, client: int) -> int:
+        """tau_i of ``client`` under the schedule as it stands."""
+        n = len(self.partition.indices[client])
+        return self.algo.schedule.local_steps(n, self.cfg.fl.local_epochs, self.batch_width)
 
     def lr(self, rnd: int) -> float:
         """``fl.lr``, times ``fl.lr_gamma`` for every milestone in ``fl.lr_milestones`` reached (BHerd Fig. 4:
