@@ -129,7 +129,40 @@ def validate(cfg) -> None:
          "timing.step_time_s=null")
     need(_is_num(timing.get("bandwidth_mbps", 25)) and timing.get("bandwidth_mbps", 25) > 0, "timing.bandwidth_mbps",
          timing.get("bandwidth_mbps"), "must be > 0", "timing.bandwidth_mbps=25")
+    server_bw, budget = timing.get("server_bandwidth_mbps", 10000), timing.get("budget_s")
+    need(_is_num(server_bw) and server_bw > 0, "timing.server_bandwidth_mbps", server_bw, "must be > 0",
+         "timing.server_bandwidth_mbps=10000")
+    need(budget is None or (_is_num(budget) and budget > 0), "timing.budget_s", budget, "must be null or > 0",
+         "timing.budget_s=null")
     sched = cfg.algo.get("schedule", {})
+    simulated = timing.get("name") == "simulated"
+    if sched.get("name") == "fixed":
+        tau = sched.get("tau")
+        need(tau is None or (_is_int(tau) and tau >= 1), "algo.schedule.tau", tau,
+             "must be null (tau_i = floor(E n_i / B)) or an integer >= 1", "algo.schedule.tau=null")
+    if sched.get("name") == "afl":
+        need(simulated and timing.get("budget_s") is not None, "algo/schedule", "afl",
+             "needs the time model and a budget (AFL picks tau from the per-step and per-round times within R)",
+             "timing=simulated timing.budget_s=<seconds>")
+        for key, fix in (("phi", "5e-5"), ("beta_floor", "1e-5")):
+            need(_is_num(sched.get(key)) and sched.get(key) > 0, f"algo.schedule.{key}", sched.get(key), "must be > 0",
+                 f"algo.schedule.{key}={fix}")
+        for key, fix in (("tau_init", 1), ("tau_max", 100), ("search_factor", 10)):
+            need(_is_int(sched.get(key)) and sched.get(key) >= 1, f"algo.schedule.{key}", sched.get(key),
+                 "must be an integer >= 1", f"algo.schedule.{key}={fix}")
+        need(_is_num(sched.moving_average) and 0 <= sched.moving_average < 1, "algo.schedule.moving_average",
+             sched.moving_average, "must be in [0, 1)", "algo.schedule.moving_average=0.0")
+    if sched.get("name") == "adacomm":
+        need(_is_int(sched.tau0) and sched.tau0 >= 1, "algo.schedule.tau0", sched.tau0, "must be an integer >= 1",
+             "algo.schedule.tau0=100")
+        need(sched.form in ("paper", "paddle"), "algo.schedule.form", sched.form, "must be paper or paddle",
+             "algo.schedule.form=paper")
+        need(sched.tau_max is None or (_is_int(sched.tau_max) and sched.tau_max >= 1), "algo.schedule.tau_max",
+             sched.tau_max, "must be null or an integer >= 1", "algo.schedule.tau_max=null")
+        interval = sched.interval_s
+        need(interval is None or (_is_num(interval) and interval > 0 and simulated), "algo.schedule.interval_s",
+             interval, "must be null (every round) or > 0 seconds of simulated time (with timing=simulated)",
+             "algo.schedule.interval_s=null")
     if sched.get("name") == "gift":
         need(_is_int(sched.tau0) and sched.tau0 >= 1, "algo.schedule.tau0", sched.tau0, "must be an integer >= 1",
              "algo.schedule.tau0=100")

@@ -1,29 +1,40 @@
 """GIFT's Gradient Consistency and tau rule against hand computations."""
 
 import csv
+import math
 
 import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.schedule import GIFT, FixedSchedule, gradient_consistency
+from fedrun.algorithms.schedule import AFL, GIFT, AdaComm, FixedSchedule, RoundFeedback, afl_objective, \
+    gradient_consistency
 from fedrun.engine.simulation import run_experiment
+
+
+def feedback(updates=None, probe=None, **kw) -> RoundFeedback:
+    """A round's feedback for a schedule under test: the given updates or probe, placeholders elsewhere."""
+    updates = torch.zeros(1, 1) if updates is None else updates
+    base = dict(updates=updates, local_params=lambda: updates, old_params=torch.zeros(updates.shape[1]),
+                new_params=torch.zeros(updates.shape[1]), sizes=torch.ones(len(updates)), probe=probe, lr=0.1,
+                lr0=0.1)
+    return RoundFeedback(**(base | kw))
 
 
 def test_consistency_is_one_when_updates_agree_and_zero_when_they_cancel():
     agree = GIFT(beta=0.0)
-    assert agree.observe(torch.tensor([[1.0, 2.0], [3.0, 0.5], [0.2, 0.1]]))["gift_C"] == pytest.approx(1.0)
+    assert agree.observe(feedback(torch.tensor([[1.0, 2.0], [3.0, 0.5], [0.2, 0.1]])))["gift_C"] == pytest.approx(1.0)
     cancel = GIFT(beta=0.0)
-    assert cancel.observe(torch.tensor([[1.0, -2.0], [-1.0, 2.0]]))["gift_C"] == pytest.approx(0.0)
+    assert cancel.observe(feedback(torch.tensor([[1.0, -2.0], [-1.0, 2.0]])))["gift_C"] == pytest.approx(0.0)
     mixed = torch.tensor([[1.0, -2.0], [-1.0, 2.1]])
-    assert 0 < GIFT(beta=0.0).observe(mixed)["gift_C"] < 0.05
+    assert 0 < GIFT(beta=0.0).observe(feedback(mixed))["gift_C"] < 0.05
 
 
 def test_pooled_emas_after_three_hand_made_rounds():
     g = GIFT(beta=0.5)
     rounds = [torch.tensor([[1.0, -1.0], [2.0, 1.0]]), torch.tensor([[-2.0, 0.0]]), torch.tensor([[0.0, 4.0]])]
     for u in rounds:
-        c = g.observe(u)["gift_C"]
+        c = g.observe(feedback(u))["gift_C"]
     # P: r1 sum relu = (3, 1) -> (1.5, 0.5); r2 (0, 0) -> (0.75, 0.25); r3 (0, 4) -> (0.375, 2.125)
     # N: r1 (0, -1) -> (0, -0.5); r2 (-2, 0) -> (-1, -0.25); r3 (0, 0) -> (-0.5, -0.125)
     torch.testing.assert_close(g.positive, torch.tensor([0.375, 2.125], dtype=torch.float64))
@@ -89,13 +100,17 @@ def test_simulated_time_is_parallel_compute_plus_last_report_plus_transfer(tmp_p
 
     cfg = cfg_factory("data=digits", "model=logreg", "fl.num_clients=10", "participation=earliest",
                       "participation.fraction=0.3", "timing=simulated", "timing.step_time_s=0.5",
-                      "timing.bandwidth_mbps=8")
+                      "timing.bandwidth_mbps=8", "timing.server_bandwidth_mbps=16")
     sim = Simulation(cfg)
     out = sim.run_round(1)
     cohort, last = sim.participants(1)
     assert [p.id for p in out.plans] == list(cohort) and len(cohort) == 3
-    transfer = 2 * sim.model_bytes * 8 / 8e6
+    # each way: 3 copies share the 16 Mbps server link (1.5 x a copy at 8 Mbps), slower than one client's link
+    transfer = 2 * 3 * sim.model_bytes * 8 / 16e6
     assert out.diagnostics["sim_round_s"] == pytest.approx(max(p.tau for p in out.plans) * 0.5 + last + transfer)
+    sim.cfg.timing.server_bandwidth_mbps = 1e6  # a fast server: the client's link decides
+    step, sync = sim.simulated_times(out.plans, 1.0, last)
+    assert (step, sync) == (0.5, pytest.approx(last + 2 * sim.model_bytes * 8 / 8e6))
     run_experiment(cfg_factory("data=digits", "model=logreg", "fl.rounds=3", "timing=simulated",
                                "timing.step_time_s=0.5"), tmp_path)
     with open(tmp_path / "metrics.csv") as f:
@@ -115,3 +130,118 @@ def test_gift_presets_run_a_few_rounds_from_the_cli(tmp_path):
     for preset in ("gift_lenet5_cifar10", "gift_vgg16_cifar10", "gift_lenet5_fashion_mnist"):
         job = run_cli(f"experiment={preset}", "--cfg", "job", cwd=tmp_path).stdout
         assert "name: gift" in job and "name: earliest" in job and "client_fraction: 0.01" in job
+
+
+def direct_G(tau, beta, rho, delta, eta, phi, c, b, budget):
+    """AFL's G(tau) written out once more, scalar by scalar, from reference-rules.md §9."""
+    h = max(0.0, delta / beta * ((eta * beta + 1) ** tau - 1) - eta * delta * tau)
+    t = (budget - c - b) * tau / (c * tau + b)
+    return (1 + math.sqrt(1 + 4 * t * t * phi * rho * eta * h / tau)) / (2 * t * eta * phi) + rho * h
+
+
+@pytest.mark.parametrize("est", [dict(beta=2.0, rho=5.0, delta=1.5), dict(beta=0.3, rho=20.0, delta=0.2),
+                                 dict(beta=8.0, rho=0.5, delta=4.0)])
+def test_afl_tau_is_the_direct_minimiser_of_G(est):
+    afl = AFL(phi=0.025, tau_init=7)
+    args = dict(eta=0.01, c=0.013, b=0.13, budget=15.0)
+    chosen = afl.choose_tau(est["beta"], est["rho"], est["delta"], args["eta"], args["c"], args["b"], args["budget"])
+    values = {t: direct_G(t, est["beta"], est["rho"], est["delta"], args["eta"], 0.025, args["c"], args["b"],
+                          args["budget"]) for t in range(1, 71)}  # search 1..10 x the previous tau
+    assert chosen == min(values, key=values.get)
+    assert afl_objective(np.array([chosen]), **est, eta=0.01, phi=0.025, c=0.013, b=0.13, budget=15.0)[0] \
+        == pytest.approx(values[chosen])
+    assert AFL(phi=0.025, tau_init=7, tau_max=2).choose_tau(**est, **args) == min(chosen, 2)
+
+
+def test_afl_estimates_beta_rho_delta_from_the_probe_by_hand():
+    # two clients (n = 1, 3); last local iterates w_1 = (3, 4), w_2 = (0, 1); new global model w = (0, 0)
+    local = torch.tensor([[3.0, 4.0], [0.0, 1.0]])
+    grads = {"local": torch.tensor([[1.0, 0.0], [0.0, 2.0]]), "global": torch.tensor([[1.0, 3.0], [0.0, -2.0]])}
+    losses = {"local": torch.tensor([1.0, 2.0]), "global": torch.tensor([6.0, 2.5])}
+
+    def probe(points):
+        which = "local" if points.dim() == 2 else "global"
+        return losses[which], grads[which]
+
+    fb = feedback(torch.zeros(2, 2), probe, local_params=lambda: local, sizes=torch.tensor([1.0, 3.0]))
+    e = AFL().estimate(fb)
+    # beta_i = ||g_loc - g_glob|| / ||w_i - w||: 3/5 and 4/1; rho_i = |f_loc - f_glob| / dist: 5/5 and 0.5/1
+    assert e["beta"] == pytest.approx(0.25 * 0.6 + 0.75 * 4.0)
+    assert e["rho"] == pytest.approx(0.25 * 1.0 + 0.75 * 0.5)
+    # grad F(w) = 0.25 (1, 3) + 0.75 (0, -2) = (0.25, -0.75); delta = sum p_i ||g_i - grad F||
+    g_mean = torch.tensor([0.25, -0.75])
+    want = 0.25 * float((grads["global"][0] - g_mean).norm()) + 0.75 * float((grads["global"][1] - g_mean).norm())
+    assert e["delta"] == pytest.approx(want)
+    # a client that did not move gives beta = 0, floored at 1e-5
+    still = feedback(torch.zeros(1, 2), lambda p: (torch.ones(1), torch.ones(1, 2)), local_params=lambda: torch.zeros(1, 2))
+    assert AFL().estimate(still)["beta"] == pytest.approx(1e-5)
+
+
+def test_afl_shrinks_tau_to_what_the_budget_can_still_pay_for():
+    probe_out = {2: (torch.tensor([1.0]), torch.tensor([[1.0, 0.0]])), 1: (torch.tensor([0.0]), torch.zeros(1, 2))}
+    fb = dict(local_params=lambda: torch.tensor([[1.0, 0.0]]), probe=lambda p: probe_out[p.dim()],
+              step_time_s=0.5, sync_time_s=1.0, budget_s=100.0, lr=0.01)
+    free = AFL(tau_init=10)
+    tau = free.observe(feedback(torch.zeros(1, 2), elapsed_s=0.0, **{k: v for k, v in fb.items() if k != "probe"},
+                                probe=fb["probe"]))["next_tau"]
+    assert 1 <= tau <= 100
+    tight = AFL(tau_init=10)
+    # 100 - 95 = 5 s left: at most int((5 - 2 * 1 - 0.5) / 0.5) = 5 steps, and never more than G's choice
+    out = tight.observe(feedback(torch.zeros(1, 2), elapsed_s=95.0, **{k: v for k, v in fb.items() if k != "probe"},
+                                 probe=fb["probe"]))
+    assert out["next_tau"] == min(tau, 5)
+
+
+def test_adacomm_tau_from_the_loss_ratio():
+    a = AdaComm(tau0=100)
+    assert a.tau_for(loss=0.5, loss0=2.0, lr=0.1, lr0=0.1) == 50  # sqrt(1/4) * 100
+    assert a.tau_for(loss=1.0, loss0=2.0, lr=0.05, lr0=0.1) == 100  # sqrt(0.1 * 1 / (0.05 * 2)) = 1
+    assert a.tau_for(loss=0.3, loss0=2.0, lr=0.1, lr0=0.1) == math.ceil(math.sqrt(0.15) * 100)  # 39
+    assert AdaComm(tau0=100, form="paddle").tau_for(0.5, 2.0, 0.1, 0.1) == 5  # sqrt(0.25 * 100)
+    assert AdaComm(tau0=100, tau_max=16).tau_for(0.5, 2.0, 0.1, 0.1) == 16
+    assert a.tau_for(1e-9, 2.0, 0.1, 0.1) == 1
+
+
+def test_adacomm_reads_the_probe_halves_on_a_plateau_and_waits_for_its_interval():
+    losses = iter([2.0, 0.5, 0.72, 0.8, 0.1])  # F_0 at the first round's start, then one per round
+
+    def probe(points):
+        return torch.tensor([next(losses)]), torch.zeros(1, 1)
+
+    a = AdaComm(tau0=100)
+    taus = [a.observe(feedback(probe=probe))["next_tau"] for _ in range(4)]
+    # F = 0.5 -> sqrt(0.25) 100 = 50; 0.72 >= 0.5: halve -> 25; 0.8 >= 0.72: halve -> 12;
+    # 0.1 decreased again: the formula, ceil(sqrt(0.05) 100) = 23
+    assert taus == [50, 25, 12, 23]
+    assert AdaComm(tau0=100, halve_on_plateau=False).tau_for(0.72, 2.0, 0.1, 0.1) == 60
+    timed = AdaComm(tau0=100, interval_s=10.0)
+    steps = iter([2.0, 0.5, 0.5, 0.08])
+    probe2 = lambda p: (torch.tensor([next(steps)]), torch.zeros(1, 1))  # noqa: E731
+    assert timed.observe(feedback(probe=probe2, elapsed_s=4.0))["next_tau"] == 100  # before the first boundary
+    assert timed.observe(feedback(probe=probe2, elapsed_s=12.0))["next_tau"] == 50  # 10 s reached: F = 0.5 -> 50
+    assert timed.observe(feedback(probe=probe2, elapsed_s=31.0))["next_tau"] == 20  # 20 s passed: 0.08 -> 20
+
+
+@pytest.mark.parametrize("schedule", ["afl", "adacomm"])
+def test_afl_and_adacomm_run_from_config_within_a_time_budget(tmp_path, cfg_factory, schedule):
+    cfg = cfg_factory("data=digits", "model=logreg", "fl.rounds=50", "fl.num_clients=5", "fl.clients_per_round=5",
+                      f"algo/schedule={schedule}", "timing=simulated", "timing.step_time_s=0.01",
+                      "timing.budget_s=1.0", "algo.schedule.tau0=5" if schedule == "adacomm" else "fl.lr=0.1")
+    summary = run_experiment(cfg, tmp_path)
+    with open(tmp_path / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert summary["stopped_by"] == "timing.budget_s" and summary["rounds_completed"] == len(rows) < 50
+    assert float(rows[-1]["sim_time_s"]) >= 1.0 > float(rows[-2]["sim_time_s"])
+    for prev, row in zip(rows, rows[1:]):
+        assert float(row["tau"]) == float(prev["next_tau"])
+    key = "afl_beta" if schedule == "afl" else "adacomm_loss"
+    assert all(math.isfinite(float(r[key])) for r in rows)
+
+
+def test_fixed_schedule_with_tau_gives_every_client_that_many_steps(cfg_factory):
+    from fedrun.engine.simulation import Simulation
+
+    assert FixedSchedule(tau=100).local_steps(600, 1.0, 32) == 100
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=4",
+                                 "algo.schedule.tau=3"))
+    assert [p.tau for p in sim.run_round(1).plans] == [3, 3, 3, 3]

@@ -18,7 +18,7 @@ from .variance_reduced import LoSAC, MimeSVRG
 from .server_opt import ServerAdaptive, ServerMomentum, ServerSGD
 from .harmonize import DGT, FedGH
 from .parts import AllSteps, NoHarmonizer
-from .schedule import GIFT, FixedSchedule
+from .schedule import AFL, GIFT, AdaComm, FixedSchedule
 
 LOCAL_RULES = {
     "sgd": lambda c: LocalSGD(c.get("mu", 0.0)),
@@ -52,9 +52,13 @@ SERVER_OPTIMIZERS = {
        for kind in ("adagrad", "adam", "yogi")},
 }
 SCHEDULES = {
-    "fixed": lambda c: FixedSchedule(),
+    "fixed": lambda c: FixedSchedule(c.get("tau")),
     "gift": lambda c: GIFT(c.get("tau0", 100), c.get("beta", 0.9), c.get("patience", 2), c.get("factor", 2),
                            c.get("relax", False), c.get("relax_after", 10), c.get("relax_step", 5)),
+    "adacomm": lambda c: AdaComm(c.get("tau0", 100), c.get("interval_s"), c.get("form", "paper"),
+                                 c.get("halve_on_plateau", True), c.get("tau_max")),
+    "afl": lambda c: AFL(c.get("phi", 5e-5), c.get("tau_init", 1), c.get("tau_max", 100), c.get("search_factor", 10),
+                         c.get("moving_average", 0.0), c.get("beta_floor", 1e-5)),
 }
 
 PARTS = {"local": LOCAL_RULES, "selector": SELECTORS, "harmonizer": HARMONIZERS, "aggregator": AGGREGATORS,
@@ -69,7 +73,7 @@ class Algorithm:
     harmonizer: NoHarmonizer | FedGH | DGT
     aggregator: Aggregator
     server_opt: ServerOptimizer
-    schedule: FixedSchedule | GIFT
+    schedule: FixedSchedule | GIFT | AdaComm | AFL
     pooled: bool  # one client holding all training data (centralized SGD)
 
 

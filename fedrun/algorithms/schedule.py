@@ -1,26 +1,58 @@
 """Synchronisation schedules: how many local steps each client takes in a round, decided from what the server saw.
 
-A schedule answers ``local_steps(n_i, E, B)`` when a round is planned and ``observe(updates)`` after the round with
-the stacked updates the clients sent (K, d), returning what it logs. ``fixed`` keeps tau_i = floor(E n_i / B);
-GIFT tunes one tau for every client from the updates alone (no losses, no data statistics).
+A schedule answers ``local_steps(n_i, E, B)`` when a round is planned and ``observe(feedback)`` after the round's
+aggregation, returning what it logs. What each reads from :class:`RoundFeedback` is what its paper needs:
+``fixed`` nothing (tau_i = floor(E n_i / B)); GIFT only the updates the clients sent (no losses, no data
+statistics); AdaComm the training loss at the new global model; AFL the clients' gradients and losses at their last
+local iterate and at the new global model, and the time model's per-step and per-synchronisation times.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
+import numpy as np
 import torch
 
 
+@dataclass
+class RoundFeedback:
+    """What the server can learn after a round. ``probe(points)`` evaluates, on each of the round's clients' last
+    minibatch, the training objective (loss plus (weight_decay / 2) ||w||^2) and its gradient at ``points``: one
+    parameter vector (d,) for every client, or one per client (K, d); it returns losses (K,) and gradients (K, d).
+    It costs two passes per client, so only the schedules that need it (AFL, AdaComm) call it."""
+
+    updates: torch.Tensor  # (K, d) the updates the server received (after client-side selection), w_i - w_t
+    local_params: Callable[[], torch.Tensor]  # (K, d) each client's last local iterate
+    old_params: torch.Tensor  # w_t, the model the round started from
+    new_params: torch.Tensor  # w_{t+1}, the aggregated model
+    sizes: torch.Tensor  # (K,) n_i of the round's clients
+    probe: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    lr: float  # the next round's learning rate
+    lr0: float  # the first round's learning rate
+    step_time_s: float | None = None  # time model: seconds per local step (None without timing=simulated)
+    sync_time_s: float | None = None  # time model: the round's time outside local steps (reports, transfers)
+    elapsed_s: float | None = None  # simulated time so far, this round included
+    budget_s: float | None = None  # timing.budget_s
+
+
 class FixedSchedule:
-    """Each client takes tau_i = floor(E |D_i| / B) local steps every round, at least 1 (BHerd Sec. III-A)."""
+    """Each client takes tau_i = floor(E |D_i| / B) local steps every round, at least 1 (BHerd Sec. III-A), or
+    ``tau`` steps when it is given (FedAvg with a fixed number of local iterations, GIFT Table 1's baseline)."""
 
     name = "fixed"
 
+    def __init__(self, tau: int | None = None):
+        self.tau = tau
+
     def local_steps(self, num_samples: int, epochs: float, batch_size: int) -> int:
+        if self.tau is not None:
+            return int(self.tau)
         return max(1, math.floor(epochs * num_samples / batch_size + 1e-9))
 
-    def observe(self, updates: torch.Tensor) -> dict[str, float]:
+    def observe(self, feedback: RoundFeedback) -> dict[str, float]:
         return {}
 
 
@@ -56,10 +88,10 @@ class GIFT:
     def local_steps(self, num_samples: int, epochs: float, batch_size: int) -> int:
         return self.tau
 
-    def observe(self, updates: torch.Tensor) -> dict[str, float]:
+    def observe(self, feedback: RoundFeedback) -> dict[str, float]:
         """Fold the round's updates into the EMAs, update C_r and tau for the next round; returns C_r and the tau
         the next round will use."""
-        u = updates.double()
+        u = feedback.updates.double()
         pos, neg = u.clamp_min(0).sum(dim=0), u.clamp_max(0).sum(dim=0)
         if self.positive is None:
             self.positive, self.negative = torch.zeros_like(pos), torch.zeros_like(neg)
@@ -82,3 +114,126 @@ class GIFT:
         elif self.relax and self.halvings == 0 and self.decreasing >= self.relax_after:
             self.tau, self.decreasing = self.tau + self.relax_step, 0
         return self.tau
+
+
+class AdaComm:
+    """AdaComm (Wang & Joshi 2019; reference-rules.md §9): tau_l = ceil(sqrt(eta_0 F_l / (eta_l F_0)) tau_0), F the
+    training loss at the global model at the start of interval l, F_0 at the initial model. fedrun estimates F as the
+    n_i-weighted loss of the global model on the round's clients' last minibatches (the server learns losses: the
+    paper needs them). ``interval_s``: null recomputes tau every round (Paddle's AdaptiveLocalSGD), a number every
+    that many simulated seconds (the paper's wall-clock intervals T_0). ``form=paddle`` puts tau_0 inside the square
+    root as Paddle does. ``halve_on_plateau``: when F did not decrease over an interval, tau is halved instead (the
+    fallback GIFT's Sec. 6.3 describes). ``tau_max`` caps tau (Paddle: 16; null: no cap)."""
+
+    name = "adacomm"
+
+    def __init__(self, tau0: int = 100, interval_s: float | None = None, form: str = "paper",
+                 halve_on_plateau: bool = True, tau_max: int | None = None):
+        self.tau0, self.tau, self.interval_s, self.form = int(tau0), int(tau0), interval_s, form
+        self.halve_on_plateau, self.tau_max = bool(halve_on_plateau), tau_max
+        self.loss0: float | None = None
+        self.last_loss: float | None = None
+        self.next_update_s = float(interval_s) if interval_s else 0.0
+
+    def local_steps(self, num_samples: int, epochs: float, batch_size: int) -> int:
+        return self.tau
+
+    def tau_for(self, loss: float, loss0: float, lr: float, lr0: float) -> int:
+        """The rule's tau for the loss ratio F / F_0 at learning rate lr (lr0 at the start)."""
+        ratio = lr0 * loss / (lr * loss0)
+        raw = math.sqrt(ratio * self.tau0) if self.form == "paddle" else math.sqrt(ratio) * self.tau0
+        tau = max(1, math.ceil(raw - 1e-12))
+        return min(tau, int(self.tau_max)) if self.tau_max else tau
+
+    def observe(self, feedback: RoundFeedback) -> dict[str, float]:
+        p = (feedback.sizes / feedback.sizes.sum()).double()
+        if self.loss0 is None:
+            self.loss0 = float(p @ feedback.probe(feedback.old_params)[0].double())
+            self.last_loss = self.loss0
+        loss = float(p @ feedback.probe(feedback.new_params)[0].double())
+        due = self.interval_s is None or (feedback.elapsed_s or 0.0) >= self.next_update_s
+        if due:
+            if self.interval_s:
+                self.next_update_s += float(self.interval_s) * max(1, math.ceil(
+                    ((feedback.elapsed_s or 0.0) - self.next_update_s) / float(self.interval_s) + 1e-12))
+            if self.halve_on_plateau and loss >= self.last_loss:
+                self.tau = max(1, self.tau // 2)
+            else:
+                self.tau = self.tau_for(loss, self.loss0, feedback.lr, feedback.lr0)
+            self.last_loss = loss
+        return {"adacomm_loss": loss, "next_tau": float(self.tau)}
+
+
+def afl_objective(tau: np.ndarray, beta: float, rho: float, delta: float, eta: float, phi: float, c: float,
+                  b: float, budget: float) -> np.ndarray:
+    """AFL's G(tau) (Wang et al. 2019, the authors' ``adaptive_tau.py``; reference-rules.md §9):
+    h(tau) = max(0, (delta / beta)((eta beta + 1)^tau - 1) - eta delta tau), T' = (R - c - b) tau / (c tau + b),
+    G = [1 + sqrt(1 + 4 T'^2 phi rho eta h / tau)] / (2 T' eta phi) + rho h."""
+    tau = np.asarray(tau, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = np.maximum(0.0, (delta / beta) * (np.power(eta * beta + 1.0, tau) - 1.0) - eta * delta * tau)
+        t_adj = (budget - c - b) * tau / (c * tau + b)
+        inner = np.maximum(0.0, 1.0 + 4.0 * t_adj**2 * phi * rho * eta * h / tau)
+        g = (1.0 + np.sqrt(inner)) / (2.0 * t_adj * eta * phi) + rho * h
+    return np.where(np.isfinite(g), g, np.inf)
+
+
+class AFL:
+    """AFL's control rule (Wang et al., "Adaptive Federated Learning in Resource Constrained Edge Computing
+    Systems", 2019; the authors' code, reference-rules.md §9). After each round, per client i with w_i its last local
+    iterate and w the new global model, on its last minibatch:
+    beta_i = ||grad F_i(w_i) - grad F_i(w)|| / ||w_i - w|| (floored at beta_floor), rho_i = |F_i(w_i) - F_i(w)| /
+    ||w_i - w||; beta, rho and delta = sum_i D_i ||grad F_i(w) - grad F(w)|| / D are D_i-weighted means over the
+    round's clients (moving averages with ``moving_average`` holding weight). The next tau minimises
+    :func:`afl_objective` over 1..search_factor * tau, capped at tau_max, with c (seconds per local step) and b
+    (seconds per synchronisation) from the time model and R = timing.budget_s; when the budget cannot pay for another
+    round of that tau, tau shrinks to what remains. The authors' clients send these estimates one round later (they
+    only see w at the next round's start); fedrun computes the same quantities at aggregation time."""
+
+    name = "afl"
+
+    def __init__(self, phi: float = 5e-5, tau_init: int = 1, tau_max: int = 100, search_factor: int = 10,
+                 moving_average: float = 0.0, beta_floor: float = 1e-5):
+        self.phi, self.tau, self.tau_max, self.search_factor = float(phi), int(tau_init), int(tau_max), int(search_factor)
+        self.moving_average, self.beta_floor = float(moving_average), float(beta_floor)
+        self.estimates: dict[str, float] | None = None
+
+    def local_steps(self, num_samples: int, epochs: float, batch_size: int) -> int:
+        return self.tau
+
+    def estimate(self, feedback: RoundFeedback) -> dict[str, float]:
+        """beta, rho and delta of this round (before the moving average)."""
+        w_local = feedback.local_params()
+        f_loc, g_loc = feedback.probe(w_local)
+        f_glob, g_glob = feedback.probe(feedback.new_params)
+        p = (feedback.sizes / feedback.sizes.sum()).to(torch.float64)
+        dist = torch.linalg.vector_norm((w_local - feedback.new_params).double(), dim=1)
+        moved = dist > 1e-10
+        safe = torch.where(moved, dist, torch.ones_like(dist))
+        beta_i = torch.where(moved, torch.linalg.vector_norm((g_loc - g_glob).double(), dim=1) / safe, 0.0)
+        beta_i = torch.nan_to_num(beta_i, nan=0.0).clamp_min(self.beta_floor)
+        rho_i = torch.nan_to_num(torch.where(moved, (f_loc - f_glob).double().abs() / safe, 0.0), nan=0.0)
+        g_mean = p @ g_glob.double()
+        delta = float(p @ torch.linalg.vector_norm(g_glob.double() - g_mean, dim=1))
+        return {"beta": float(p @ beta_i), "rho": float(p @ rho_i), "delta": delta}
+
+    def choose_tau(self, beta: float, rho: float, delta: float, eta: float, c: float, b: float, budget: float) -> int:
+        """argmin of G over 1..search_factor * tau (the first minimum), capped at tau_max."""
+        taus = np.arange(1, self.search_factor * self.tau + 1)
+        g = afl_objective(taus, beta, rho, delta, eta, self.phi, c, b, budget)
+        return min(int(taus[int(np.argmin(g))]), self.tau_max) if np.isfinite(g).any() else self.tau
+
+    def observe(self, feedback: RoundFeedback) -> dict[str, float]:
+        now = self.estimate(feedback)
+        if self.estimates is None:
+            self.estimates = now
+        else:
+            m = self.moving_average
+            self.estimates = {k: m * self.estimates[k] + (1 - m) * now[k] for k in now}
+        e, c, b, budget = self.estimates, feedback.step_time_s, feedback.sync_time_s, feedback.budget_s
+        tau = self.choose_tau(e["beta"], e["rho"], e["delta"], feedback.lr, c, b, budget)
+        spent = feedback.elapsed_s or 0.0
+        if spent + c * (tau + 1) + 2 * b >= budget:  # the budget cannot pay for another round of this tau
+            tau = min(tau, max(1, int((budget - spent - 2 * b - c) / c)))
+        self.tau = tau
+        return {f"afl_{k}": v for k, v in e.items()} | {"next_tau": float(tau)}

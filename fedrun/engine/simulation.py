@@ -17,6 +17,7 @@ import torch
 
 from ..algorithms import ClientContext, aggregate_buffers, build_algorithm
 from ..algorithms.harmonize import conflict_statistics, cosine_matrix
+from ..algorithms.schedule import RoundFeedback
 from ..config import validate
 from ..data import FedDataset, get_spec, load_dataset
 from ..functional import FunctionalModel
@@ -84,6 +85,7 @@ class Simulation:
                                       self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients))
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.buffers)
         self.step_store = self._step_store() if self.algo.selector.records_steps else None
+        self.sim_time = 0.0  # simulated seconds so far (timing=simulated)
 
     def _step_store(self) -> torch.device:
         """Where a selector (BHerd, GraB) keeps the round's step gradients (``hardware.step_store``): on the compute
@@ -169,11 +171,13 @@ class Simulation:
         weights = (sizes / sizes.sum()).to(device=self.device, dtype=self.params.dtype)
         updates, uploads, selection = algo.selector(result.updates, result.steps, plans, result.uploads, ctx.lr)
         clients = [p.id for p in plans]
-        diagnostics = algo.schedule.observe(updates)  # what the clients sent (GIFT uses nothing else)
-        if self.cfg.get("diagnostics", {}).get("conflicts", False):
+        sent = updates  # what the schedule sees (GIFT uses nothing else)
+        diagnostics = {}
+        conflicts = bool(self.cfg.get("diagnostics", {}).get("conflicts", False))
+        if conflicts:
             diagnostics |= {f"pre_{k}": v for k, v in conflict_statistics(updates).items()}
         harmonized = algo.harmonizer(updates, weights, clients, rnd)
-        if diagnostics and algo.harmonizer.name != "none":
+        if conflicts and algo.harmonizer.name != "none":
             diagnostics |= {f"post_{k}": v for k, v in conflict_statistics(harmonized).items()}
         similarity = None
         every = self.cfg.get("diagnostics", {}).get("similarity_every", 0)
@@ -183,16 +187,25 @@ class Simulation:
         update = algo.aggregator(updates, weights, uploads)
         update, self.rule_state = algo.local.server_update(self.rule_state, update, updates, uploads, weights,
                                                            self.num_clients)
+        old_params = self.params
         self.params, self.server_state = algo.server_opt.apply(self.params, update, self.server_state)
         self.buffers = aggregate_buffers(result.buffers, weights)
+        step_s = sync_s = None
+        if self.cfg.get("timing", {}).get("name", "none") == "simulated":
+            step_s, sync_s = self.simulated_times(plans, train_s, last_report)
+            diagnostics["sim_round_s"] = max(p.tau for p in plans) * step_s + sync_s
+            self.sim_time += diagnostics["sim_round_s"]
+        diagnostics |= algo.schedule.observe(RoundFeedback(
+            sent, lambda: old_params + result.updates, old_params, self.params,
+            torch.tensor([float(p.num_samples) for p in plans], device=self.device),
+            lambda points: self.probe_last_batches(plans, points), self.lr(rnd + 1), self.lr(1), step_s, sync_s,
+            self.sim_time if step_s is not None else None, self.cfg.get("timing", {}).get("budget_s")))
         k = len(plans)
         down = k * (self.model_bytes + sum(nbytes(v) for v in extras.values()))
         up += k * self.model_bytes + sum(nbytes(v) for v in result.uploads.values())
         if result.steps is not None:
             selection["steps_bytes"] = sum(nbytes(z) for z in result.steps)
         diagnostics |= selection_diagnostics(selection, plans, weights)
-        if self.cfg.get("timing", {}).get("name", "none") == "simulated":
-            diagnostics["sim_round_s"] = self.simulated_round_time(plans, train_s, last_report)
         return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity)
 
     def participants(self, rnd: int) -> tuple[np.ndarray, float]:
@@ -207,15 +220,33 @@ class Simulation:
         per_round = min(self.cfg.fl.clients_per_round, self.num_clients)
         return sample_clients(self.num_clients, per_round, self.cfg.seed, rnd), 0.0
 
-    def simulated_round_time(self, plans: list[ClientPlan], train_s: float, last_report: float) -> float:
-        """GIFT's time model: clients compute in parallel (max tau_i steps of ``timing.step_time_s``, or of this
-        machine's measured time per client step), the last kept report arrives, and the model crosses the client
-        and server links at ``timing.bandwidth_mbps`` both ways."""
+    def simulated_times(self, plans: list[ClientPlan], train_s: float, last_report: float) -> tuple[float, float]:
+        """GIFT's time model (Sec. 6.1) as (seconds per local step, seconds of the round outside local steps); the
+        round takes max tau_i steps plus the latter. A step takes ``timing.step_time_s``, or this machine's
+        measured time per client step. Outside the steps, the last kept report arrives and the model goes down and
+        up once: each way, the K copies share the server's link while each client's copy crosses its own link, so a
+        transfer takes max(K bytes / server bandwidth, bytes / client bandwidth)."""
         timing = self.cfg.get("timing", {})
         step = timing.get("step_time_s")
         step = train_s / max(1, sum(p.tau for p in plans)) if step is None else float(step)
-        transfer = 2 * self.model_bytes * 8 / (float(timing.get("bandwidth_mbps", 25)) * 1e6)
-        return max(p.tau for p in plans) * step + last_report + transfer
+        bits = self.model_bytes * 8
+        one_way = max(len(plans) * bits / (float(timing.get("server_bandwidth_mbps", 10000)) * 1e6),
+                      bits / (float(timing.get("bandwidth_mbps", 25)) * 1e6))
+        return step, last_report + 2 * one_way
+
+    def probe_last_batches(self, plans: list[ClientPlan], points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each client's training objective (minibatch loss + (weight_decay / 2) ||w||^2) and its gradient on its last
+        minibatch of the round, at ``points`` (d,) or (K, d); what AFL and AdaComm read (RoundFeedback.probe)."""
+        wd = float(self.cfg.fl.weight_decay)
+        losses, grads = [], []
+        for i, plan in enumerate(plans):
+            w = points[i] if points.dim() == 2 else points
+            batch = plan.batches[-1]
+            loss, g = self.model.loss_and_grad(w, {k: v.clone() for k, v in self.buffers.items()},
+                                               self.data.x_train[batch], self.data.y_train[batch])
+            losses.append(loss.detach() + 0.5 * wd * w.dot(w))
+            grads.append(g + wd * w)
+        return torch.stack(losses), torch.stack(grads)
 
     def evaluate(self) -> dict[str, float]:
         """``test_acc`` and ``test_loss`` of the global model on the pooled test set, and with natural (user)
@@ -298,7 +329,6 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         rounds = cfg.fl.rounds
         bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}")
         bytes_up = bytes_down = 0
-        sim_time = 0.0
         history: list[dict] = []
         status = {"status": "finished", "rounds_completed": rounds}
         for rnd in range(1, rounds + 1):
@@ -310,14 +340,15 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             k = len(step.plans)
             bytes_down += step.bytes_down
             bytes_up += step.bytes_up
-            sim_time += step.diagnostics.get("sim_round_s", 0.0)
+            budget = cfg.get("timing", {}).get("budget_s")
+            spent = budget is not None and "sim_round_s" in step.diagnostics and sim.sim_time >= budget
             row = None
-            if rnd % cfg.eval.every == 0 or rnd == rounds or diverged:
+            if rnd % cfg.eval.every == 0 or rnd == rounds or diverged or spent:
                 row = {"round": rnd, **sim.evaluate(), "train_loss": step.train_loss,
                        "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
                        "bytes_down": bytes_down}
-                row |= step.diagnostics | ({"sim_time_s": sim_time} if "sim_round_s" in step.diagnostics else {})
+                row |= step.diagnostics | ({"sim_time_s": sim.sim_time} if "sim_round_s" in step.diagnostics else {})
                 if sim.personalized:
                     row["personal_acc"] = sim.evaluate_personalized(rnd)
                 history.append(row)
@@ -329,6 +360,10 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                 log.warning("round %d: the training loss (%s) or the model is not finite; the run stops as diverged",
                             rnd, step.train_loss)
                 status = {"status": "diverged", "rounds_completed": rnd, "diverged_round": rnd}
+                break
+            if spent:  # GIFT Fig. 6: a time budget ends the run like its last round would
+                log.info("round %d: the simulated time budget (%.0f s) is spent; the run ends", rnd, budget)
+                status = {"status": "finished", "rounds_completed": rnd, "stopped_by": "timing.budget_s"}
                 break
         bar.close()
         summary |= finish_summary(history, cfg.eval.target_acc) | status
