@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from gift_table1 import SCHEMES, SETTINGS, SUBSTITUTE, table1_jobs  # noqa: E402
-from fedrun.reproduce import first_round_reaching, fixture_for, mean_curve, provenance, run_jobs, verdict  # noqa: E402
+from fedrun.reproduce import first_round_reaching, fixture_for, provenance, run_jobs, verdict  # noqa: E402
 from fedrun.results import METRICS_FILE  # noqa: E402
 
 FIG6 = {"gift": "GIFT", "afl": "AFL", "adacomm": "AdaComm"}
@@ -98,7 +98,7 @@ def burst_share(c: np.ndarray, rounds: list[int], first_round: int, window: int 
 def fig5(args, settings, out, command, extra) -> None:
     jobs, keys, notes = table1_jobs(settings, args.rounds, args.fixture_rounds, 1, args.set, args.runs)
     summaries = run_jobs(jobs, args.workers)
-    report = [f"# GIFT Fig. 5: accuracy, tau and C_r over rounds\n",
+    report = ["# GIFT Fig. 5: accuracy, tau and C_r over rounds\n",
               f"{provenance(command, summaries)}{extra} Seed 0. {KWS}\n"]
     for setting in settings:
         dirs = {scheme: [d for k, (_, d) in zip(keys, jobs) if k == (setting, scheme)] for scheme in SCHEMES}
