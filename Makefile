@@ -5,14 +5,19 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup data run test test-slow bench bench-addons clean
+.PHONY: setup setup-ray data run test test-slow bench bench-addons clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c requirements.lock -e '.[test]'
+	$(PY) -m pip install --quiet -c requirements.lock -e '.[test,launchers]'
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Ray for hydra/launcher=ray_cluster (big; only the slow tests and Ray users need it)
+setup-ray: setup
+	$(PY) -m pip install --quiet -c requirements.lock 'ray[default]==2.60.0'
+	$(PY) -m pip install --quiet --no-deps 'hydra-ray-launcher==1.2.2'
 
 data: setup
 	$(VENV)/bin/fedrun-data fetch mnist
@@ -23,13 +28,13 @@ run: data
 test: data
 	$(PY) -m pytest -q
 
-test-slow: data
+test-slow: data setup-ray
 	$(PY) -m pytest -q -m slow
 
 bench: setup
 	$(PY) -m fedrun.bench --out results/bench/$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 
-ADDONS := herd_svm_mnist,herd_cnn_cifar10,harmonize_cnn_k20,harmonize_perceptron_k1000
+ADDONS := herd_svm_mnist,herd_cnn_cifar10,harmonize_cnn_k20,harmonize_perceptron_k1000,gift_lenet5_k40
 bench-addons: setup
 	$(PY) -m fedrun.bench --only $(ADDONS) --repeats 2 --out results/bench/addons-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 

@@ -33,11 +33,12 @@ from omegaconf import OmegaConf
 from . import __version__
 from .algorithms import ClientContext
 from .algorithms.local_sgd import LocalSGD
-from .algorithms.schedule import FixedSchedule
+from .algorithms.schedule import GIFT, FixedSchedule, RoundFeedback
 from .algorithms.harmonize import DGT, FedGH
 from .algorithms.selection import Herd
 from .engine.cohort import plan_client
 from .engine.executor import EXECUTORS, LoopExecutor, VmapExecutor, flops_per_step, resolve_auto
+from .engine.simulation import simulated_times
 from .functional import FunctionalModel
 from .models import build_model
 from .results import git_commit
@@ -74,6 +75,8 @@ ADDON_WORKLOADS = [  # (workload, add-ons timed on its round)
               10, 20, 320, 64, 5.0), ("fedgh", "dgt")),
     (Workload("harmonize_perceptron_k1000", "FedGH/DGT (LEAF Synthetic perceptron, K=1000)", {"name": "logreg"},
               "vector", (60,), 5, 1000, 20, 5), ("fedgh", "dgt")),
+    (Workload("gift_lenet5_k40", "GIFT (LeNet-5, 40 of 100 clients, tau = 100)", {"name": "lenet5"}, "image",
+              (3, 32, 32), 10, 40, 600, 32, 5.34), ("gift",)),
 ]
 
 
@@ -207,7 +210,8 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float) -
 
 def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repeats: int) -> dict:
     """Seconds (best of ``repeats`` after a warm-up) of one round's local training and of each add-on on its output:
-    ``herd`` (the steps are kept during training), ``fedgh``, ``dgt`` (on the stacked updates)."""
+    ``herd`` (the steps are kept during training), ``fedgh``, ``dgt`` (on the stacked updates), ``gift`` (GIFT's
+    observe on the updates plus the time model)."""
     model, x, y, plans, ctx = setup(w, device)
     first = plans[0].batches[0]
     executor = EXECUTORS[resolve_auto(model, device, x[first], y[first], len(plans))[0]]()
@@ -216,7 +220,11 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     clients = [p.id for p in plans]
     run = {"herd": lambda r: Herd(alpha=0.5, local_epochs=1.0)(r.updates, r.steps, plans, r.uploads, ctx.lr),
            "fedgh": lambda r: FedGH(0)(r.updates, weights, clients, 1),
-           "dgt": lambda r: DGT(0.5)(r.updates, weights, clients, 1)}
+           "dgt": lambda r: DGT(0.5)(r.updates, weights, clients, 1),
+           "gift": lambda r: (gift.observe(RoundFeedback(r.updates, lambda: r.updates, ctx.params, ctx.params,
+                                                         weights, None, ctx.lr, ctx.lr)),
+                              simulated_times([p.tau for p in plans], 1.0, 0.5, 4 * len(ctx.params), {}))}
+    gift = GIFT()
 
     def timed(fn):
         sync(device)
@@ -265,11 +273,13 @@ def addons_markdown(records: list[dict]) -> str:
     rows = "".join(f"| {r['workload']} | {r['paper']} | {r['clients']} | {r['tau']} | {r['parameters']} | "
                    f"{r['executor']} | {r['train_s']:.3f} | {a} | {r[a + '_s']:.4f} | {100 * r[a + '_share']:.2f}% |\n"
                    for r in records for a in r["addons"])
-    return ("\n## Cost of BHerd's herding and of the FedGH/DGT harmonisers\n\n| workload | paper | clients | tau | "
+    return ("\n## Cost of BHerd's herding, the FedGH/DGT harmonisers and GIFT's schedule\n\n"
+            "| workload | paper | clients | tau | "
             "parameters | executor | train s | add-on | add-on s | share of training |\n"
             "|---|---|---|---|---|---|---|---|---|---|\n" + rows +
             "\ntrain s = one round of local training (for herding, with every step gradient kept); add-on s = herding "
-            "all clients' steps (alpha = 0.5), or FedGH / DGT on the round's (K, d) updates.\n")
+            "all clients' steps (alpha = 0.5), FedGH / DGT on the round's (K, d) updates, or GIFT's observe on them plus "
+            "the time model.\n")
 
 
 def markdown(records: list[dict], info: dict, command: str, addons: list[dict] = ()) -> str:

@@ -3,7 +3,8 @@
 In a sweep (``--multirun``) each job is one run directory: a job whose directory already holds a complete run
 (``summary.json`` finished or diverged) is skipped, so a resubmitted sweep (same ``hydra.sweep.dir``) runs only
 what is missing; a job that fails is recorded (``summary.json`` with status failed and the error) and the sweep goes
-on; the command exits with status 1 at the end when any job failed.
+on; the command exits with status 1 at the end when any job failed. A run stopped by SIGTERM or Ctrl-C writes a
+checkpoint and exits with 128 + the signal's number; ``resume=true`` with the same run directory continues it.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ def _main(cfg: DictConfig) -> float | None:
     run_dir = Path(hc.runtime.output_dir)
     if hc.mode != RunMode.MULTIRUN:
         try:
-            return run_experiment(cfg, run_dir).get("final_test_acc")
+            summary = run_experiment(cfg, run_dir)
         except FedrunError as e:
             print(f"fedrun: {e}", file=sys.stderr)
             sys.exit(2)
+        if summary["status"] == "interrupted":  # checkpointed: `fedrun ... hydra.run.dir=<dir> resume=true` goes on
+            sys.exit(128 + int(summary["signal"]))
+        return summary.get("final_test_acc")
     done = finished_summary(run_dir)
     if done is not None:
         log.info("job %s: %s already holds a %s run; skipped", hc.job.num, run_dir, done["status"])

@@ -193,5 +193,12 @@ def validate(cfg) -> None:
     need(hw.num_threads is None or (_is_int(hw.num_threads) and hw.num_threads >= 1), "hardware.num_threads",
          hw.num_threads, "must be null or an integer >= 1", "hardware.num_threads=2")
     need(cfg.logger.name in LOGGERS, "logger", cfg.logger.name, f"must be one of {LOGGERS}", "logger=csv")
+    ckpt = cfg.get("checkpoint", {"every": 0, "keep": 1})
+    need(_is_int(ckpt.get("every")) and ckpt.get("every") >= 0, "checkpoint.every", ckpt.get("every"),
+         "must be an integer >= 0 (0: no periodic checkpoints)", "checkpoint.every=10")
+    need(_is_int(ckpt.get("keep")) and ckpt.get("keep") >= 1, "checkpoint.keep", ckpt.get("keep"),
+         "must be an integer >= 1", "checkpoint.keep=2")
+    need(isinstance(cfg.get("resume", False), bool), "resume", cfg.get("resume"),
+         "must be true or false (point hydra.run.dir at the run directory to resume)", "resume=true")
     if problems:
         raise ConfigError(problems)

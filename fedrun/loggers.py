@@ -12,8 +12,9 @@ log = logging.getLogger("fedrun")
 
 
 class ProgressBar:
-    def __init__(self, total: int, enabled: bool, desc: str):
-        self.bar = tqdm(total=total, desc=desc, unit="round", disable=not enabled, dynamic_ncols=True)
+    def __init__(self, total: int, enabled: bool, desc: str, initial: int = 0):
+        self.bar = tqdm(total=total, desc=desc, unit="round", disable=not enabled, dynamic_ncols=True,
+                        initial=initial)
 
     def update(self, row: dict | None) -> None:
         if row is not None:

@@ -116,4 +116,4 @@ def build_algorithm(algo_cfg) -> Algorithm:
     )
 
 
-__all__ = ["Algorithm", "ClientContext", "LocalRule", "aggregate_buffers", "build_algorithm", "check_parts"]
+__all__ = ["PARTS", "Algorithm", "ClientContext", "LocalRule", "aggregate_buffers", "build_algorithm", "check_parts"]

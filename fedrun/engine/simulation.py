@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..algorithms import ClientContext, aggregate_buffers, build_algorithm
+from ..algorithms import PARTS, ClientContext, aggregate_buffers, build_algorithm
 from ..algorithms.harmonize import conflict_statistics, cosine_matrix
 from ..algorithms.schedule import RoundFeedback
+from ..checkpoint import config_fingerprint, load_latest, plain_state, save_checkpoint, to_device
 from ..config import validate
+from ..errors import ConfigError
 from ..data import FedDataset, get_spec, load_dataset
 from ..functional import FunctionalModel
 from ..loggers import ProgressBar, WandbLogger
@@ -105,6 +109,28 @@ class Simulation:
         log.info("%s keeps up to %.1f MB of step gradients per round on %s%s", self.algo.selector.name, need / 2**20,
                  store, f" (Gram matrix in blocks of {self.algo.selector.block})" if choice == "host" else "")
         return store
+
+    def state_dict(self) -> dict:
+        """Everything a round changes: the global model, server and rule state, the clients' persistent state, each
+        algorithm part's state, the simulated clock and the RNG states (client sampling and batch orders are
+        functions of (seed, round, client), so they need none)."""
+        return {"params": self.params, "buffers": self.buffers, "server_state": self.server_state,
+                "rule_state": self.rule_state, "client_states": self.client_states, "sim_time": self.sim_time,
+                "parts": {part: plain_state(getattr(self.algo, part)) for part in PARTS},
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+    def load_state_dict(self, state: dict) -> None:
+        on = lambda tree: to_device(tree, self.device)  # noqa: E731
+        self.params, self.buffers = on(state["params"]), on(state["buffers"])
+        self.server_state, self.rule_state = on(state["server_state"]), on(state["rule_state"])
+        self.client_states = {int(c): on(s) for c, s in state["client_states"].items()}
+        self.sim_time = float(state["sim_time"])
+        for part, attrs in state["parts"].items():
+            vars(getattr(self.algo, part)).update(on(attrs))
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
 
     def plan(self, client: int, rnd: int) -> ClientPlan:
         """Client's steps and minibatches this round; a rule that draws k batches per step (Per-FedAvg) gets
@@ -221,18 +247,8 @@ class Simulation:
         return sample_clients(self.num_clients, per_round, self.cfg.seed, rnd), 0.0
 
     def simulated_times(self, plans: list[ClientPlan], train_s: float, last_report: float) -> tuple[float, float]:
-        """GIFT's time model (Sec. 6.1) as (seconds per local step, seconds of the round outside local steps); the
-        round takes max tau_i steps plus the latter. A step takes ``timing.step_time_s``, or this machine's
-        measured time per client step. Outside the steps, the last kept report arrives and the model goes down and
-        up once: each way, the K copies share the server's link while each client's copy crosses its own link, so a
-        transfer takes max(K bytes / server bandwidth, bytes / client bandwidth)."""
-        timing = self.cfg.get("timing", {})
-        step = timing.get("step_time_s")
-        step = train_s / max(1, sum(p.tau for p in plans)) if step is None else float(step)
-        bits = self.model_bytes * 8
-        one_way = max(len(plans) * bits / (float(timing.get("server_bandwidth_mbps", 10000)) * 1e6),
-                      bits / (float(timing.get("bandwidth_mbps", 25)) * 1e6))
-        return step, last_report + 2 * one_way
+        return simulated_times([p.tau for p in plans], train_s, last_report, self.model_bytes,
+                               self.cfg.get("timing", {}))
 
     def probe_last_batches(self, plans: list[ClientPlan], points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each client's training objective (minibatch loss + (weight_decay / 2) ||w||^2) and its gradient on its last
@@ -289,6 +305,21 @@ class Simulation:
         return float(np.mean(accs))
 
 
+def simulated_times(taus: list[int], train_s: float, last_report: float, model_bytes: int, timing
+                    ) -> tuple[float, float]:
+    """GIFT's time model (Sec. 6.1) as (seconds per local step, seconds of the round outside local steps); the round
+    takes max tau_i steps plus the latter. A step takes ``timing.step_time_s``, or this machine's measured time per
+    client step (``train_s`` over the round's steps). Outside the steps, the last kept report arrives and the model
+    goes down and up once: each way, the K copies share the server's link while each client's copy crosses its own
+    link, so a transfer takes max(K bytes / server bandwidth, bytes / client bandwidth)."""
+    step = timing.get("step_time_s")
+    step = train_s / max(1, sum(taus)) if step is None else float(step)
+    bits = model_bytes * 8
+    one_way = max(len(taus) * bits / (float(timing.get("server_bandwidth_mbps", 10000)) * 1e6),
+                  bits / (float(timing.get("bandwidth_mbps", 25)) * 1e6))
+    return step, last_report + 2 * one_way
+
+
 def selection_diagnostics(selection: dict, plans: list[ClientPlan], weights: torch.Tensor) -> dict[str, float]:
     """BHerd's Figs. 5b and 6: mean and variance of the entries of the aggregated selected gradient sum_i p_i g_i,
     and each client's ||g_i / (alpha tau_i) - mu_i|| (mean, max, and per client id when there are few clients)."""
@@ -309,13 +340,24 @@ def nbytes(t: torch.Tensor) -> int:
 
 
 def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> dict:
-    """Run the experiment of ``cfg`` and write its files to ``run_dir``; returns the summary."""
+    """Run the experiment of ``cfg`` and write its files to ``run_dir``; returns the summary. With ``resume=true``
+    the run continues from the newest readable checkpoint in ``run_dir`` (written every ``checkpoint.every`` rounds)
+    and ends with the metrics.csv an uninterrupted run writes. SIGTERM or Ctrl-C lets the current round finish,
+    writes a checkpoint and ends the run with status ``interrupted``; a second Ctrl-C stops at once."""
     validate(cfg)  # before any work (and before the run directory gets files): a bad value costs nothing
+    run_dir = Path(run_dir)
+    fingerprint = config_fingerprint(cfg)
+    saved = load_latest(run_dir) if cfg.get("resume", False) else None
+    if saved is not None and saved["config_fingerprint"] != fingerprint:
+        raise ConfigError([f"resume=true: the checkpoint in {run_dir} is of a different experiment (config "
+                           f"{saved['config_fingerprint']}, now {fingerprint}). Fix: resume with the overrides the "
+                           f"run was started with (see {run_dir / 'config.yaml'}), or start it in a new directory"])
     out = RunDirectory(run_dir, write_metrics=cfg.logger.name != "none")
     out.save_config(cfg)
     summary = base_summary(cfg) | {"status": "running"}
     started = time.perf_counter()
     wandb = None
+    stop = _StopRequests()
     try:
         sim = Simulation(cfg)
         out.save_partition(sim.partition.to_json(sim.labels, sim.data.num_classes))
@@ -327,11 +369,20 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         if cfg.logger.name == "wandb":
             wandb = WandbLogger(cfg, out.path, sweep_group)
         rounds = cfg.fl.rounds
-        bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}")
-        bytes_up = bytes_down = 0
         history: list[dict] = []
+        bytes_up = bytes_down = first = 0
+        if saved is not None:
+            sim.load_state_dict(saved["simulation"])
+            history, bytes_up, bytes_down, first = saved["history"], saved["bytes_up"], saved["bytes_down"], saved["round"]
+            for row in history:  # metrics.csv again up to the checkpoint: rows the lost run wrote later are dropped
+                out.append_metrics(row)
+            summary["resumed_from_round"] = first
+            log.info("resumed from the checkpoint of round %d in %s", first, run_dir)
+        ckpt = cfg.get("checkpoint") or {}
+        every, keep = int(ckpt.get("every", 0)), int(ckpt.get("keep", 2))
+        bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}", initial=first)
         status = {"status": "finished", "rounds_completed": rounds}
-        for rnd in range(1, rounds + 1):
+        for rnd in range(first + 1, rounds + 1):
             step = sim.run_round(rnd)
             diverged = not (math.isfinite(step.train_loss) and bool(torch.isfinite(sim.params).all()))
             if step.similarity is not None:  # FedGH Fig. 2, DGT Figs. 3-4
@@ -356,6 +407,10 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                 if wandb:
                     wandb.log(row)
             bar.update(row)
+            if (every and rnd % every == 0 and rnd < rounds) or stop.requested:
+                save_checkpoint(run_dir, rnd, {"round": rnd, "config_fingerprint": fingerprint, "history": history,
+                                               "bytes_up": bytes_up, "bytes_down": bytes_down,
+                                               "simulation": sim.state_dict()}, keep)
             if diverged:  # a run that fails to converge is a result (BHerd Fig. 5a, alpha = 0.1): stop, keep it
                 log.warning("round %d: the training loss (%s) or the model is not finite; the run stops as diverged",
                             rnd, step.train_loss)
@@ -365,21 +420,52 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                 log.info("round %d: the simulated time budget (%.0f s) is spent; the run ends", rnd, budget)
                 status = {"status": "finished", "rounds_completed": rnd, "stopped_by": "timing.budget_s"}
                 break
+            if stop.requested:
+                log.warning("round %d: stopped by signal %d; checkpoint written, continue with resume=true", rnd,
+                            stop.requested)
+                status = {"status": "interrupted", "rounds_completed": rnd, "signal": stop.requested}
+                break
         bar.close()
-        summary |= finish_summary(history, cfg.eval.target_acc) | status
+        if history:
+            summary |= finish_summary(history, cfg.eval.target_acc)
+        summary |= status
     except BaseException as e:
         summary |= {"status": "failed", "error": f"{type(e).__name__}: {e}"}
         raise
     finally:
+        stop.restore()
         summary["wall_time_s"] = round(time.perf_counter() - started, 3)
         out.close()
         out.save_summary(summary)
         if wandb:
             wandb.finish(summary)
     log.info("%s: final test accuracy %.4f (best %.4f) after %d rounds, %.1f s; files in %s", summary["status"],
-             summary["final_test_acc"], summary["best_test_acc"], summary["rounds_completed"], summary["wall_time_s"],
-             out.path)
+             summary.get("final_test_acc", float("nan")), summary.get("best_test_acc", float("nan")),
+             summary["rounds_completed"], summary["wall_time_s"], out.path)
     return summary
+
+
+class _StopRequests:
+    """SIGTERM (a scheduler's time limit) and Ctrl-C ask the run to stop after the current round, with a checkpoint;
+    a second Ctrl-C interrupts at once. Handlers are installed only in the main thread and restored afterwards."""
+
+    def __init__(self):
+        self.requested = 0
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = signum
+        log.warning("signal %d: the run stops after this round and writes a checkpoint (Ctrl-C again: stop now)",
+                    signum)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def finish_summary(history: list[dict], target_acc: float | None) -> dict:

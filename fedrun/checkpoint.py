@@ -1,0 +1,89 @@
+"""Checkpoints: a run's full state at the end of a round, so that a run killed at round 950 continues from there.
+
+Each checkpoint is ``checkpoint_<round>.pt`` in the run directory, written to a temporary file and renamed into
+place (a crash mid-write never leaves a half-written checkpoint under the real name), the newest ``keep`` kept. It
+holds only tensors, numbers, strings and containers of them and is read with ``torch.load(weights_only=True)``, so
+loading one never executes code. A checkpoint that cannot be read (truncated, corrupted) is skipped with a warning
+and the one before it is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+log = logging.getLogger("fedrun")
+PREFIX = "checkpoint_"
+# keys that may differ between a run and its resumption: how it runs, not what it computes
+_NOT_COMPARED = ("resume", "progress", "checkpoint", "hardware", "logger")
+
+
+def config_fingerprint(cfg) -> str:
+    """Hash of the resolved config without the keys a resumed run may change (resume, progress, checkpoint,
+    hardware, logger)."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    for key in _NOT_COMPARED:
+        plain.pop(key, None)
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """The run's checkpoints, newest first."""
+    return sorted(Path(run_dir).glob(f"{PREFIX}*.pt"), reverse=True)
+
+
+def save_checkpoint(run_dir: str | os.PathLike, rnd: int, state: dict, keep: int = 2) -> Path:
+    """Write ``state`` as the checkpoint of round ``rnd`` atomically; keep the newest ``keep`` checkpoints."""
+    path = Path(run_dir) / f"{PREFIX}{rnd:07d}.pt"
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    for old in checkpoints(run_dir)[keep:]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_latest(run_dir: str | os.PathLike) -> dict | None:
+    """The newest readable checkpoint of the run (tensors on the CPU), or None when there is none."""
+    for path in checkpoints(run_dir):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # truncated or corrupted: fall back to the previous one
+            log.warning("checkpoint %s cannot be read (%s: %s); trying the one before it", path, type(e).__name__, e)
+    return None
+
+
+def plain_state(obj) -> dict:
+    """An algorithm part's attributes that a checkpoint can hold (tensors, numbers, strings, and dicts, lists and
+    tuples of them): its constants and its evolving state (GIFT's EMAs and tau, DGT's baselines, AFL's estimates)."""
+    return {k: v for k, v in vars(obj).items() if _plain(v)}
+
+
+def _plain(v) -> bool:
+    if v is None or isinstance(v, (bool, int, float, str, torch.Tensor)):
+        return True
+    if isinstance(v, dict):
+        return all(isinstance(k, (int, str)) and _plain(x) for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return all(_plain(x) for x in v)
+    return False
+
+
+def to_device(tree, device: torch.device):
+    """Every tensor of a nested dict/list/tuple moved to ``device``."""
+    if isinstance(tree, torch.Tensor):
+        return tree.to(device)
+    if isinstance(tree, dict):
+        return {k: to_device(v, device) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_device(v, device) for v in tree)
+    return tree
