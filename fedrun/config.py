@@ -172,6 +172,8 @@ def validate(cfg) -> None:
              "must be an integer >= 1", "algo.schedule.patience=2")
         need(_is_int(sched.factor) and sched.factor >= 2, "algo.schedule.factor", sched.factor,
              "must be an integer >= 2", "algo.schedule.factor=2")
+        need(_is_int(sched.get("warmup", 0)) and sched.get("warmup", 0) >= 0, "algo.schedule.warmup",
+             sched.get("warmup"), "must be an integer >= 0", "algo.schedule.warmup=0")
     hw = cfg.hardware
     need(hw.device in DEVICES, "hardware.device", hw.device, f"must be one of {DEVICES}", "hardware=auto")
     if hw.device == "cuda" and not torch.cuda.is_available():

@@ -21,7 +21,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from .bench import device_name
 from .data import DATASETS, resolve_root
-from .data.fixtures import write_cifar, write_imdb
+from .data.fixtures import write_cifar, write_imdb, write_speech_commands
 from .results import METRICS_FILE, finished_summary, git_commit
 
 Job = tuple[list[str], str]
@@ -78,8 +78,9 @@ _FIXTURE_ROOTS: dict[str, tuple[Path, str]] = {}
 
 
 def fixture_for(dataset: str) -> tuple[list[str], str | None]:
-    """Overrides that point ``dataset`` (cifar10, cifar100, imdb) at a small fixture in its official format when
-    the real data is missing, and the note for the table; ``([], None)`` when the real data is present."""
+    """Overrides that point ``dataset`` (cifar10, cifar100, imdb, speech_commands) at a small fixture in its
+    official format when the real data is missing, and the note for the table; ``([], None)`` when the real data is
+    present."""
     if DATASETS[dataset].is_present(resolve_root(None), None):
         return [], None
     if dataset not in _FIXTURE_ROOTS:
@@ -87,6 +88,9 @@ def fixture_for(dataset: str) -> tuple[list[str], str | None]:
         if dataset == "imdb":
             write_imdb(root, per_folder=50)
             size = "200 reviews"
+        elif dataset == "speech_commands":
+            write_speech_commands(root, per_word=12)
+            size = "120 keyword clips"
         else:
             size = f"{sum(map(len, write_cifar(root, dataset, per_file=40).values()))} images"
         _FIXTURE_ROOTS[dataset] = (root, size)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, synthetic
+from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, speech_commands, synthetic
 from fedrun.data.cifar import LAYOUTS
 from fedrun.data.cli import main as data_cli
-from fedrun.data.fixtures import write_cifar, write_imdb
+from fedrun.data.fixtures import write_cifar, write_imdb, write_speech_commands
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.data.text import build_vocabulary, encode, words
@@ -220,3 +220,35 @@ def test_missing_imdb_names_the_folders_and_the_download(tmp_path):
         imdb.load(tmp_path, OmegaConf.create({}))
     msg = str(err.value)
     assert f"{tmp_path}/imdb/aclImdb/" in msg and "aclImdb_v1.tar.gz" in msg and "train/pos" in msg
+
+
+def test_speech_commands_fixture_splits_by_the_lists_and_caches_its_features(tmp_path, monkeypatch):
+    write_speech_commands(tmp_path, per_word=4)
+    cfg = OmegaConf.create({"features": "mfcc", "n_mels": 40, "n_mfcc": 13})
+    data = speech_commands.load(tmp_path, cfg)
+    # per keyword: clip 0 is in testing_list, clip 1 in validation_list (left out), clips 2-3 train; `bed` and the
+    # background noise are not keywords
+    assert data.x_train.shape == (20, 98, 13) and data.x_test.shape == (10, 98, 13)
+    assert sorted(data.y_test.tolist()) == list(range(10)) and sorted(set(data.y_train.tolist())) == list(range(10))
+    assert data.input_kind == "sequence" and DATASETS["speech_commands"].meta(cfg) == ("sequence", (98, 13), 10)
+    monkeypatch.setattr(speech_commands, "read_wav", lambda path: (_ for _ in ()).throw(AssertionError("re-read")))
+    again = speech_commands.load(tmp_path, cfg)  # from the cache: no clip is read again
+    assert torch.equal(again.x_train, data.x_train)
+    (tmp_path / "speech_commands" / "testing_list.txt").unlink()
+    with pytest.raises(DataMissingError, match="testing_list.txt"):
+        speech_commands.load(tmp_path, cfg)
+
+
+def test_log_mel_of_a_tone_peaks_in_the_band_of_its_frequency_and_the_dct_is_orthonormal():
+    t = torch.arange(speech_commands.SAMPLE_RATE) / speech_commands.SAMPLE_RATE
+    bank = speech_commands.mel_filterbank(40)
+    for freq in (300.0, 1000.0, 4000.0):
+        logmel = speech_commands.features(torch.sin(2 * torch.pi * freq * t)[None], "logmel", 40)[0]
+        bins = torch.linspace(0, speech_commands.SAMPLE_RATE / 2, bank.shape[1])
+        tone_bin = int(torch.argmin((bins - freq).abs()))
+        assert int(logmel.mean(dim=0).argmax()) == int(bank[:, tone_bin].argmax())  # the filter that covers it
+    d = speech_commands.dct_matrix(40, 40)
+    torch.testing.assert_close(d @ d.T, torch.eye(40), atol=1e-5, rtol=0)
+    mfcc = speech_commands.features(torch.sin(2 * torch.pi * 1000.0 * t)[None], "mfcc", 40, 40)[0]
+    torch.testing.assert_close(mfcc @ d, speech_commands.features(torch.sin(2 * torch.pi * 1000.0 * t)[None],
+                                                                  "logmel", 40)[0], atol=1e-3, rtol=1e-4)

@@ -1,6 +1,7 @@
 """GIFT's Gradient Consistency and tau rule against hand computations."""
 
 import csv
+import json
 import math
 
 import numpy as np
@@ -50,6 +51,8 @@ def test_tau_halves_after_two_rounds_without_decrease_and_the_count_restarts():
     #                              first dec  =1   =2:halve =1  dec  =1   =2:halve
     assert taus == [100, 100, 100, 50, 50, 50, 50, 25]
     assert g.halvings == 2
+    late = GIFT(tau0=100, warmup=3)  # the first 3 rounds' C_r only set the reference
+    assert [late.advance(c) for c in (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)] == [100, 100, 100, 100, 50, 50]
     tiny = GIFT(tau0=1)
     assert [tiny.advance(c) for c in (0.5, 0.5, 0.5)] == [1, 1, 1]  # never below 1
 
@@ -130,6 +133,17 @@ def test_gift_presets_run_a_few_rounds_from_the_cli(tmp_path):
     for preset in ("gift_lenet5_cifar10", "gift_vgg16_cifar10", "gift_lenet5_fashion_mnist"):
         job = run_cli(f"experiment={preset}", "--cfg", "job", cwd=tmp_path).stdout
         assert "name: gift" in job and "name: earliest" in job and "client_fraction: 0.01" in job
+    for preset, extra in (("gift_fig6_lenet5_mnist", ["algo/schedule=afl"]),
+                          ("gift_fig7_lenet5_mnist", ["algo.schedule.tau0=2"])):
+        run_dir = tmp_path / preset
+        run_cli(f"experiment={preset}", *extra, "fl.rounds=2", "progress=false", f"hydra.run.dir={run_dir}",
+                cwd=tmp_path)
+        with open(run_dir / "metrics.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert [int(r["num_clients"]) for r in rows] == [50, 50]  # Figs. 6-7: all 50 clients every round
+    fig6 = run_cli("experiment=gift_fig6_lenet5_cifar10", "--cfg", "job", cwd=tmp_path).stdout
+    assert "budget_s: 7200" in fig6 and "name: uniform" in fig6
+    assert "relax: true" in run_cli("experiment=gift_fig7_lenet5_cifar10", "--cfg", "job", cwd=tmp_path).stdout
 
 
 def direct_G(tau, beta, rho, delta, eta, phi, c, b, budget):
@@ -245,3 +259,21 @@ def test_fixed_schedule_with_tau_gives_every_client_that_many_steps(cfg_factory)
     sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=4",
                                  "algo.schedule.tau=3"))
     assert [p.tau for p in sim.run_round(1).plans] == [3, 3, 3, 3]
+
+
+def test_the_kws_lstm_presets_run_on_a_speech_commands_fixture(tmp_path):
+    from conftest import run_cli
+
+    from fedrun.data.fixtures import write_speech_commands
+
+    write_speech_commands(tmp_path / "data", per_word=12)
+    run_dir = tmp_path / "run"
+    run_cli("experiment=gift_lstm_kws", f"data.root={tmp_path / 'data'}", "fl.rounds=2", "algo.schedule.tau0=2",
+            "progress=false", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["num_clients"]) for r in rows] == [40, 40] and float(rows[0]["tau"]) == 2
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["model"], summary["data"], summary["status"]) == ("lstm", "speech_commands", "finished")
+    for preset, text in (("gift_fig6_lstm_kws", "budget_s: 7200"), ("gift_fig7_lstm_kws", "tau0: 10")):
+        assert text in run_cli(f"experiment={preset}", "--cfg", "job", cwd=tmp_path).stdout

@@ -54,7 +54,8 @@ SERVER_OPTIMIZERS = {
 SCHEDULES = {
     "fixed": lambda c: FixedSchedule(c.get("tau")),
     "gift": lambda c: GIFT(c.get("tau0", 100), c.get("beta", 0.9), c.get("patience", 2), c.get("factor", 2),
-                           c.get("relax", False), c.get("relax_after", 10), c.get("relax_step", 5)),
+                           c.get("relax", False), c.get("relax_after", 10), c.get("relax_step", 5),
+                           c.get("warmup", 0)),
     "adacomm": lambda c: AdaComm(c.get("tau0", 100), c.get("interval_s"), c.get("form", "paper"),
                                  c.get("halve_on_plateau", True), c.get("tau_max")),
     "afl": lambda c: AFL(c.get("phi", 5e-5), c.get("tau_init", 1), c.get("tau_max", 100), c.get("search_factor", 10),

@@ -70,14 +70,16 @@ class GIFT:
     at 0), and computes the Gradient Consistency C_r = ||P_r + N_r|| / (||P_r|| + ||N_r||). When C_r has not decreased
     for ``patience`` consecutive rounds, tau <- max(1, floor(tau / factor)) and the count restarts. With ``relax``
     (Sec. 6.4), tau <- tau + relax_step once C_r has decreased for ``relax_after`` consecutive rounds, only until the
-    first halving."""
+    first halving. ``warmup`` rounds pass before C_r is compared at all (0, the paper's rule: the EMAs start at zero
+    and C_r may rise while they fill, which counts as not decreasing)."""
 
     name = "gift"
 
     def __init__(self, tau0: int = 100, beta: float = 0.9, patience: int = 2, factor: int = 2, relax: bool = False,
-                 relax_after: int = 10, relax_step: int = 5):
+                 relax_after: int = 10, relax_step: int = 5, warmup: int = 0):
         self.tau, self.beta, self.patience, self.factor = int(tau0), float(beta), int(patience), int(factor)
         self.relax, self.relax_after, self.relax_step = bool(relax), int(relax_after), int(relax_step)
+        self.warmup, self.rounds = int(warmup), 0
         self.positive: torch.Tensor | None = None
         self.negative: torch.Tensor | None = None
         self.consistency: float | None = None
@@ -103,6 +105,10 @@ class GIFT:
 
     def advance(self, c: float) -> int:
         """The tau rule on this round's C_r (the halving and relaxation counters); returns the next round's tau."""
+        self.rounds += 1
+        if self.rounds <= self.warmup:
+            self.consistency = c
+            return self.tau
         if self.consistency is not None:
             if c < self.consistency:
                 self.decreasing, self.not_decreasing = self.decreasing + 1, 0

@@ -47,3 +47,35 @@ def write_imdb(root: Path, per_folder: int = 6, seed: int = 5) -> None:
                 text = " ".join(rng.choice(_WORDS[y] if rng.random() < 0.4 else _FILLER) for _ in range(n))
                 rating = int(rng.integers(7, 11) if y else rng.integers(1, 5))
                 (d / f"{i}_{rating}.txt").write_text(text.capitalize() + ".<br /><br />" + "The End.")
+
+
+def write_speech_commands(root: Path, per_word: int = 4, seed: int = 6) -> None:
+    """Speech Commands' layout under ``root/speech_commands``: 16-bit mono 16 kHz WAVs in one folder per word (the
+    10 keywords, a non-keyword ``bed`` and ``_background_noise_``), and ``validation_list.txt`` /
+    ``testing_list.txt`` naming one clip per keyword each. Each keyword is a noisy tone of its own pitch, some clips
+    shorter than a second as in the real data."""
+    import wave
+
+    from .speech_commands import KEYWORDS, SAMPLE_RATE
+
+    rng = np.random.default_rng(seed)
+    d = Path(root) / "speech_commands"
+    val, test = [], []
+    for k, word in enumerate((*KEYWORDS, "bed", "_background_noise_")):
+        (d / word).mkdir(parents=True, exist_ok=True)
+        for i in range(per_word):
+            n = SAMPLE_RATE if i % 2 == 0 else int(SAMPLE_RATE * 0.7)
+            t = np.arange(n) / SAMPLE_RATE
+            signal = 0.5 * np.sin(2 * np.pi * (200 + 150 * k) * t) + 0.05 * rng.standard_normal(n)
+            name = f"{i:08x}_nohash_0.wav"
+            with wave.open(str(d / word / name), "wb") as w:
+                w.setnchannels(1)
+                w.setsampwidth(2)
+                w.setframerate(SAMPLE_RATE)
+                w.writeframes((np.clip(signal, -1, 1) * 32767).astype("<i2").tobytes())
+            if word in KEYWORDS and i == 0:
+                test.append(f"{word}/{name}")
+            elif word in KEYWORDS and i == 1:
+                val.append(f"{word}/{name}")
+    (d / "testing_list.txt").write_text("\n".join(test) + "\n")
+    (d / "validation_list.txt").write_text("\n".join(val) + "\n")
