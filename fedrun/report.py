@@ -5,7 +5,8 @@
 
 Rows are grouped by the config keys given with --by, or by default by every key whose value differs between the
 runs (the seed excepted), so a sweep reports what it swept. Runs that did not finish are listed after the table:
-failed (with the error), diverged (with the round), running (interrupted or still going) and missing (no summary).
+failed (with the error), diverged (with the round), interrupted (checkpointed by SIGTERM/Ctrl-C), running (still
+going, or killed) and missing (no summary).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 
 IGNORED_KEYS = {"seed", "data.root", "progress"}
 VALUE_COLUMNS = ["final_test_acc", "best_test_acc", "rounds_to_target", "wall_time_s"]
-STATUS_COLUMNS = ["status", "error", "diverged_round"]
+STATUS_COLUMNS = ["status", "error", "diverged_round", "rounds_completed"]
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -89,7 +90,9 @@ def unfinished(df: pd.DataFrame) -> str:
         detail = (f"diverged at round {int(r['diverged_round'])}" if r["status"] == "diverged"
                   else r["error"] if isinstance(r["error"], str) else
                   "no summary.json: killed before it could write one" if r["status"] == "missing" else
-                  "interrupted, or still running")
+                  f"interrupted after round {int(r['rounds_completed'])}, checkpointed: resume=true continues it"
+                  if r["status"] == "interrupted" else "still running, or killed (resume=true continues from its "
+                  "last checkpoint)")
         lines.append(f"| {r['run_dir']} | {r['status']} | {detail} |")
     return "\n".join(lines) + "\n"
 

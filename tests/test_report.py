@@ -28,3 +28,26 @@ def test_report_groups_two_runs_and_draws_curves(tmp_path, cfg_factory, capsys):
     assert "4 runs, grouped by ['algo.name', 'seed']" in capsys.readouterr().out
     assert report_main([str(tmp_path / "runs"), "--by", "nonsense.key"]) == 2
     assert json.loads((tmp_path / "runs" / "fedavg-0" / "summary.json").read_text())["status"] == "finished"
+
+
+def test_report_says_how_each_unfinished_run_ended(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from fedrun.report import unfinished
+
+    df = pd.DataFrame([
+        {"run_dir": "a", "status": "finished", "error": None, "diverged_round": None, "rounds_completed": 10},
+        {"run_dir": "b", "status": "interrupted", "error": None, "diverged_round": None, "rounds_completed": 7},
+        {"run_dir": "c", "status": "diverged", "error": None, "diverged_round": 3, "rounds_completed": 3},
+        {"run_dir": "d", "status": "missing", "error": None, "diverged_round": None, "rounds_completed": None},
+        {"run_dir": "e", "status": "failed", "error": "ValueError: bad", "diverged_round": None,
+         "rounds_completed": None},
+    ])
+    text = unfinished(df)
+    assert "4 of 5 runs did not finish" in text
+    lines = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ") and "run |" not in line}
+    assert "after round 7" in lines["b"] and "resume=true" in lines["b"]
+    assert "diverged at round 3" in lines["c"] and "killed before" in lines["d"] and "ValueError: bad" in lines["e"]
+    assert json.dumps(sorted(lines)) == json.dumps(["b", "c", "d", "e"])

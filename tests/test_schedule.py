@@ -121,7 +121,7 @@ def test_simulated_time_is_parallel_compute_plus_last_report_plus_transfer(tmp_p
     assert float(rows[-1]["sim_time_s"]) == pytest.approx(sum(float(r["sim_round_s"]) for r in rows))
 
 
-def test_gift_presets_run_a_few_rounds_from_the_cli(tmp_path):
+def test_gift_presets_run_a_few_rounds_from_the_cli(tmp_path, cfg_factory):
     from conftest import run_cli
 
     run_cli("experiment=gift_lenet5_mnist", "fl.rounds=3", "algo.schedule.tau0=2", "progress=false",
@@ -131,8 +131,9 @@ def test_gift_presets_run_a_few_rounds_from_the_cli(tmp_path):
     assert [int(r["num_clients"]) for r in rows] == [40, 40, 40]  # the earliest 40% of 100 clients
     assert float(rows[0]["tau"]) == 2 and all(float(r["sim_round_s"]) > 0 for r in rows)
     for preset in ("gift_lenet5_cifar10", "gift_vgg16_cifar10", "gift_lenet5_fashion_mnist"):
-        job = run_cli(f"experiment={preset}", "--cfg", "job", cwd=tmp_path).stdout
-        assert "name: gift" in job and "name: earliest" in job and "client_fraction: 0.01" in job
+        cfg = cfg_factory(f"experiment={preset}")
+        assert (cfg.algo.schedule.name, cfg.participation.name, cfg.partition.client_fraction) == ("gift", "earliest",
+                                                                                                  0.01)
     for preset, extra in (("gift_fig6_lenet5_mnist", ["algo/schedule=afl"]),
                           ("gift_fig7_lenet5_mnist", ["algo.schedule.tau0=2"])):
         run_dir = tmp_path / preset
@@ -141,9 +142,9 @@ def test_gift_presets_run_a_few_rounds_from_the_cli(tmp_path):
         with open(run_dir / "metrics.csv") as f:
             rows = list(csv.DictReader(f))
         assert [int(r["num_clients"]) for r in rows] == [50, 50]  # Figs. 6-7: all 50 clients every round
-    fig6 = run_cli("experiment=gift_fig6_lenet5_cifar10", "--cfg", "job", cwd=tmp_path).stdout
-    assert "budget_s: 7200" in fig6 and "name: uniform" in fig6
-    assert "relax: true" in run_cli("experiment=gift_fig7_lenet5_cifar10", "--cfg", "job", cwd=tmp_path).stdout
+    fig6 = cfg_factory("experiment=gift_fig6_lenet5_cifar10")
+    assert fig6.timing.budget_s == 7200 and fig6.participation.name == "uniform"
+    assert cfg_factory("experiment=gift_fig7_lenet5_cifar10").algo.schedule.relax is True
 
 
 def direct_G(tau, beta, rho, delta, eta, phi, c, b, budget):
@@ -261,7 +262,7 @@ def test_fixed_schedule_with_tau_gives_every_client_that_many_steps(cfg_factory)
     assert [p.tau for p in sim.run_round(1).plans] == [3, 3, 3, 3]
 
 
-def test_the_kws_lstm_presets_run_on_a_speech_commands_fixture(tmp_path):
+def test_the_kws_lstm_presets_run_on_a_speech_commands_fixture(tmp_path, cfg_factory):
     from conftest import run_cli
 
     from fedrun.data.fixtures import write_speech_commands
@@ -275,5 +276,5 @@ def test_the_kws_lstm_presets_run_on_a_speech_commands_fixture(tmp_path):
     assert [int(r["num_clients"]) for r in rows] == [40, 40] and float(rows[0]["tau"]) == 2
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["model"], summary["data"], summary["status"]) == ("lstm", "speech_commands", "finished")
-    for preset, text in (("gift_fig6_lstm_kws", "budget_s: 7200"), ("gift_fig7_lstm_kws", "tau0: 10")):
-        assert text in run_cli(f"experiment={preset}", "--cfg", "job", cwd=tmp_path).stdout
+    assert cfg_factory("experiment=gift_fig6_lstm_kws").timing.budget_s == 7200
+    assert cfg_factory("experiment=gift_fig7_lstm_kws").algo.schedule.tau0 == 10

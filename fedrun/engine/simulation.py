@@ -222,10 +222,11 @@ class Simulation:
             diagnostics["sim_round_s"] = max(p.tau for p in plans) * step_s + sync_s
             self.sim_time += diagnostics["sim_round_s"]
         diagnostics |= algo.schedule.observe(RoundFeedback(
-            sent, lambda: old_params + result.updates, old_params, self.params,
-            torch.tensor([float(p.num_samples) for p in plans], device=self.device),
-            lambda points: self.probe_last_batches(plans, points), self.lr(rnd + 1), self.lr(1), step_s, sync_s,
-            self.sim_time if step_s is not None else None, self.cfg.get("timing", {}).get("budget_s")))
+            updates=sent, local_params=lambda: old_params + result.updates, old_params=old_params,
+            new_params=self.params, sizes=torch.tensor([float(p.num_samples) for p in plans], device=self.device),
+            probe=lambda points: self.probe_last_batches(plans, points), lr=self.lr(rnd + 1), lr0=self.lr(1),
+            step_time_s=step_s, sync_time_s=sync_s, elapsed_s=self.sim_time if step_s is not None else None,
+            budget_s=self.cfg.get("timing", {}).get("budget_s")))
         k = len(plans)
         down = k * (self.model_bytes + sum(nbytes(v) for v in extras.values()))
         up += k * self.model_bytes + sum(nbytes(v) for v in result.uploads.values())
