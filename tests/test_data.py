@@ -1,6 +1,7 @@
 """Loaders on fixture files written here in each dataset's official format, the real MNIST, and missing data."""
 
 import gzip
+import json
 import os
 import pickle
 
@@ -12,7 +13,7 @@ from omegaconf import OmegaConf
 from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, speech_commands, synthetic
 from fedrun.data.cifar import LAYOUTS
 from fedrun.data.cli import main as data_cli
-from fedrun.data.fixtures import write_cifar, write_imdb, write_speech_commands
+from fedrun.data.fixtures import write_cifar, write_imdb, write_leaf, write_speech_commands
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.data.text import build_vocabulary, encode, words
@@ -252,3 +253,60 @@ def test_log_mel_of_a_tone_peaks_in_the_band_of_its_frequency_and_the_dct_is_ort
     mfcc = speech_commands.features(torch.sin(2 * torch.pi * 1000.0 * t)[None], "mfcc", 40, 40)[0]
     torch.testing.assert_close(mfcc @ d, speech_commands.features(torch.sin(2 * torch.pi * 1000.0 * t)[None],
                                                                   "logmel", 40)[0], atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("task,kind,shape,classes", [("femnist", "image", (1, 28, 28), 62),
+                                                     ("shakespeare", "tokens", (80,), 80),
+                                                     ("sent140", "tokens", (25,), 2),
+                                                     ("celeba", "image", (3, 84, 84), 2)])
+def test_leaf_json_tasks_load_with_their_users(tmp_path, task, kind, shape, classes):
+    import json
+
+    write_leaf(tmp_path, task, users=3, per_user=4)
+    spec = DATASETS[f"leaf_{task}"]
+    cfg = OmegaConf.create({"vocab_size": 50, "max_len": 25})
+    data = spec.load(tmp_path, cfg)
+    assert spec.meta(cfg) == (kind, shape, classes) and data.input_kind == kind and data.num_classes == classes
+    assert tuple(data.x_train.shape) == (12, *shape) and tuple(data.x_test.shape) == (6, *shape)
+    assert list(np.bincount(data.train_users)) == [4, 4, 4] and list(np.bincount(data.test_users)) == [2, 2, 2]
+    # the samples are the JSON's, in file order, with their users
+    first = json.loads(sorted((tmp_path / "leaf" / task / "data" / "train").glob("*.json"))[0].read_text())
+    x0, y0 = first["user_data"][first["users"][0]]["x"][0], first["user_data"][first["users"][0]]["y"][0]
+    if task == "femnist":
+        assert torch.allclose(data.x_train[0].flatten(), torch.tensor(x0, dtype=torch.float32))
+    elif task == "shakespeare":
+        from fedrun.data.leaf import LETTERS
+
+        assert "".join(LETTERS[i] for i in data.x_train[0]) == x0 and LETTERS[int(data.y_train[0])] == y0
+    elif task == "sent140":
+        blobs = [json.loads(p.read_text()) for p in sorted((tmp_path / "leaf" / task / "data" / "train").glob("*"))]
+        texts = [words(x[4]) for b in blobs for u in b["users"] for x in b["user_data"][u]["x"]]
+        want = encode([words(x0[4])], build_vocabulary(texts, 50), 25)[0]  # the tweet's text is field 4
+        assert data.x_train[0].tolist() == want.tolist()
+    if task != "shakespeare":
+        assert int(data.y_train[0]) == y0
+    (tmp_path / "leaf" / task / "data" / "test").rename(tmp_path / "elsewhere")
+    with pytest.raises(DataMissingError, match=f"leaf/{task}/data/test"):
+        spec.load(tmp_path, cfg)
+
+
+def test_leaf_synthetic_reads_leafs_json_when_asked(tmp_path):
+    write_leaf(tmp_path, "synthetic", users=4, per_user=5)
+    cfg = OmegaConf.create({"source": "json", "num_classes": 5, "num_dim": 60})
+    data = synthetic.load_leaf(tmp_path, cfg)
+    assert data.x_train.shape == (20, 60) and data.x_test.shape == (8, 60)
+    assert list(np.bincount(data.train_users)) == [5] * 4 and data.y_train.max() < 5
+    with pytest.raises(DataMissingError, match="data.source=generated"):
+        synthetic.load_leaf(tmp_path / "empty", cfg)
+
+
+def test_a_leaf_task_runs_with_its_users_as_clients(tmp_path, cfg_factory):
+    from fedrun.engine.simulation import run_experiment
+
+    write_leaf(tmp_path / "data", "femnist", users=4, per_user=6)
+    summary = run_experiment(cfg_factory("data=leaf_femnist", f"data.root={tmp_path / 'data'}", "partition=natural",
+                                         "model=mlp", "fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=2",
+                                         "fl.batch_size=3"), tmp_path / "run")
+    partition = json.loads((tmp_path / "run" / "partition.json").read_text())
+    assert summary["status"] == "finished" and "final_local_acc" in summary
+    assert [c["num_samples"] for c in partition["clients"]] == [6, 6, 6, 6]  # one client per LEAF user

@@ -79,3 +79,46 @@ def write_speech_commands(root: Path, per_word: int = 4, seed: int = 6) -> None:
                 val.append(f"{word}/{name}")
     (d / "testing_list.txt").write_text("\n".join(test) + "\n")
     (d / "validation_list.txt").write_text("\n".join(val) + "\n")
+
+
+def write_leaf(root: Path, task: str, users: int = 3, per_user: int = 4, seed: int = 7) -> None:
+    """LEAF's JSON layout for ``task`` (femnist, shakespeare, sent140, celeba, synthetic) under
+    ``root/leaf/<task>/data/{train,test}``: ``users`` users split over two train files, each with ``per_user``
+    training samples and 2 test samples (CelebA's images written under ``raw/img_align_celeba``)."""
+    import json
+
+    from .leaf import LETTERS
+
+    rng = np.random.default_rng(seed)
+    d = Path(root) / "leaf" / task / "data"
+
+    def sample(u: int, i: int):
+        if task == "femnist":
+            return rng.random(784).round(3).tolist(), int(rng.integers(62))
+        if task == "shakespeare":
+            text = "".join(rng.choice(list(LETTERS[1:]), 81))
+            return text[:80], text[80]
+        if task == "sent140":
+            words = " ".join(rng.choice(["good", "bad", "day", "happy", "sad", "the", "@user"], 6))
+            return ["1467810369", "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", f"user{u}", words], int(rng.integers(2))
+        if task == "celeba":
+            from PIL import Image
+
+            name = f"{u:03d}{i:03d}.jpg"
+            (d / "raw" / "img_align_celeba").mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 255, (218, 178, 3), dtype=np.uint8)).save(d / "raw" / "img_align_celeba"
+                                                                                      / name)
+            return name, int(rng.integers(2))
+        return rng.normal(size=60).round(4).tolist(), int(rng.integers(5))
+
+    for split, n in (("train", per_user), ("test", 2)):
+        (d / split).mkdir(parents=True, exist_ok=True)
+        for part, members in enumerate((range(0, users // 2 + 1), range(users // 2 + 1, users))):
+            blob = {"users": [], "num_samples": [], "user_data": {}}
+            for u in members:
+                xs, ys = zip(*(sample(u, i + (100 if split == "test" else 0)) for i in range(n)))
+                name = f"f_{u:05d}"
+                blob["users"].append(name)
+                blob["num_samples"].append(n)
+                blob["user_data"][name] = {"x": list(xs), "y": list(ys)}
+            (d / split / f"all_data_{part}_niid_1_keep_0_{split}_9.json").write_text(json.dumps(blob))

@@ -1,0 +1,166 @@
+"""LEAF benchmark tasks (Caldas et al. 2018) from the JSON files LEAF's preprocessing writes: FEMNIST, Shakespeare,
+Sent140 and CelebA (and LEAF Synthetic, see ``data=leaf_synthetic data.source=json``).
+
+LEAF writes ``data/<task>/data/train/*.json`` and ``data/<task>/data/test/*.json``, each
+``{"users": [...], "num_samples": [...], "user_data": {user: {"x": [...], "y": [...]}}}``. fedrun reads every file
+of both splits; LEAF's users become ``train_users``/``test_users`` (``partition=natural`` makes them the clients and
+the metric ``local_acc`` averages over them). How ``x`` and ``y`` are decoded depends on the task:
+
+- FEMNIST: 784 floats per image -> (1, 28, 28); 62 classes.
+- Shakespeare: 80 characters -> indices into LEAF's 80-letter alphabet; the next character is the label.
+- Sent140: the tweet's text (field 4 of ``x``) -> word ids over the training vocabulary (``data.vocab_size``,
+  ``data.max_len``, as for IMDB); label 0/1.
+- CelebA: an image file name under ``data/celeba/data/raw/img_align_celeba/`` -> RGB resized to 84 x 84 (LEAF's
+  size), pixels in [0, 1]; label 0/1 (smiling).
+
+The decoded arrays are cached under the data root, keyed by the files found and the settings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..errors import DataMissingError
+from .base import DatasetSpec, FedDataset
+from .text import build_vocabulary, cache_path, encode, load_or_build, words
+
+# LEAF's models/shakespeare alphabet (utils/language_utils.py ALL_LETTERS)
+LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
+CELEBA_SIZE = 84
+
+
+def task_dir(root: Path, task: str) -> Path:
+    return root / "leaf" / task / "data"
+
+
+def json_files(root: Path, task: str) -> dict[str, list[Path]]:
+    d = task_dir(root, task)
+    return {split: sorted((d / split).glob("*.json")) for split in ("train", "test")}
+
+
+def is_present_for(task: str) -> Callable:
+    def present(root: Path, cfg=None) -> bool:
+        files = json_files(root, task)
+        return bool(files["train"]) and bool(files["test"])
+
+    return present
+
+
+def read_users(files: list[Path]) -> list[tuple[str, list, list]]:
+    """(user, xs, ys) for every user of the files, in file order."""
+    out = []
+    for path in files:
+        blob = json.loads(path.read_text())
+        for user in blob["users"]:
+            data = blob["user_data"][user]
+            out.append((user, data["x"], data["y"]))
+    return out
+
+
+def letter_index(text: str) -> list[int]:
+    idx = [LETTERS.find(ch) for ch in text]
+    if -1 in idx:
+        raise ValueError(f"Shakespeare: character {text[idx.index(-1)]!r} is not in LEAF's alphabet")
+    return idx
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    kind: str
+    classes: int
+    description: str
+    raw: str = ""  # extra files the task needs beside the JSON (how_to_get says where)
+
+
+TASKS = {
+    "femnist": Task("femnist", "image", 62, "LEAF FEMNIST: 28x28 handwritten characters by writer, 62 classes"),
+    "shakespeare": Task("shakespeare", "tokens", len(LETTERS),
+                        "LEAF Shakespeare: next character after 80, by speaking role, 80 classes"),
+    "sent140": Task("sent140", "tokens", 2, "LEAF Sent140: tweet sentiment by Twitter user, word ids, 2 classes"),
+    "celeba": Task("celeba", "image", 2, "LEAF CelebA: 84x84 faces by celebrity, smiling or not, 2 classes",
+                   raw="and the aligned images in {root}/leaf/celeba/data/raw/img_align_celeba/"),
+}
+
+
+def decode(task: str, root: Path, cfg, train: list, test: list) -> dict[str, np.ndarray]:
+    """Arrays x_train, y_train, u_train, x_test, y_test, u_test from the users' raw x/y lists."""
+    users = {u: i for i, u in enumerate(dict.fromkeys(u for u, _, _ in train + test))}
+
+    def stack(rows, fn):
+        return np.stack([fn(x) for _, xs, _ in rows for x in xs]) if rows else np.zeros((0,))
+
+    out = {}
+    for split, rows in (("train", train), ("test", test)):
+        out[f"u_{split}"] = np.asarray([users[u] for u, xs, _ in rows for _ in xs], dtype=np.int64)
+        ys = [y for _, _, ys in rows for y in ys]
+        if task == "femnist":
+            out[f"x_{split}"] = stack(rows, lambda x: np.asarray(x, np.float32).reshape(1, 28, 28))
+        elif task == "shakespeare":
+            out[f"x_{split}"] = stack(rows, lambda x: np.asarray(letter_index(x), np.int64))
+            ys = [letter_index(y)[0] for y in ys]
+        elif task == "celeba":
+            from PIL import Image
+
+            images = task_dir(root, "celeba") / "raw" / "img_align_celeba"
+
+            def load_image(name):
+                with Image.open(images / name) as im:
+                    im = im.convert("RGB").resize((CELEBA_SIZE, CELEBA_SIZE))
+                    return np.asarray(im, np.float32).transpose(2, 0, 1) / 255.0
+
+            out[f"x_{split}"] = stack(rows, load_image)
+        out[f"y_{split}"] = np.asarray(ys, dtype=np.int64)
+    if task == "sent140":
+        texts = {s: [words(x[4]) for _, xs, _ in rows for x in xs] for s, rows in (("train", train), ("test", test))}
+        vocab = build_vocabulary(texts["train"], int(cfg.get("vocab_size", 1000)))
+        for s in ("train", "test"):
+            out[f"x_{s}"] = encode(texts[s], vocab, int(cfg.get("max_len", 25)))
+    return out
+
+
+def loader(task: str) -> Callable:
+    def load(root: Path, cfg) -> FedDataset:
+        spec = SPECS[task]
+        files = json_files(root, task)
+        if not (files["train"] and files["test"]):
+            raise DataMissingError(spec.how_to_get.format(root=root))
+        settings = {"files": {s: [(p.name, p.stat().st_size) for p in fs] for s, fs in files.items()},
+                    "vocab_size": cfg.get("vocab_size"), "max_len": cfg.get("max_len"), "version": 1}
+        a = load_or_build(cache_path(task_dir(root, task) / "cache", task, settings),
+                          lambda: decode(task, root, cfg, read_users(files["train"]), read_users(files["test"])))
+        return FedDataset(f"leaf_{task}", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),
+                          torch.from_numpy(a["x_test"]), torch.from_numpy(a["y_test"]), num_classes=TASKS[task].classes,
+                          input_kind=TASKS[task].kind, train_users=a["u_train"], test_users=a["u_test"],
+                          source=str(task_dir(root, task)))
+
+    return load
+
+
+def _meta(task: str) -> Callable:
+    def meta(cfg):
+        shape = {"femnist": (1, 28, 28), "shakespeare": (80,), "celeba": (3, CELEBA_SIZE, CELEBA_SIZE),
+                 "sent140": (int(cfg.get("max_len", 25)),)}[task]
+        return TASKS[task].kind, shape, TASKS[task].classes
+
+    return meta
+
+
+def _how_to_get(task: Task) -> str:
+    return (f"LEAF {task.name} was not found: expected LEAF's JSON files in {{root}}/leaf/{task.name}/data/train/*.json "
+            f"and {{root}}/leaf/{task.name}/data/test/*.json {task.raw}. Make them with LEAF "
+            f"(https://github.com/TalwalkarLab/leaf): `cd data/{task.name} && ./preprocess.sh ...` (see its README), then "
+            f"copy its data/{task.name}/data/train and test folders there.")
+
+
+SPECS = {
+    name: DatasetSpec(name=f"leaf_{name}", description=t.description, meta=_meta(name), load=loader(name),
+                      is_present=is_present_for(name), how_to_get=_how_to_get(t), has_users=True)
+    for name, t in TASKS.items()
+}
