@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, speech_commands, synthetic
 from fedrun.data.cifar import LAYOUTS
 from fedrun.data.cli import main as data_cli
-from fedrun.data.fixtures import write_cifar, write_imdb, write_leaf, write_speech_commands
+from fedrun.data.fixtures import write_cifar, write_imdb, write_leaf, write_speech_commands, write_tiny_imagenet
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.data.text import build_vocabulary, encode, words
@@ -310,3 +310,17 @@ def test_a_leaf_task_runs_with_its_users_as_clients(tmp_path, cfg_factory):
     partition = json.loads((tmp_path / "run" / "partition.json").read_text())
     assert summary["status"] == "finished" and "final_local_acc" in summary
     assert [c["num_samples"] for c in partition["clients"]] == [6, 6, 6, 6]  # one client per LEAF user
+
+
+def test_tiny_imagenet_fixture_reads_train_folders_and_labels_val_by_its_annotations(tmp_path):
+    write_tiny_imagenet(tmp_path, classes=3, per_class=4)
+    spec = DATASETS["tiny_imagenet"]
+    assert spec.is_present(tmp_path) and spec.meta(None) == ("image", (3, 64, 64), 200)
+    data = spec.load(tmp_path, OmegaConf.create({"normalize": "unit"}))
+    assert data.x_train.shape == (12, 3, 64, 64) and data.x_test.shape == (6, 3, 64, 64)
+    assert data.y_train.tolist() == [0] * 4 + [1] * 4 + [2] * 4 and data.y_test.tolist() == [0, 0, 1, 1, 2, 2]
+    means = [float(data.x_test[data.y_test == k].mean()) for k in range(3)]
+    assert means == sorted(means)  # each val image carries its annotated class's colour
+    (tmp_path / "tiny_imagenet" / "tiny-imagenet-200" / "val" / "val_annotations.txt").unlink()
+    with pytest.raises(DataMissingError, match="val_annotations.txt"):
+        spec.load(tmp_path, OmegaConf.create({}))

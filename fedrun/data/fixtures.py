@@ -122,3 +122,27 @@ def write_leaf(root: Path, task: str, users: int = 3, per_user: int = 4, seed: i
                 blob["num_samples"].append(n)
                 blob["user_data"][name] = {"x": list(xs), "y": list(ys)}
             (d / split / f"all_data_{part}_niid_1_keep_0_{split}_9.json").write_text(json.dumps(blob))
+
+
+def write_tiny_imagenet(root: Path, classes: int = 3, per_class: int = 4, seed: int = 8) -> None:
+    """The ``tiny-imagenet-200`` layout under ``root/tiny_imagenet``: wnids.txt, train/<wnid>/images/*.JPEG,
+    val/images/*.JPEG with val_annotations.txt (2 per class); each class a different mean colour."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    d = Path(root) / "tiny_imagenet" / "tiny-imagenet-200"
+    wnids = [f"n{1440764 + k:08d}" for k in range(classes)]
+    (d / "val" / "images").mkdir(parents=True, exist_ok=True)
+    (d / "wnids.txt").write_text("\n".join(wnids) + "\n")
+    lines = []
+    for k, w in enumerate(wnids):
+        (d / "train" / w / "images").mkdir(parents=True, exist_ok=True)
+        for i in range(per_class + 2):
+            img = np.clip(rng.normal(60 + 60 * k, 20, (64, 64, 3)), 0, 255).astype(np.uint8)
+            if i < per_class:
+                Image.fromarray(img).save(d / "train" / w / "images" / f"{w}_{i}.JPEG", format="JPEG")
+            else:
+                name = f"val_{k * 2 + i - per_class}.JPEG"
+                Image.fromarray(img).save(d / "val" / "images" / name, format="JPEG")
+                lines.append(f"{name}\t{w}\t0\t0\t63\t63")
+    (d / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
