@@ -32,7 +32,7 @@ import pandas as pd  # noqa: E402
 
 from gift_table1 import MISSING_HERE, SCHEMES, SETTINGS, SUBSTITUTE, table1_jobs  # noqa: E402
 from fedrun.reproduce import first_round_reaching, fixture_for, provenance, run_jobs, verdict  # noqa: E402
-from fedrun.results import METRICS_FILE  # noqa: E402
+from fedrun.results import CONFIG_FILE, METRICS_FILE  # noqa: E402
 
 FIG6 = {"gift": "GIFT", "afl": "AFL", "adacomm": "AdaComm"}
 
@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
 def note_for(setting: str) -> tuple[list[str], str | None]:
     dataset = SETTINGS[setting][1]
     return fixture_for(dataset) if dataset in MISSING_HERE else ([], SUBSTITUTE)
+
+
+def load_config(run_dir: str):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.load(Path(run_dir) / CONFIG_FILE)
 
 
 def metrics(run_dir: str) -> pd.DataFrame:
@@ -124,15 +130,17 @@ def fig5(args, settings, out, command, extra) -> None:
             report.append(f"\n## {setting} - {notes[setting]}\n\nClaims not checked (fixture data).\n")
             continue
         c = gift["gift_C"].to_numpy()
-        share, base = burst_share(c, cuts, int(gift["round"].iloc[0]))
-        first = int(np.argmin(np.diff(c) < 0)) if len(c) > 1 else 0
-        stagnant = [all(np.diff(c[max(0, r - gift["round"].iloc[0] - 2) : r - gift["round"].iloc[0] + 1]) >= 0)
-                    for r in cuts]
+        r0 = int(gift["round"].iloc[0])
+        share, base = burst_share(c, cuts, r0)
+        # the EMAs (beta) start at zero: over their first 1/(1 - beta) rounds C_r can rise because they are filling
+        filling = round(1 / (1 - float(load_config(dirs["gift"][0]).algo.schedule.beta)))
+        settled = [r for r in cuts if r > filling]
         report += [f"\n## {setting}" + (f" - {notes[setting]}" if notes[setting] else "") + "\n",
                    f"- tau: {int(gift['tau'].iloc[0])} -> {int(gift['next_tau'].iloc[-1])}, halved after rounds "
-                   f"{cuts or 'none'}; each halving followed {'2 rounds' if all(stagnant) else 'not always 2 rounds'} "
-                   f"of non-decreasing C_r (tau halves when C_r stagnates: {verdict(bool(cuts) and all(stagnant))}).",
-                   f"- C_r starts at {c[0]:.3f}, first stops decreasing after round {first + int(gift['round'].iloc[0]) + 1}, ends at "
+                   f"{cuts or 'none'}, each after 2 rounds of non-decreasing C_r (the rule); halvings after the EMAs' "
+                   f"first {filling} rounds, when a stall is stagnation rather than the EMAs filling: "
+                   f"{settled or 'none'} (tau halves when C_r stagnates: {verdict(bool(settled))}).",
+                   f"- C_r starts at {c[0]:.3f}, ends at "
                    f"{c[-1]:.3f} (min {c.min():.3f}); " + (
                        "no halving has rounds after it to check for a burst." if np.isnan(share) else
                        f"it rose within 3 rounds after {share:.0%} of the halvings vs {base:.0%} of other rounds (C_r "
@@ -242,7 +250,10 @@ def fig7(args, settings, notes, out, command, extra) -> None:
         sooner = rb is not None and (ra is None or rb < ra)
         report.append(f"- best-ever accuracy without -> with relaxation: {cells}. Rounds to {100 * level:.1f}% (90% of "
                       f"the best): {ra} -> {rb} (relaxation raises accuracy sooner: {verdict(sooner)}). tau with "
-                      f"relaxation peaks at {int(relax['tau'].max())}.")
+                      f"relaxation peaks at {int(relax['tau'].max())}" + (
+                          "." if relax["tau"].max() > relax["tau"].iloc[0] else
+                          f": relaxation never applied, as the first halving (after round "
+                          f"{(halvings(relax) or ['none'])[0]}) came before {10} rounds of decreasing C_r."))
     (out / "fig7.md").write_text("\n".join(report) + "\n")
     print(f"wrote {out / 'fig7.md'}")
 
