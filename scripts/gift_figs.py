@@ -253,7 +253,9 @@ def fig7(args, settings, notes, out, command, extra) -> None:
                       f"relaxation peaks at {int(relax['tau'].max())}" + (
                           "." if relax["tau"].max() > relax["tau"].iloc[0] else
                           f": relaxation never applied, as the first halving (after round "
-                          f"{(halvings(relax) or ['none'])[0]}) came before {10} rounds of decreasing C_r."))
+                          f"{(halvings(relax) or ['none'])[0]}) came before "
+                          f"{load_config(jobs[keys.index((setting, True))][1]).algo.schedule.relax_after} rounds of "
+                          f"decreasing C_r."))
     (out / "fig7.md").write_text("\n".join(report) + "\n")
     print(f"wrote {out / 'fig7.md'}")
 
