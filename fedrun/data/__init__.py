@@ -6,13 +6,14 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
-from . import cifar, digits, fashion_mnist, imdb, leaf, mnist, speech_commands, synthetic, tiny_imagenet, twitter
+from . import (cifar, digits, fashion_mnist, imdb, leaf, mnist, shakespeare_plays, speech_commands, synthetic,
+               tiny_imagenet, twitter)
 from .base import DatasetSpec, FedDataset, default_root, resolve_root
 
 DATASETS: dict[str, DatasetSpec] = {
     s.name: s
     for s in (mnist.SPEC, fashion_mnist.SPEC, cifar.CIFAR10, cifar.CIFAR100, digits.SPEC, imdb.SPEC,
-              speech_commands.SPEC, synthetic.LEAF, synthetic.FEDPROX, tiny_imagenet.SPEC, twitter.SPEC,
+              speech_commands.SPEC, synthetic.LEAF, synthetic.FEDPROX, tiny_imagenet.SPEC, twitter.SPEC, shakespeare_plays.SPEC,
               *leaf.SPECS.values())
 }
 

