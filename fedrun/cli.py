@@ -46,7 +46,7 @@ def _main(cfg: DictConfig) -> float | None:
         log.info("job %s: %s already holds a %s run; skipped", hc.job.num, run_dir, done["status"])
         return done.get("final_test_acc")
     try:
-        return run_experiment(cfg, run_dir, sweep_group=Path(hc.sweep.dir).name).get("final_test_acc")
+        summary = run_experiment(cfg, run_dir, sweep_group=Path(hc.sweep.dir).name)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # one bad job must not end the sweep
@@ -59,6 +59,10 @@ def _main(cfg: DictConfig) -> float | None:
         log.debug("%s", traceback.format_exc())
         FAILED_JOBS.append(str(run_dir))
         return None
+    if summary["status"] == "interrupted":  # Ctrl-C / SIGTERM stops the sweep, not just this job
+        log.warning("sweep stopped at job %s (checkpointed); resubmit it with resume=true to continue", hc.job.num)
+        sys.exit(128 + int(summary["signal"]))
+    return summary.get("final_test_acc")
 
 
 def main() -> None:

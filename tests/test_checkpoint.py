@@ -116,3 +116,21 @@ def test_resume_refuses_a_checkpoint_of_another_experiment(tmp_path, cfg_factory
     with pytest.raises(ConfigError, match="resume=true: the checkpoint"):
         run_experiment(cfg_factory(*BASE, "fl.rounds=3", "fl.lr=0.2", "resume=true"), tmp_path)
     assert os.path.exists(tmp_path / "checkpoint_0000002.pt")  # refused before anything was touched
+
+
+def test_sigterm_stops_a_sweep_and_resubmitting_with_resume_finishes_it(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [*BASE, "fl.rounds=30", "checkpoint.every=0", "seed=0,1,2", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen([sys.executable, "-m", "fedrun.cli", "--multirun", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for_rows(proc, sweep / "0", rows=3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert json.loads((sweep / "0" / "summary.json").read_text())["status"] == "interrupted"
+    assert not (sweep / "1" / "summary.json").exists()  # the sweep stopped with its first job
+    done = subprocess.run([sys.executable, "-m", "fedrun.cli", "--multirun", *args, "resume=true"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summaries = [json.loads((sweep / str(j) / "summary.json").read_text()) for j in range(3)]
+    assert [s["status"] for s in summaries] == ["finished"] * 3 and summaries[0]["resumed_from_round"] >= 1
