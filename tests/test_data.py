@@ -236,6 +236,8 @@ def test_speech_commands_fixture_splits_by_the_lists_and_caches_its_features(tmp
     monkeypatch.setattr(speech_commands, "read_wav", lambda path: (_ for _ in ()).throw(AssertionError("re-read")))
     again = speech_commands.load(tmp_path, cfg)  # from the cache: no clip is read again
     assert torch.equal(again.x_train, data.x_train)
+    with pytest.raises(AssertionError, match="re-read"):  # new settings: the cache does not answer, clips are read
+        speech_commands.load(tmp_path, OmegaConf.create({**cfg, "n_mfcc": 20}))
     (tmp_path / "speech_commands" / "testing_list.txt").unlink()
     with pytest.raises(DataMissingError, match="testing_list.txt"):
         speech_commands.load(tmp_path, cfg)
