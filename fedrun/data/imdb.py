@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset
-from .text import build_vocabulary, cache_path, encode, load_or_build, words
+from .base import DatasetSpec, FedDataset, cache_path, load_or_build
+from .text import build_vocabulary, encode, words
 
 LABELS = {"neg": 0, "pos": 1}
 

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset
-from .text import build_vocabulary, cache_path, encode, load_or_build, words
+from .base import DatasetSpec, FedDataset, cache_path, load_or_build
+from .text import build_vocabulary, encode, words
 
 # LEAF's models/shakespeare alphabet (utils/language_utils.py ALL_LETTERS)
 LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"

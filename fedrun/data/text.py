@@ -7,12 +7,9 @@ default): a recurrent model that reads the final hidden state sees the end of ev
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections import Counter
 from collections.abc import Iterable
-from pathlib import Path
 
 import numpy as np
 
@@ -42,23 +39,3 @@ def encode(texts: Iterable[list[str]], vocab: dict[str, int], length: int) -> np
         if ids:
             row[length - len(ids):] = ids
     return out
-
-
-def cache_path(directory: Path, name: str, settings: dict) -> Path:
-    """A cache file named by a hash of everything that changes its contents, so new settings never read old
-    features."""
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    return directory / f"{name}-{key}.npz"
-
-
-def load_or_build(path: Path, build) -> dict[str, np.ndarray]:
-    """Arrays from the cache file, or built by ``build()`` and written atomically."""
-    if path.exists():
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    arrays = build()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)
-    return arrays

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, image_dataset
-from .text import cache_path, load_or_build
+from .base import DatasetSpec, FedDataset, cache_path, image_dataset, load_or_build
 
 
 def find_dir(root: Path) -> Path | None:

