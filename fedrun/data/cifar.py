@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import DataMissingError
 from .base import DatasetSpec, FedDataset, image_dataset
+from .download import fetcher
 from .safe_pickle import load_numpy_pickle
 
 LAYOUTS = {
@@ -71,11 +72,12 @@ def _make(name: str) -> DatasetSpec:
         meta=lambda cfg: ("image", (3, 32, 32), layout["classes"]),
         load=load,
         is_present=is_present,
+        fetch=fetcher(name),
         how_to_get=(
             f"{name.upper()} was not found: fedrun needs {{root}}/{name}/{layout['folder']}/ with {files}. "
             f"Download {layout['url']} and unpack it in {{root}}/{name}/ (or run torchvision's "
-            f"datasets.{'CIFAR10' if name == 'cifar10' else 'CIFAR100'}(root='{{root}}/{name}', download=True) "
-            "on a connected machine)."
+            f"datasets.{'CIFAR10' if name == 'cifar10' else 'CIFAR100'}(root='{{root}}/{name}', download=True)), "
+            f"or run `fedrun-data fetch {name}` on a machine that reaches www.cs.toronto.edu (MD5-checked)."
         ),
     )
     return spec

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..errors import DataMissingError
 from .base import DatasetSpec, FedDataset, image_dataset
+from .download import fetcher
 from .idx import find, read_idx_split
 
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -40,11 +41,13 @@ SPEC = DatasetSpec(
     meta=lambda cfg: ("image", (1, 28, 28), 10),
     load=load,
     is_present=is_present,
+    fetch=fetcher("fashion_mnist"),
     how_to_get=(
         "Fashion-MNIST was not found in {root}/fashion_mnist/, {root}/fashion_mnist/FashionMNIST/raw/ or "
         f"{DEBIAN_DIR}/. On Debian/Ubuntu: `sudo apt-get install dataset-fashion-mnist`. Elsewhere: put "
         "train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz and "
         "t10k-labels-idx1-ubyte.gz (from github.com/zalandoresearch/fashion-mnist, or torchvision's "
-        "FashionMNIST(root, download=True)) in {root}/fashion_mnist/."
+        "FashionMNIST(root, download=True)) in {root}/fashion_mnist/, or run `fedrun-data fetch fashion_mnist` "
+        "on a connected machine (MD5-checked)."
     ),
 )

@@ -14,6 +14,7 @@ import torch
 
 from ..errors import DataMissingError
 from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
+from .download import fetcher
 from .text import build_vocabulary, encode, words
 
 LABELS = {"neg": 0, "pos": 1}
@@ -66,9 +67,11 @@ SPEC = DatasetSpec(
     meta=lambda cfg: ("tokens", (int(cfg.get("max_len", 200)),), 2),
     load=load,
     is_present=is_present,
+    fetch=fetcher("imdb"),
     how_to_get=(
         "IMDB was not found in {root}/imdb/aclImdb/ or {root}/aclImdb/. Download aclImdb_v1.tar.gz from "
         "https://ai.stanford.edu/~amaas/data/sentiment/ and unpack it into {root}/imdb/ so that "
-        "{root}/imdb/aclImdb/train/pos, train/neg, test/pos and test/neg hold the reviews as .txt files."
+        "{root}/imdb/aclImdb/train/pos, train/neg, test/pos and test/neg hold the reviews as .txt files; on a "
+        "machine that reaches ai.stanford.edu, `fedrun-data fetch imdb` does this (MD5-checked)."
     ),
 )

