@@ -11,6 +11,7 @@ import torch
 
 from .algorithms import check_parts
 from .data import DATASETS
+from .data.augment import AUGMENTS, POLICIES
 from .data.base import NORMALIZATIONS
 from .engine.cohort import DELAYS
 from .engine.executor import EXECUTORS
@@ -93,6 +94,14 @@ def validate(cfg) -> None:
     if "normalize" in cfg.data:
         need(cfg.data.normalize in NORMALIZATIONS, "data.normalize", cfg.data.normalize,
              f"must be one of {NORMALIZATIONS}", "data.normalize=standardize")
+    augment = cfg.data.get("augment", "none")
+    need(augment in AUGMENTS, "data.augment", augment, f"must be one of {AUGMENTS}", "data.augment=none")
+    if augment != "none" and spec is not None:
+        need(spec.pixel_images, "data.augment", augment, f"needs images made of uint8 pixels, which "
+             f"data={data_name} is not (those are {sorted(n for n, s in DATASETS.items() if s.pixel_images)})",
+             "data.augment=none")
+        need(cfg.data.get("augment_policy", "cifar10") in POLICIES, "data.augment_policy",
+             cfg.data.get("augment_policy"), f"must be one of {sorted(POLICIES)}", "data.augment_policy=cifar10")
     if spec is not None:
         kind, shape, num_classes = spec.meta(cfg.data)
         if p.name == "classes":

