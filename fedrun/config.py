@@ -16,7 +16,7 @@ from .data.base import NORMALIZATIONS
 from .engine.cohort import DELAYS
 from .engine.executor import EXECUTORS
 from .errors import ConfigError
-from .models import check_fit
+from .models import MODELS, check_fit
 from .partition import PARTITIONS
 
 LOGGERS = ("csv", "wandb", "none")
@@ -113,6 +113,15 @@ def validate(cfg) -> None:
         if p.name == "natural" and not spec.has_users:
             problems.append(f"partition=natural: data={data_name} has no users. Fix: use partition=dirichlet, or a "
                             f"dataset with users ({sorted(n for n, s in DATASETS.items() if s.has_users)})")
+        model_spec = MODELS.get(cfg.model.name)
+        if model_spec is not None and model_spec.sequence_output != spec.sequence_targets:
+            model_says = "predicts a token at every step" if model_spec.sequence_output else "predicts one class"
+            data_says = "has a target token at every step" if spec.sequence_targets else "has one class per sample"
+            fix = "model=lstm_lm" if spec.sequence_targets else "a classifier, e.g. model=lstm"
+            problems.append(f"model={cfg.model.name} {model_says} but data={data_name} {data_says}. Fix: {fix}")
+        if spec.sequence_targets and p.name not in ("natural", "iid"):
+            problems.append(f"partition={p.name}: data={data_name} has next-word targets, not classes, to partition "
+                            "by. Fix: partition=natural (its users) or partition=iid")
         why = check_fit(cfg.model.name, kind, shape, data_name)
         need(cfg.model.get("init", "default") in ("default", "zeros"), "model.init", cfg.model.get("init"),
              "must be default or zeros", "model.init=default")

@@ -83,17 +83,22 @@ class FunctionalModel:
     @torch.no_grad()
     def evaluate(self, flat, buffers, x, y, batch_size: int = 2048) -> tuple[float, float]:
         """(accuracy, mean loss) on (x, y), in eval mode."""
-        hits, loss = self.evaluate_hits(flat, buffers, x, y, batch_size)
-        return int(hits.sum()) / max(1, len(y)), loss
+        hits, units, loss = self.evaluate_hits(flat, buffers, x, y, batch_size)
+        return float(hits.sum()) / max(1.0, float(units.sum())), loss
 
-    def evaluate_hits(self, flat, buffers, x, y, batch_size: int = 2048) -> tuple[torch.Tensor, float]:
-        """(which samples are predicted correctly, mean loss) on (x, y), in eval mode."""
+    def evaluate_hits(self, flat, buffers, x, y, batch_size: int = 2048
+                      ) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Per sample: correct predictions and predictions that count (1 and 1 for a class label), and the mean
+        loss per counted prediction, on (x, y) in eval mode."""
         self.set_training(False)
-        hits, loss_sum = [], 0.0
+        hits, units, loss_sum = [], [], 0.0
         for s in range(0, len(y), batch_size):
             out = self.forward(flat, buffers, x[s : s + batch_size])
             yb = y[s : s + batch_size]
-            loss_sum += float(self.objective.loss(out, yb)) * len(yb)
-            hits.append(self.objective.hits(out, yb))
-        return (torch.cat(hits) if hits else torch.zeros(0, dtype=torch.bool)), loss_sum / max(1, len(y))
-
+            units.append(self.objective.units(yb).to(out.dtype))
+            loss_sum += float(self.objective.loss(out, yb)) * float(units[-1].sum())
+            hits.append(self.objective.hits(out, yb).to(out.dtype))
+        if not hits:
+            return torch.zeros(0), torch.zeros(0), 0.0
+        hits, units = torch.cat(hits), torch.cat(units)
+        return hits, units, loss_sum / max(1.0, float(units.sum()))

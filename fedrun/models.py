@@ -16,11 +16,13 @@ from .errors import ConfigError
 
 @dataclass(frozen=True)
 class Objective:
-    """The training loss and which predictions count as correct (per sample) for accuracy."""
+    """The training loss and, per sample, how many predictions are correct (``hits``) out of how many that count
+    (``units``: 1 for a class label; a sequence target's counted tokens). Accuracy = sum(hits) / sum(units)."""
 
     name: str
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     hits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    units: Callable[[torch.Tensor], torch.Tensor] = lambda y: torch.ones(len(y), device=y.device)
 
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.hits(out, y).sum()
@@ -28,6 +30,22 @@ class Objective:
 
 CROSS_ENTROPY = Objective("cross_entropy", lambda out, y: F.cross_entropy(out, y),
                           lambda out, y: out.argmax(dim=-1) == y)
+
+
+IGNORE = -100  # a sequence target position that is not scored (padding beyond a comment's end)
+
+
+def _sequence_hits(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """LEAF's Reddit accuracy (models/reddit/stacked_lstm.py): a scored token is correct when the argmax equals it,
+    except that predicting padding (id 0) or the unknown word (id 1) always counts as wrong."""
+    pred = out.argmax(dim=1)
+    return ((pred == y) & (pred > 1) & (y != IGNORE)).sum(dim=1).to(out.dtype)
+
+
+# next-token prediction over a sequence: out (N, V, T), y (N, T); the mean cross-entropy over scored tokens
+SEQUENCE_CROSS_ENTROPY = Objective("sequence_cross_entropy",
+                                   lambda out, y: F.cross_entropy(out, y, ignore_index=IGNORE), _sequence_hits,
+                                   lambda y: (y != IGNORE).sum(dim=1).to(torch.float32))
 
 
 def _parity_target(y: torch.Tensor) -> torch.Tensor:
@@ -166,6 +184,26 @@ class RecurrentClassifier(nn.Module):
         return self.head(h.transpose(0, 1).flatten(1))
 
 
+class RecurrentLanguageModel(nn.Module):
+    """LEAF's Reddit model (models/reddit/stacked_lstm.py): a word embedding of width ``hidden``, ``layers`` stacked
+    LSTMs of ``hidden`` units and a softmax over the vocabulary at every step. Output (N, vocab, T)."""
+
+    def __init__(self, shape, classes, vocab_size, hidden, layers):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, hidden)
+        self.rnn = nn.LSTM(hidden, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        out, _ = self.rnn(self.embedding(x))
+        return self.head(out).transpose(1, 2)
+
+
+def _lstm_lm(shape, classes, mcfg):
+    return RecurrentLanguageModel(shape, classes, int(mcfg.get("vocab_size", classes)), int(mcfg.get("hidden", 256)),
+                                  int(mcfg.get("layers", 2)))
+
+
 def _recurrent(cell, defaults):
     def build(shape, classes, mcfg, kind):
         g = lambda k: mcfg.get(k, defaults[k])  # noqa: E731
@@ -183,6 +221,10 @@ class ModelSpec:
     objective: Objective = CROSS_ENTROPY
     needs_kind: bool = False
 
+    @property
+    def sequence_output(self) -> bool:
+        return self.objective is SEQUENCE_CROSS_ENTROPY
+
 
 MODELS: dict[str, ModelSpec] = {
     "svm": ModelSpec(_svm, ("image", "vector"), objective=SQUARED_HINGE_PARITY),
@@ -199,6 +241,7 @@ MODELS: dict[str, ModelSpec] = {
                      ("tokens", "sequence"), needs_kind=True),
     "lstm": ModelSpec(_recurrent("lstm", dict(vocab_size=1000, embed_dim=64, hidden=64, layers=2, head_hidden=0)),
                       ("tokens", "sequence"), needs_kind=True),
+    "lstm_lm": ModelSpec(_lstm_lm, ("tokens",), objective=SEQUENCE_CROSS_ENTROPY),
 }
 
 

@@ -428,3 +428,56 @@ def test_feature_caches_are_reused_and_invalidated_by_settings_and_by_changed_fi
     source.write_bytes(source.read_bytes() + (b"\n" if source.suffix in (".txt", ".csv", ".json") else b"\0"))
     again = spec.load(tmp_path, OmegaConf.create(settings))  # the largest source file grew: a new cache entry
     assert int(again.y_train.abs().sum()) > 0 and torch.equal(again.y_train, first.y_train)
+
+
+def test_leaf_reddit_sequences_targets_vocabulary_and_a_natural_run(tmp_path, cfg_factory):
+    """LEAF's Reddit JSON: comments cut into 10-token sequences, next-token targets scored where count_tokens is 1,
+    LEAF's vocabulary, users as clients, and LEAF's accuracy (padding and unknown predictions are wrong)."""
+    from collections import Counter
+
+    from fedrun.config import validate
+    from fedrun.engine.simulation import run_experiment
+    from fedrun.errors import ConfigError
+    from fedrun.models import IGNORE, SEQUENCE_CROSS_ENTROPY
+
+    write_leaf(tmp_path / "data", "reddit", users=3, per_user=4)
+    spec = DATASETS["leaf_reddit"]
+    data = spec.load(tmp_path / "data", OmegaConf.create({"vocab_size": 6}))
+    blobs = [json.loads(p.read_text()) for p in sorted((tmp_path / "data/leaf/reddit/data/train").glob("*.json"))]
+    comments = [(u, c, lab) for b in blobs for u in b["users"]
+                for c, lab in zip(b["user_data"][u]["x"], b["user_data"][u]["y"])]
+    seqs = [s for _, c, _ in comments for s in c]
+    assert data.x_train.shape == (len(seqs), 10) and data.y_train.shape == (len(seqs), 10)
+    assert np.bincount(data.train_users).tolist() == [sum(len(c) for u, c, _ in comments if u == user)
+                                                      for user in dict.fromkeys(u for u, _, _ in comments)]
+    counts = Counter(w for s in seqs for w in s if w != "<PAD>")
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:4]  # vocab_size 6 = padding, unknown, 4 tokens
+    vocab = {w: i + 2 for i, (w, _) in enumerate(top)} | {"<PAD>": 0}
+    assert data.x_train.tolist() == [[vocab.get(w, 1) for w in s] for s in seqs]
+    targets = [(t, c) for _, _, lab in comments for ts, cs in zip(lab["target_tokens"], lab["count_tokens"])
+               for t, c in zip(ts, cs)]
+    assert data.y_train.flatten().tolist() == [vocab.get(t, 1) if c else IGNORE for t, c in targets]
+    flat_x, flat_y = data.x_train.flatten(), data.y_train.flatten()
+    words = ((flat_y != IGNORE) & (flat_y != 0)).nonzero().flatten()  # scored targets other than the final padding
+    assert len(words) > 0 and torch.equal(flat_y[words], flat_x[words + 1])  # the next input, across sequences
+    assert spec.meta(OmegaConf.create({"vocab_size": 6})) == ("tokens", (10,), 6) and data.num_classes == 6
+
+    out = torch.full((2, 6, 3), -5.0)  # predictions: sample 0 -> [2, 0, 1]; sample 1 -> [3, 3, 3]
+    out[0, 2, 0] = out[0, 0, 1] = out[0, 1, 2] = 5.0
+    out[1, 3] = 5.0
+    y = torch.tensor([[2, 0, 1], [3, 4, IGNORE]])
+    assert SEQUENCE_CROSS_ENTROPY.hits(out, y).tolist() == [1.0, 1.0]  # right padding and unknown count as wrong
+    assert SEQUENCE_CROSS_ENTROPY.units(y).tolist() == [3.0, 2.0]
+
+    with pytest.raises(ConfigError, match="Fix: model=lstm_lm"):
+        validate(cfg_factory("data=leaf_reddit", "partition=natural", "model=lstm"))
+    with pytest.raises(ConfigError, match="partition=dirichlet: data=leaf_reddit has next-word targets"):
+        validate(cfg_factory("data=leaf_reddit", "model=lstm_lm"))
+    with pytest.raises(ConfigError, match="model=lstm_lm predicts a token at every step"):
+        validate(cfg_factory("data=imdb", "model=lstm_lm"))
+    summary = run_experiment(cfg_factory("data=leaf_reddit", f"data.root={tmp_path / 'data'}", "data.vocab_size=6",
+                                         "partition=natural", "model=lstm_lm", "model.hidden=8", "fl.num_clients=3",
+                                         "fl.clients_per_round=3", "fl.rounds=2", "fl.batch_size=5", "fl.lr=1.0"),
+                             tmp_path / "run")
+    assert summary["status"] == "finished" and 0 <= summary["final_local_acc"] <= 1
+    assert len(list((tmp_path / "data/leaf/reddit/data/cache").glob("*.npz"))) == 1

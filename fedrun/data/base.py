@@ -44,6 +44,18 @@ class FedDataset:
             raise ValueError(f"{self.name}: features and labels differ in length")
 
     @property
+    def sequence_targets(self) -> bool:
+        """Targets are token sequences (N, T) (next-word prediction), not one class per sample."""
+        return self.y_train.dim() == 2
+
+    def class_labels(self) -> tuple[np.ndarray, int]:
+        """Each training sample's class and the number of classes, for label-based partitions and partition
+        summaries; sequence targets have no class (all 0, one class)."""
+        if self.sequence_targets:
+            return np.zeros(len(self.y_train), dtype=np.int64), 1
+        return self.y_train.cpu().numpy(), self.num_classes
+
+    @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
 
@@ -78,6 +90,7 @@ class DatasetSpec:
     how_to_get: str
     fetch: Callable[[Path], None] | None = None
     has_users: bool = False
+    sequence_targets: bool = False  # targets are token sequences (next-word prediction), not classes
     pixel_images: bool = False  # uint8 images scaled by image_dataset: augmentation can recover their pixels
     extra: dict = field(default_factory=dict)
 

@@ -82,7 +82,7 @@ def write_speech_commands(root: Path, per_word: int = 4, seed: int = 6) -> None:
 
 
 def write_leaf(root: Path, task: str, users: int = 3, per_user: int = 4, seed: int = 7) -> None:
-    """LEAF's JSON layout for ``task`` (femnist, shakespeare, sent140, celeba, synthetic) under
+    """LEAF's JSON layout for ``task`` (femnist, shakespeare, sent140, celeba, reddit, synthetic) under
     ``root/leaf/<task>/data/{train,test}``: ``users`` users split over two train files, each with ``per_user``
     training samples and 2 test samples (CelebA's images written under ``raw/img_align_celeba``)."""
     import json
@@ -109,6 +109,9 @@ def write_leaf(root: Path, task: str, users: int = 3, per_user: int = 4, seed: i
             Image.fromarray(rng.integers(0, 255, (218, 178, 3), dtype=np.uint8)).save(d / "raw" / "img_align_celeba"
                                                                                       / name)
             return name, int(rng.integers(2))
+        if task == "reddit":
+            return reddit_comment(list(rng.choice(["the", "cat", "sat", "on", "a", "mat", "lol", "[url]"],
+                                                  int(rng.integers(3, 25)))), u, i)
         return rng.normal(size=60).round(4).tolist(), int(rng.integers(5))
 
     for split, n in (("train", per_user), ("test", 2)):
@@ -122,6 +125,22 @@ def write_leaf(root: Path, task: str, users: int = 3, per_user: int = 4, seed: i
                 blob["num_samples"].append(n)
                 blob["user_data"][name] = {"x": list(xs), "y": list(ys)}
             (d / split / f"all_data_{part}_niid_1_keep_0_{split}_9.json").write_text(json.dumps(blob))
+
+
+def reddit_comment(words: list[str], user: int, i: int, seq_len: int = 10) -> tuple[list, dict]:
+    """One comment as LEAF's Reddit preprocessing stores it: inputs ``<BOS> words <EOS>`` and targets
+    ``words <EOS> <PAD>``, padded with ``<PAD>`` to a multiple of ``seq_len`` and cut into sequences; ``count_tokens``
+    marks the unpadded positions."""
+    inputs, targets = ["<BOS>", *words, "<EOS>"], [*words, "<EOS>", "<PAD>"]
+    counts = [1.0] * len(inputs)
+    pad = -len(inputs) % seq_len
+    inputs, targets, counts = inputs + ["<PAD>"] * pad, targets + ["<PAD>"] * pad, counts + [0.0] * pad
+
+    def rows(seq):
+        return [seq[k : k + seq_len] for k in range(0, len(seq), seq_len)]
+
+    return rows(inputs), {"subreddit": "r/fixture", "created_utc": 1512086400.0 + 60 * i, "score": user,
+                          "target_tokens": rows(targets), "count_tokens": rows(counts)}
 
 
 def write_tiny_imagenet(root: Path, classes: int = 3, per_class: int = 4, seed: int = 8) -> None:

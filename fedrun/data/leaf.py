@@ -12,6 +12,11 @@ the metric ``local_acc`` averages over them). How ``x`` and ``y`` are decoded de
   ``data.max_len``, as for IMDB); label 0/1.
 - CelebA: an image file name under ``data/celeba/data/raw/img_align_celeba/`` -> RGB resized to 84 x 84 (LEAF's
   size), pixels in [0, 1]; label 0/1 (smiling).
+- Reddit: each comment is a list of 10-token sequences (``<BOS>`` words ``<EOS>``, padded with ``<PAD>``) and its
+  label holds the next-token targets (``target_tokens``) and which count (``count_tokens``), as LEAF's
+  ``data/reddit/source/preprocess.py`` writes them. fedrun's samples are the sequences (what LEAF's model batches):
+  x = token ids (N, 10), y = target ids (N, 10) with -100 where ``count_tokens`` is 0. The vocabulary is LEAF's
+  ``build_vocab.py``: the ``data.vocab_size`` - 2 most frequent training tokens (padding 0, unknown 1).
 
 The decoded arrays are cached under the data root, keyed by the files found and the settings.
 """
@@ -28,7 +33,8 @@ import torch
 
 from ..errors import DataMissingError
 from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
-from .text import build_vocabulary, encode, words
+from ..models import IGNORE
+from .text import OOV, PAD, build_vocabulary, encode, words
 
 # LEAF's models/shakespeare alphabet (utils/language_utils.py ALL_LETTERS)
 LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
@@ -86,12 +92,32 @@ TASKS = {
     "sent140": Task("sent140", "tokens", 2, "LEAF Sent140: tweet sentiment by Twitter user, word ids, 2 classes"),
     "celeba": Task("celeba", "image", 2, "LEAF CelebA: 84x84 faces by celebrity, smiling or not, 2 classes",
                    raw="and the aligned images in {root}/leaf/celeba/data/raw/img_align_celeba/"),
+    "reddit": Task("reddit", "tokens", 0, "LEAF Reddit: next word of each 10-token sequence, by Reddit user "
+                   "(classes: data.vocab_size)"),
 }
+REDDIT_SEQ_LEN = 10
+PAD_TOKEN = "<PAD>"
+
+
+def num_classes(task: str, cfg) -> int:
+    return int(cfg.get("vocab_size", 10000)) if task == "reddit" else TASKS[task].classes
+
+
+def comments_to_sequences(rows: list) -> list:
+    """Reddit users' comments -> one row per 10-token sequence: (user, sequences, (targets, counts) per sequence)."""
+    out = []
+    for user, comments, labels in rows:
+        seqs = [seq for comment in comments for seq in comment]
+        targets = [(t, c) for label in labels for t, c in zip(label["target_tokens"], label["count_tokens"])]
+        out.append((user, seqs, targets))
+    return out
 
 
 def decode(task: str, root: Path, cfg, train: list, test: list) -> dict[str, np.ndarray]:
     """Arrays x_train, y_train, u_train, x_test, y_test, u_test from the users' raw x/y lists."""
     users = {u: i for i, u in enumerate(dict.fromkeys(u for u, _, _ in train + test))}
+    if task == "reddit":
+        train, test = comments_to_sequences(train), comments_to_sequences(test)
 
     def stack(rows, fn):
         return np.stack([fn(x) for _, xs, _ in rows for x in xs]) if rows else np.zeros((0,))
@@ -116,12 +142,27 @@ def decode(task: str, root: Path, cfg, train: list, test: list) -> dict[str, np.
                     return np.asarray(im, np.float32).transpose(2, 0, 1) / 255.0
 
             out[f"x_{split}"] = stack(rows, load_image)
-        out[f"y_{split}"] = np.asarray(ys, dtype=np.int64)
+        if task != "reddit":  # Reddit's targets are token sequences, encoded below with its vocabulary
+            out[f"y_{split}"] = np.asarray(ys, dtype=np.int64)
     if task == "sent140":
         texts = {s: [words(x[4]) for _, xs, _ in rows for x in xs] for s, rows in (("train", train), ("test", test))}
         vocab = build_vocabulary(texts["train"], int(cfg.get("vocab_size", 1000)))
         for s in ("train", "test"):
             out[f"x_{s}"] = encode(texts[s], vocab, int(cfg.get("max_len", 25)))
+    if task == "reddit":
+        vocab = build_vocabulary(([w for w in seq if w != PAD_TOKEN] for _, seqs, _ in train for seq in seqs),
+                                 num_classes(task, cfg))
+        vocab[PAD_TOKEN] = PAD
+
+        def ids(seq):
+            return [vocab.get(w, OOV) for w in seq]
+
+        for s, rows in (("train", train), ("test", test)):
+            out[f"x_{s}"] = np.asarray([ids(seq) for _, seqs, _ in rows for seq in seqs], np.int64).reshape(
+                -1, REDDIT_SEQ_LEN)
+            out[f"y_{s}"] = np.asarray([[t if c else IGNORE for t, c in zip(ids(targets), counts)]
+                                        for _, _, ys in rows for targets, counts in ys], np.int64).reshape(
+                -1, REDDIT_SEQ_LEN)
     return out
 
 
@@ -136,7 +177,8 @@ def loader(task: str) -> Callable:
         a = load_or_build(cache_path(task_dir(root, task) / "cache", task, settings),
                           lambda: decode(task, root, cfg, read_users(files["train"]), read_users(files["test"])))
         return FedDataset(f"leaf_{task}", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),
-                          torch.from_numpy(a["x_test"]), torch.from_numpy(a["y_test"]), num_classes=TASKS[task].classes,
+                          torch.from_numpy(a["x_test"]), torch.from_numpy(a["y_test"]),
+                          num_classes=num_classes(task, cfg),
                           input_kind=TASKS[task].kind, train_users=a["u_train"], test_users=a["u_test"],
                           source=str(task_dir(root, task)))
 
@@ -146,13 +188,19 @@ def loader(task: str) -> Callable:
 def _meta(task: str) -> Callable:
     def meta(cfg):
         shape = {"femnist": (1, 28, 28), "shakespeare": (80,), "celeba": (3, CELEBA_SIZE, CELEBA_SIZE),
-                 "sent140": (int(cfg.get("max_len", 25)),)}[task]
-        return TASKS[task].kind, shape, TASKS[task].classes
+                 "sent140": (int(cfg.get("max_len", 25)),), "reddit": (REDDIT_SEQ_LEN,)}[task]
+        return TASKS[task].kind, shape, num_classes(task, cfg)
 
     return meta
 
 
 def _how_to_get(task: Task) -> str:
+    if task.name == "reddit":
+        return ("LEAF reddit was not found: expected LEAF's JSON files in {root}/leaf/reddit/data/train/*.json and "
+                "{root}/leaf/reddit/data/test/*.json. LEAF hosts Reddit already preprocessed (see "
+                "data/reddit/README.md of https://github.com/TalwalkarLab/leaf: the subsampled data behind its "
+                "'download the data here' link); unpack it and copy its train and test folders (each *.json with users, num_samples, user_data) "
+                "there. fedrun builds the vocabulary itself (data.vocab_size), LEAF's reddit_vocab.pck is not needed.")
     return (f"LEAF {task.name} was not found: expected LEAF's JSON files in {{root}}/leaf/{task.name}/data/train/*.json "
             f"and {{root}}/leaf/{task.name}/data/test/*.json {task.raw}. Make them with LEAF "
             f"(https://github.com/TalwalkarLab/leaf): `cd data/{task.name} && ./preprocess.sh ...` (see its README), then "
@@ -161,6 +209,7 @@ def _how_to_get(task: Task) -> str:
 
 SPECS = {
     name: DatasetSpec(name=f"leaf_{name}", description=t.description, meta=_meta(name), load=loader(name),
-                      is_present=is_present_for(name), how_to_get=_how_to_get(t), has_users=True)
+                      is_present=is_present_for(name), how_to_get=_how_to_get(t), has_users=True,
+                      sequence_targets=name == "reddit")
     for name, t in TASKS.items()
 }

@@ -69,7 +69,7 @@ class Simulation:
         self.device = resolve_device(cfg.hardware.device)
         self.dtype = getattr(torch, cfg.hardware.get("dtype", "float32"))
         self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
-        self.labels = self.data.y_train.cpu().numpy()
+        self.labels, self.label_classes = self.data.class_labels()
         self.train_inputs = training_inputs(self.data, cfg.data, cfg.seed)
         self.algo = build_algorithm(cfg.algo)
         partition = make_partition(cfg.partition, self.labels, self.data.train_users, cfg.fl.num_clients, cfg.seed)
@@ -273,15 +273,15 @@ class Simulation:
         """``test_acc`` and ``test_loss`` of the global model on the pooled test set, and with natural (user)
         clients ``local_acc``: the mean over users of its accuracy on each user's own test split (LEAF's metric,
         FedGH's Acc_l; ``test_acc`` is Acc_g)."""
-        hits, loss = self.model.evaluate_hits(self.params, self.buffers, self.data.x_test, self.data.y_test,
-                                              self.cfg.eval.batch_size)
-        out = {"test_acc": int(hits.sum()) / max(1, len(hits)), "test_loss": loss}
+        hits, units, loss = self.model.evaluate_hits(self.params, self.buffers, self.data.x_test,
+                                                     self.data.y_test, self.cfg.eval.batch_size)
+        out = {"test_acc": float(hits.sum()) / max(1.0, float(units.sum())), "test_loss": loss}
         if self.cfg.partition.name == "natural" and self.data.test_users is not None:
             users = torch.as_tensor(np.unique(self.data.test_users, return_inverse=True)[1], device=hits.device)
-            per_user = torch.zeros(int(users.max()) + 1, dtype=torch.float64, device=hits.device)
-            per_user.index_add_(0, users, hits.double())
-            counts = torch.bincount(users).double()
-            out["local_acc"] = float((per_user / counts).mean())
+            per_user = torch.zeros(2, int(users.max()) + 1, dtype=torch.float64, device=hits.device)
+            per_user.index_add_(1, users, torch.stack([hits, units]).double())
+            scored = per_user[1] > 0
+            out["local_acc"] = float((per_user[0, scored] / per_user[1, scored]).mean())
         return out
 
     @property
@@ -365,8 +365,8 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
     stop = _StopRequests()
     try:
         sim = Simulation(cfg)
-        out.save_partition(sim.partition.to_json(sim.labels, sim.data.num_classes))
-        log.info(sim.partition.summary(sim.labels, sim.data.num_classes))
+        out.save_partition(sim.partition.to_json(sim.labels, sim.label_classes))
+        log.info(sim.partition.summary(sim.labels, sim.label_classes))
         log.info("%s on %s: %s (%d parameters), %s executor, device %s", sim.algo.name, sim.data.name,
                  cfg.model.name, sim.model.dim, sim.executor.name, sim.device)
         summary |= {"dataset_fingerprint": sim.data.fingerprint(), "partition_fingerprint": sim.partition.fingerprint(),
