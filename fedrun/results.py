@@ -50,6 +50,7 @@ class RunDirectory:
         self.write_metrics = write_metrics
         self._file = None
         self._writer = None
+        self._rows: list[dict] = []
         self.columns: list[str] | None = None
 
     def save_config(self, cfg) -> None:
@@ -59,15 +60,23 @@ class RunDirectory:
         write_json(self.path / PARTITION_FILE, info)
 
     def append_metrics(self, row: dict) -> None:
+        """One row of metrics.csv. A row with columns the file lacks (a model bank's columns from its first round
+        on) rewrites the file with the wider header; earlier rows leave those cells empty."""
         if not self.write_metrics:
             return
-        if self._writer is None:
-            extra = [k for k in row if k not in BASE_COLUMNS]
-            self.columns = BASE_COLUMNS + extra
+        self._rows.append(row)
+        new = [k for k in row if k not in (self.columns or BASE_COLUMNS)]
+        if self._writer is None or new:
+            self.close()
+            self.columns = (self.columns or BASE_COLUMNS) + new
             self._file = open(self.path / METRICS_FILE, "w", newline="")
             self._writer = csv.DictWriter(self._file, fieldnames=self.columns, extrasaction="ignore")
             self._writer.writeheader()
-        self._writer.writerow({k: _fmt(row.get(k)) for k in self.columns})
+            rows = self._rows
+        else:
+            rows = [row]
+        for r in rows:
+            self._writer.writerow({k: _fmt(r.get(k)) for k in self.columns})
         self._file.flush()
 
     def save_summary(self, summary: dict) -> None:
@@ -77,6 +86,7 @@ class RunDirectory:
         if self._file is not None:
             self._file.close()
             self._file = None
+            self._writer = None
 
 
 def _fmt(v):

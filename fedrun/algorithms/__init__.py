@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from .aggregate import FedNova, WeightedMean, aggregate_buffers
+from .bank import ModelBank
 from .base import Aggregator, ClientContext, LocalRule, ServerOptimizer
+from .fsvrg import FSVRG
 from .local_sgd import FedDecorr, FedDyn, LocalSGD, Scaffold
 from .perfedavg import PerFedAvg
 from .selection import GraB, Herd
@@ -28,6 +30,7 @@ LOCAL_RULES = {
     "perfedavg": lambda c: PerFedAvg(c.get("beta", 1e-3), c.get("variant", "fo"), c.get("delta", 1e-3)),
     "mime": lambda c: MimeSVRG(c.get("momentum", 0.9), c.get("weighting", "uniform")),
     "losac": lambda c: LoSAC(),
+    "fsvrg": lambda c: FSVRG(c.get("scaling", "features")),
 }
 SELECTORS = {
     "all": lambda c: AllSteps(),
@@ -62,8 +65,15 @@ SCHEDULES = {
                          c.get("moving_average", 0.0), c.get("beta_floor", 1e-5)),
 }
 
+BANKS = {kind: (lambda k: lambda c: ModelBank(k, c.get("models", 4), c.get("threshold", 4), c.get("alpha_g", 0.02),
+                                               c.get("beta1", 0.0), c.get("beta2", 0.999), c.get("eps", 1e-8),
+                                               c.get("kmeans_eps", 1e-4), c.get("kmeans_max_iter", 100),
+                                               c.get("center_seeds", False), c.get("ga_step"),
+                                               c.get("form", "paper")))(kind)
+         for kind in ("none", "ma", "ga")}
+
 PARTS = {"local": LOCAL_RULES, "selector": SELECTORS, "harmonizer": HARMONIZERS, "aggregator": AGGREGATORS,
-         "server_opt": SERVER_OPTIMIZERS, "schedule": SCHEDULES}
+         "server_opt": SERVER_OPTIMIZERS, "schedule": SCHEDULES, "bank": BANKS}
 
 
 @dataclass
@@ -75,6 +85,7 @@ class Algorithm:
     aggregator: Aggregator
     server_opt: ServerOptimizer
     schedule: FixedSchedule | GIFT | AdaComm | AFL
+    bank: ModelBank
     pooled: bool  # one client holding all training data (centralized SGD)
 
 
@@ -100,7 +111,14 @@ def check_parts(algo_cfg) -> list[str]:
     if algo_cfg.selector.name != "all" and local in ("perfedavg",):
         problems.append(f"algo/selector={algo_cfg.selector.name} with algo/local={local}: a Per-FedAvg step is a "
                         f"meta-gradient over two batches, not one gradient to herd; use an SGD-based local rule")
-    if algo_cfg.get("pooled") and local in ("scaffold", "feddyn", "mime", "losac"):
+    if algo_cfg.bank.name != "none":
+        if local != "fsvrg":
+            problems.append(f"algo/bank={algo_cfg.bank.name} with algo/local={local}: MA-/GA-FSVRG's clients run FSVRG "
+                            "steps from their preferred model; use algo/local=fsvrg")
+        models = algo_cfg.bank.get("models", 4)
+        if not (isinstance(models, int) and models >= 1):
+            problems.append(f"algo.bank.models={models!r}: must be an integer >= 1 (C of 004; 4 in its MNIST runs)")
+    if algo_cfg.get("pooled") and local in ("scaffold", "feddyn", "mime", "losac", "fsvrg"):
         problems.append(f"algo=centralized with algo/local={local}: a single client holding all data makes the "
                         f"{local} correction vanish; use algo/local=sgd")
     return problems

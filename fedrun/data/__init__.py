@@ -8,13 +8,15 @@ import torch
 from ..errors import ConfigError
 from . import (cifar, digits, fashion_mnist, imdb, leaf, mnist, shakespeare_plays, speech_commands, synthetic,
                tiny_imagenet, twitter)
+from .hog import hog_spec
 from .base import DatasetSpec, FedDataset, default_root, resolve_root
 
 DATASETS: dict[str, DatasetSpec] = {
     s.name: s
     for s in (mnist.SPEC, fashion_mnist.SPEC, cifar.CIFAR10, cifar.CIFAR100, digits.SPEC, imdb.SPEC,
               speech_commands.SPEC, synthetic.LEAF, synthetic.FEDPROX, tiny_imagenet.SPEC, twitter.SPEC, shakespeare_plays.SPEC,
-              *leaf.SPECS.values())
+              *leaf.SPECS.values(), hog_spec(mnist.SPEC, 28, 28, "004 Sec. V-A"),
+              hog_spec(cifar.CIFAR10, 32, 32, "004 Sec. V-A"))
 }
 
 

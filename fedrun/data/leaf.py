@@ -1,5 +1,5 @@
 """LEAF benchmark tasks (Caldas et al. 2018) from the JSON files LEAF's preprocessing writes: FEMNIST, Shakespeare,
-Sent140 and CelebA (and LEAF Synthetic, see ``data=leaf_synthetic data.source=json``).
+Sent140, CelebA and Reddit (and LEAF Synthetic's feature vectors, read by ``data=leaf_synthetic data.source=json``).
 
 LEAF writes ``data/<task>/data/train/*.json`` and ``data/<task>/data/test/*.json``, each
 ``{"users": [...], "num_samples": [...], "user_data": {user: {"x": [...], "y": [...]}}}``. fedrun reads every file
@@ -128,6 +128,8 @@ def decode(task: str, root: Path, cfg, train: list, test: list) -> dict[str, np.
         ys = [y for _, _, ys in rows for y in ys]
         if task == "femnist":
             out[f"x_{split}"] = stack(rows, lambda x: np.asarray(x, np.float32).reshape(1, 28, 28))
+        elif task == "synthetic":  # LEAF Synthetic's feature vectors (data=leaf_synthetic data.source=json)
+            out[f"x_{split}"] = stack(rows, lambda x: np.asarray(x, np.float32))
         elif task == "shakespeare":
             out[f"x_{split}"] = stack(rows, lambda x: np.asarray(letter_index(x), np.int64))
             ys = [letter_index(y)[0] for y in ys]

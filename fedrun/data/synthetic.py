@@ -110,22 +110,18 @@ def _dataset(name: str, users, num_classes: int, train_fraction: float, split_se
 
 def load_leaf(root: Path, cfg) -> FedDataset:
     if cfg.get("source", "generated") == "json":  # the files LEAF's own preprocessing wrote
-        from .leaf import json_files, read_users
+        from .leaf import decode, json_files, read_users
 
         files = json_files(root, "synthetic")
         if not (files["train"] and files["test"]):
             raise DataMissingError(f"data.source=json: no LEAF JSON files in {root}/leaf/synthetic/data/train/ and "
                                    f"test/. Fix: copy LEAF's data/synthetic/data/train and test folders there, or "
                                    f"use data.source=generated (fedrun generates it by LEAF's recipe)")
-        rows = {s: read_users(fs) for s, fs in files.items()}
-        users = {u: i for i, u in enumerate(dict.fromkeys(u for s in ("train", "test") for u, _, _ in rows[s]))}
-        arr = {s: (np.asarray([x for _, xs, _ in r for x in xs], np.float32),
-                   np.asarray([y for _, _, ys in r for y in ys], np.int64),
-                   np.asarray([users[u] for u, xs, _ in r for _ in xs], np.int64)) for s, r in rows.items()}
-        return FedDataset("leaf_synthetic", torch.from_numpy(arr["train"][0]), torch.from_numpy(arr["train"][1]),
-                          torch.from_numpy(arr["test"][0]), torch.from_numpy(arr["test"][1]),
-                          num_classes=int(cfg.num_classes), input_kind="vector", train_users=arr["train"][2],
-                          test_users=arr["test"][2], source=str(root / "leaf" / "synthetic" / "data"))
+        a = decode("synthetic", root, cfg, read_users(files["train"]), read_users(files["test"]))
+        return FedDataset("leaf_synthetic", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),
+                          torch.from_numpy(a["x_test"]), torch.from_numpy(a["y_test"]),
+                          num_classes=int(cfg.num_classes), input_kind="vector", train_users=a["u_train"],
+                          test_users=a["u_test"], source=str(root / "leaf" / "synthetic" / "data"))
     users = leaf_synthetic(cfg.num_tasks, cfg.num_classes, cfg.num_dim, cfg.generator_seed)
     return _dataset("leaf_synthetic", users, cfg.num_classes, cfg.train_fraction, cfg.generator_seed, True)
 

@@ -16,8 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..algorithms import PARTS, ClientContext, aggregate_buffers, build_algorithm
+from ..algorithms.bank import accelerate
+from ..algorithms.fsvrg import feature_counts, logreg_parameter_map
 from ..algorithms.harmonize import conflict_statistics, cosine_matrix
 from ..algorithms.schedule import RoundFeedback
 from ..checkpoint import config_fingerprint, load_latest, plain_state, save_checkpoint, to_device
@@ -26,6 +29,7 @@ from ..errors import ConfigError
 from ..data import FedDataset, get_spec, load_dataset
 from ..data.augment import AugmentedImages, training_inputs
 from ..functional import FunctionalModel
+from ..metrics import classification_metrics
 from ..loggers import ProgressBar, WandbLogger
 from ..models import build_model
 from ..partition import Partition, make_partition
@@ -86,6 +90,12 @@ class Simulation:
         self.server_state = self.algo.server_opt.init(self.params)
         self.rule_state = self.algo.local.server_init(self.params, self.num_clients)
         self.client_states: dict[int, object] = {}
+        if getattr(self.algo.local, "needs_feature_counts", False):  # FSVRG: Lambda_i and A_r (004 eqs. 21, 59)
+            self.client_states, self.rule_state["omega"] = self.algo.local.client_statics(
+                feature_counts(self.data.x_train, partition.indices),
+                torch.tensor([len(ix) for ix in partition.indices], dtype=torch.float64, device=self.device),
+                logreg_parameter_map(self.model.dim // self.data.num_classes - 1, self.data.num_classes).to(
+                    self.device) if cfg.model.name == "logreg" else None, self.model.dim)
         b = min(cfg.fl.batch_size, len(self.labels))
         self.executor = make_executor(cfg.hardware, self.model, self.device, self.data.x_train[:b],
                                       self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients))
@@ -158,20 +168,34 @@ class Simulation:
         return fl.lr * fl.get("lr_gamma", 0.5) ** sum(rnd >= m for m in fl.get("lr_milestones") or [])
 
     def full_gradients(self, cohort) -> torch.Tensor:
-        """Each client's full-batch gradient at the global model, (K, d) (Mime's and FSVRG's anchor)."""
-        grads = []
-        for c in cohort:
-            idx = torch.as_tensor(self.partition.indices[c], device=self.device)
-            total = torch.zeros_like(self.params)
+        """Each client's full-batch gradient of the loss at the global model, (K, d) (Mime's and FSVRG's anchor)."""
+        return self.full_losses_and_gradients(self.params[None], cohort)[1][:, 0]
+
+    def full_losses_and_gradients(self, points: torch.Tensor, clients, own: bool = False
+                                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each client's mean loss over its whole local dataset and its gradient at each of ``points`` (P, d):
+        (K, P) and (K, P, d), the points stepping together under vmap (FSVRG's anchors, 004's preferences).
+        ``own``: client k only at ``points[k]`` (GA-FSVRG's gradients at the trained models)."""
+        buffers = {k: v.clone() for k, v in self.buffers.items()}
+        grad_at = torch.func.vmap(lambda w, x, y: self.model.loss_and_grad(w, buffers, x, y), in_dims=(0, None, None))
+        losses, grads = [], []
+        for k, c in enumerate(clients):
+            at = points[k : k + 1] if own else points
+            idx = torch.as_tensor(self.partition.indices[int(c)], device=self.device)
+            loss = torch.zeros(len(at), dtype=points.dtype, device=self.device)
+            total = torch.zeros_like(at)
             for s in range(0, len(idx), self.cfg.eval.batch_size):
                 part = idx[s : s + self.cfg.eval.batch_size]
-                _, g = self.model.loss_and_grad(self.params, {k: v.clone() for k, v in self.buffers.items()},
-                                                self.data.x_train[part], self.data.y_train[part])
+                batch_loss, g = grad_at(at, self.data.x_train[part], self.data.y_train[part])
+                loss += batch_loss.detach() * len(part)
                 total += g * len(part)
+            losses.append(loss / len(idx))
             grads.append(total / len(idx))
-        return torch.stack(grads)
+        return torch.stack(losses), torch.stack(grads)
 
     def run_round(self, rnd: int) -> RoundOutput:
+        if self.algo.bank.active(rnd):
+            return self.run_bank_round(rnd)
         fl = self.cfg.fl
         cohort, last_report = self.participants(rnd)
         plans = [self.plan(int(c), rnd) for c in cohort]
@@ -239,6 +263,61 @@ class Simulation:
         diagnostics |= selection_diagnostics(selection, plans, weights)
         return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity)
 
+    def run_bank_round(self, rnd: int) -> RoundOutput:
+        """A round of MA-/GA-FSVRG after the threshold (004 Procedures 1-4; see :mod:`fedrun.algorithms.bank`)."""
+        fl, bank, local = self.cfg.fl, self.algo.bank, self.algo.local
+        if bank.models is None:
+            bank.start(self.params, self.num_clients)
+        cohort, _ = self.participants(rnd)
+        plans = [self.plan(int(c), rnd) for c in cohort]
+        wd = float(fl.weight_decay)
+        sizes = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=self.params.dtype)
+        weights = sizes / sizes.sum()
+        server_s = 0.0
+        losses, grads = self.full_losses_and_gradients(bank.models, cohort)  # the clients' passes at every model
+        objective = losses + 0.5 * wd * (bank.models**2).sum(dim=1)
+        prefer = objective.argmin(dim=1)  # eq. 18
+        started = time.perf_counter()
+        anchors = torch.einsum("k,kcd->cd", weights, grads)  # eq. 17 (the loss's; FSVRG adds the L2 term)
+        server_s += time.perf_counter() - started
+        states = [{**self.client_states[int(c)], "start": bank.models[j], "anchor": anchors[j]}
+                  for c, j in zip(cohort, prefer.tolist())]
+        ctx = ClientContext(rnd, bank.models[0], self.buffers, self.lr(rnd), fl.momentum, wd)
+        result = self.executor.run(local, self.model, ctx, plans, self.train_inputs, self.data.y_train, states,
+                                   self.step_store)
+        for c, j, state in zip(cohort, prefer.tolist(), result.client_states):
+            bank.preferences[int(c)] = j
+            self.client_states[int(c)] = state
+        trained = bank.models[prefer] + result.updates
+        a_r = len(plans) / self.rule_state["omega"]  # eq. 59
+        if bank.name == "ga":
+            _, at_trained = self.full_losses_and_gradients(trained, cohort, own=True)
+            started = time.perf_counter()
+            step = bank.ga_step if bank.ga_step is not None else float(
+                np.mean([self.lr(rnd) / p.num_samples for p in plans]) * np.mean([p.tau for p in plans]))
+            group_grads, assign, _, info = bank.group(at_trained[:, 0] + wd * trained, anchors + wd * bank.models)
+            targets = bank.models - step * a_r * group_grads  # eqs. 57-58, against the gradient
+        else:
+            started = time.perf_counter()
+            targets, assign, _, info = bank.group(trained, bank.models)  # eqs. 26-43
+        moved = bank.models + a_r * (targets - bank.models)  # eq. 60
+        server_s += time.perf_counter() - started
+        _, at_moved = self.full_losses_and_gradients(moved, cohort)  # eq. 61: the clients' passes at the new models
+        started = time.perf_counter()
+        new_anchors = torch.einsum("k,kcd->cd", weights, at_moved) + wd * moved
+        bank.accelerated += 1
+        bank.models, bank.m, bank.v = accelerate(moved, new_anchors, bank.m, bank.v, bank.accelerated, bank.alpha_g,
+                                                 bank.beta1, bank.beta2, bank.eps, bank.form)  # eqs. 62-64
+        server_s += time.perf_counter() - started
+        self.params = bank.models[0]
+        diagnostics = {"server_s": server_s, **info,
+                       **{f"group{c}_size": n for c, n in enumerate(bank.group_sizes(assign))},
+                       **{f"prefer{c}": n for c, n in enumerate(bank.group_sizes(prefer))}}
+        k, model_bytes = len(plans), self.model_bytes
+        down = k * model_bytes * bank.count * 2 + k * model_bytes  # the models, the new models (eq. 61), an anchor
+        up = k * model_bytes * bank.count * 2 + k * model_bytes * (2 if bank.name == "ga" else 1)
+        return RoundOutput(rnd, plans, weights, result, down, up, diagnostics)
+
     def participants(self, rnd: int) -> tuple[np.ndarray, float]:
         """The round's clients (sorted ids) and when the last of them reported (seconds; 0 without delays):
         ``participation=uniform`` draws fl.clients_per_round, ``earliest`` keeps the first reporters (GIFT 6.1)."""
@@ -272,10 +351,23 @@ class Simulation:
     def evaluate(self) -> dict[str, float]:
         """``test_acc`` and ``test_loss`` of the global model on the pooled test set, and with natural (user)
         clients ``local_acc``: the mean over users of its accuracy on each user's own test split (LEAF's metric,
-        FedGH's Acc_l; ``test_acc`` is Acc_g)."""
-        hits, units, loss = self.model.evaluate_hits(self.params, self.buffers, self.data.x_test,
-                                                     self.data.y_test, self.cfg.eval.batch_size)
-        out = {"test_acc": float(hits.sum()) / max(1.0, float(units.sum())), "test_loss": loss}
+        FedGH's Acc_l; ``test_acc`` is Acc_g). With a bank of models (MA-/GA-FSVRG) every model is tested:
+        ``bank{c}_acc``, their mean ``bank_mean_acc``, and ``test_acc``/``test_loss`` are the best model's.
+        ``eval.class_metrics`` adds macro and micro precision, recall and F1 (of the best model)."""
+        models = self.algo.bank.models if self.algo.bank.models is not None else self.params[None]
+        scores = [self.model.evaluate_hits(w, self.buffers, self.data.x_test, self.data.y_test,
+                                           self.cfg.eval.batch_size) for w in models]
+        accs = [float(h.sum()) / max(1.0, float(u.sum())) for h, u, _ in scores]
+        best = int(np.argmax(accs))
+        hits, units, loss = scores[best]
+        out = {"test_acc": accs[best], "test_loss": loss}
+        if len(models) > 1:
+            out |= {f"bank{c}_acc": a for c, a in enumerate(accs)} | {"bank_mean_acc": float(np.mean(accs)),
+                                                                       "bank_best": best}
+        if self.cfg.eval.get("class_metrics", False):
+            pred = self.predict(models[best], self.data.x_test)
+            out |= {k: v for k, v in classification_metrics(pred, self.data.y_test, self.data.num_classes).items()
+                    if k != "accuracy"}
         if self.cfg.partition.name == "natural" and self.data.test_users is not None:
             users = torch.as_tensor(np.unique(self.data.test_users, return_inverse=True)[1], device=hits.device)
             per_user = torch.zeros(2, int(users.max()) + 1, dtype=torch.float64, device=hits.device)
@@ -284,22 +376,49 @@ class Simulation:
             out["local_acc"] = float((per_user[0, scored] / per_user[1, scored]).mean())
         return out
 
+    @torch.no_grad()
+    def predict(self, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        self.model.set_training(False)
+        b = self.cfg.eval.batch_size
+        return torch.cat([self.model.forward(w, self.buffers, x[s : s + b]).argmax(dim=-1) for s in range(0, len(x), b)])
+
+    @torch.no_grad()
+    def preferred_models(self) -> torch.Tensor:
+        """Each client's preferred model of the bank now: argmin over models of its full local objective (eq. 18)."""
+        bank, wd = self.algo.bank, float(self.cfg.fl.weight_decay)
+        owner = torch.empty(len(self.labels), dtype=torch.long, device=self.device)
+        for c, ix in enumerate(self.partition.indices):
+            owner[torch.as_tensor(ix, device=self.device)] = c
+        self.model.set_training(False)
+        totals = torch.zeros(len(bank.models), self.num_clients, dtype=torch.float64, device=self.device)
+        b = self.cfg.eval.batch_size
+        for m, w in enumerate(bank.models):
+            for s in range(0, len(self.labels), b):
+                out = self.model.forward(w, self.buffers, self.data.x_train[s : s + b])
+                totals[m].index_add_(0, owner[s : s + b], F.cross_entropy(out, self.data.y_train[s : s + b],
+                                                                          reduction="none").double())
+        sizes = torch.tensor([len(ix) for ix in self.partition.indices], dtype=torch.float64, device=self.device)
+        objective = totals / sizes + 0.5 * wd * (bank.models.double() ** 2).sum(dim=1, keepdim=True)
+        return objective.argmin(dim=0)
+
     @property
     def personalized(self) -> bool:
         return bool(self.cfg.eval.get("personalized", False)) or getattr(self.algo.local, "personalizes", False)
 
     def evaluate_personalized(self, rnd: int) -> float:
-        """Mean over clients of each client's model on the test samples of the classes it holds (004's protocol);
-        a rule with ``personalize`` (Per-FedAvg) first adapts the global model on one batch of the client's data."""
+        """Mean over clients of each client's model on the test samples of the classes it holds (004's protocol):
+        the global model, its preferred model of a bank (MA-/GA-FSVRG), or for a rule with ``personalize``
+        (Per-FedAvg) the global model adapted on one batch of the client's data."""
         test_labels = self.data.y_test
         ctx = ClientContext(rnd, self.params, self.buffers, self.lr(rnd))
         accs = []
+        preferred = self.preferred_models() if self.algo.bank.models is not None else None
         for c in range(self.num_clients):
             held = torch.unique(self.data.y_train[torch.as_tensor(self.partition.indices[c], device=self.device)])
             mask = torch.isin(test_labels, held)
             if not bool(mask.any()):
                 continue
-            w = self.params
+            w = self.params if preferred is None else self.algo.bank.models[int(preferred[c])]
             if hasattr(self.algo.local, "personalize"):
                 batch = plan_client(c, self.partition.indices[c], 1, self.cfg.fl.batch_size, self.cfg.seed, rnd, True,
                                     self.device).batches[0]

@@ -1,0 +1,164 @@
+"""A bank of C diversified global models (004: Zhao, Cai, Lu, "Tailored Federated Learning With Adaptive Central
+Acceleration on Diversified Global Models", TNNLS 2024): MA-FSVRG and GA-FSVRG.
+
+After the threshold round T (``algo.bank.threshold``) the server keeps C models. Each round, every sampled client
+evaluates its full local objective at every model and starts from the one it prefers (eq. 18); the server forms one
+anchor gradient per model from the round's clients (eq. 17); clients run FSVRG steps (:mod:`fedrun.algorithms.fsvrg`,
+Procedure 1). The server then groups the round's clients (Procedure 2 or 3) and accelerates each group's model
+(Procedure 4):
+
+- MA (model-based, eqs. 25-43): the trained local models are mean-centred (eq. 26), projected on the top C-1
+  eigenvectors of their Gram matrix (eqs. 29, 37-38), grouped by k-means seeded with the projected previous models
+  (eqs. 39-42), and each group's centre mapped back (eq. 43).
+- GA (gradient-based, eqs. 44-58): the same on the clients' full local gradients at their trained models, seeded with
+  the projected anchors (eqs. 52-53); the group's gradient moves its model (eqs. 57-58, see ``ga_step``).
+- Acceleration (eqs. 59-64): w_c = w_c + A_r (w_c* - w_c) (eq. 60), anchor gradients g_c at w_c (eq. 61), Adam-like
+  moments (eqs. 62-63) and the step of eq. 64.
+
+Points 004 leaves open, decided here and configurable:
+- k-means stops when the eq. 42/56 sum of distances is <= ``kmeans_eps`` (1e-4), which needs every group to collapse
+  onto its centre; otherwise it stops at a fixed point of the assignment (or after ``kmeans_max_iter``). An empty group
+  keeps its previous centre.
+- Eqs. 39 and 53 project the previous models (anchors) without mean-centring (``center_seeds=false``, literal);
+  ``center_seeds=true`` subtracts the round's mean first, as for the clients' points.
+- The C models first coincide (the single model of round T), so their projections cannot seed k-means; the first
+  grouping seeds it with farthest-point picks (the point farthest from the mean, then from those chosen).
+- Eq. 58 adds the group's gradient to its model with no step size; fedrun moves the model against it, by
+  ``ga_step`` (default: the clients' mean local step alpha_l / n_i times their mean number of local steps).
+- Eq. 64 as printed (``form=paper``): w - alpha_g (1 - beta1) sqrt((1 - beta2^r) / (1 - beta2)) m / sqrt(v + eps),
+  r counting the accelerated rounds. Its first step is alpha_g (1 - beta1)^2 / sqrt(1 - beta2) ~ 0.63 per coordinate
+  (beta1 = 0), in the direction of the anchor's sign; ``form=adam`` takes Adam's bias-corrected step instead
+  (alpha_g per coordinate).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+KINDS = ("none", "ma", "ga")
+
+
+def mean_centre(points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows minus their mean (eqs. 26, 45), and the mean."""
+    mean = points.mean(dim=0)
+    return points - mean, mean
+
+
+def principal_subspace(centred: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The top-k eigenpairs of the Gram matrix W^T W of the centred points (rows; eqs. 29, 37): U (d, k) with
+    W = U Lambda^1/2 V^T restricted to them, the projections U^T w_i (k per point, eq. 38) and the eigenvalues.
+
+    The Gram matrix is K x K (K clients), so the eigendecomposition never touches a d x d matrix."""
+    if k == 0:
+        return centred.new_zeros(centred.shape[1], 0), centred.new_zeros(len(centred), 0), centred.new_zeros(0)
+    gram = (centred @ centred.T).double()
+    values, vectors = torch.linalg.eigh(gram)  # ascending
+    values, vectors = values.flip(0)[:k].clamp_min(0), vectors.flip(1)[:, :k]
+    scale = torch.where(values > 1e-12 * values.max().clamp_min(1e-300), values.rsqrt(), torch.zeros_like(values))
+    basis = (centred.T.double() @ vectors) * scale  # U = W V Lambda^-1/2 (points as columns of W)
+    return basis.to(centred.dtype), (centred.double() @ basis.double()).to(centred.dtype), values.to(centred.dtype)
+
+
+def farthest_point_seeds(points: torch.Tensor, count: int) -> torch.Tensor:
+    """``count`` seeds: the point farthest from the mean, then repeatedly the point farthest from those chosen."""
+    chosen = [int((points - points.mean(dim=0)).norm(dim=1).argmax())]
+    while len(chosen) < min(count, len(points)):
+        distance = torch.cdist(points, points[chosen]).min(dim=1).values
+        chosen.append(int(distance.argmax()))
+    seeds = points[chosen]
+    if len(seeds) < count:
+        seeds = torch.cat([seeds, seeds[:1].expand(count - len(seeds), -1)])
+    return seeds
+
+
+def kmeans(points: torch.Tensor, seeds: torch.Tensor, eps: float = 1e-4, max_iter: int = 100
+           ) -> tuple[torch.Tensor, torch.Tensor, int, float]:
+    """Lloyd's iterations of eqs. 40-41 from ``seeds``: (centres, assignment, iterations, eq. 42 sum).
+
+    Stops when sum_c sum_{i in c} ||p_i - centre_c|| <= eps (eq. 42/56), at a fixed point of the assignment, or
+    after ``max_iter`` iterations. A group left empty keeps its centre."""
+    centres = seeds.clone()
+    assign = None
+    total = float("inf")
+    for it in range(1, max_iter + 1):
+        new_assign = torch.cdist(points, centres).argmin(dim=1)  # eq. 40 (ties: the lowest c)
+        for c in range(len(centres)):  # eq. 41
+            members = new_assign == c
+            if bool(members.any()):
+                centres[c] = points[members].mean(dim=0)
+        total = float((points - centres[new_assign]).norm(dim=1).sum())  # eq. 42
+        if total <= eps or (assign is not None and torch.equal(new_assign, assign)):
+            return centres, new_assign, it, total
+        assign = new_assign
+    return centres, assign, max_iter, total
+
+
+FORMS = ("paper", "adam")
+
+
+def accelerate(models: torch.Tensor, anchors: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: int,
+               alpha: float, beta1: float, beta2: float, eps: float, form: str = "paper"
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eqs. 62-64 for every model (rows): new moments and the accelerated models; ``step`` is r >= 1.
+
+    ``paper``: eq. 64 as printed, w - alpha (1 - beta1) sqrt((1 - beta2^r) / (1 - beta2)) m / sqrt(v + eps);
+    ``adam``: Adam's bias-corrected step w - alpha m_hat / (sqrt(v_hat) + eps) on the same moments."""
+    m = beta1 * m + (1 - beta1) * anchors
+    v = beta2 * v + (1 - beta2) * anchors**2
+    if form == "paper":
+        factor = alpha * (1 - beta1) * ((1 - beta2**step) / (1 - beta2)) ** 0.5
+        return models - factor * m / torch.sqrt(v + eps), m, v
+    if form == "adam":
+        m_hat, v_hat = m / (1 - beta1**step), v / (1 - beta2**step)
+        return models - alpha * m_hat / (torch.sqrt(v_hat) + eps), m, v
+    raise ValueError(f"algo.bank.form={form!r}: must be one of {FORMS}")
+
+
+class ModelBank:
+    """The server's C diversified global models, their moments and which model each client last preferred.
+
+    ``kind``: ``none`` (one model: plain FSVRG or any other algorithm), ``ma`` or ``ga``."""
+
+    name = "none"
+
+    def __init__(self, kind: str = "none", models: int = 4, threshold: int = 4, alpha_g: float = 0.02,
+                 beta1: float = 0.0, beta2: float = 0.999, eps: float = 1e-8, kmeans_eps: float = 1e-4,
+                 kmeans_max_iter: int = 100, center_seeds: bool = False, ga_step: float | None = None,
+                 form: str = "paper"):
+        if kind not in KINDS:
+            raise ValueError(f"algo.bank.name={kind!r}: must be one of {KINDS}")
+        self.name, self.count, self.threshold = kind, int(models), int(threshold)
+        self.alpha_g, self.beta1, self.beta2, self.eps = float(alpha_g), float(beta1), float(beta2), float(eps)
+        self.kmeans_eps, self.kmeans_max_iter, self.center_seeds = float(kmeans_eps), int(kmeans_max_iter), center_seeds
+        self.ga_step, self.form = ga_step, form
+        self.models: torch.Tensor | None = None  # (C, d) once the threshold has passed
+        self.m: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.accelerated = 0  # r of eq. 64
+        self.preferences: list[int] = []  # per client, -1 until it has taken part after the threshold
+
+    def active(self, rnd: int) -> bool:
+        return self.name != "none" and rnd > self.threshold
+
+    def start(self, params: torch.Tensor, num_clients: int) -> None:
+        """Round T + 1: C copies of the single model (they diverge at the first grouping)."""
+        self.models = params[None].repeat(self.count, 1)
+        self.m, self.v = torch.zeros_like(self.models), torch.zeros_like(self.models)
+        self.preferences = [-1] * num_clients
+
+    def group(self, points: torch.Tensor, seeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                        dict]:
+        """Procedure 2/3 steps 3-14 on the round's points (trained models or gradients, rows) with the previous
+        models' (anchors') ``seeds``: (centres mapped back to the full space, assignment, U, diagnostics)."""
+        centred, mean = mean_centre(points)
+        basis, projected, values = principal_subspace(centred, self.count - 1)
+        seed_points = (seeds - mean if self.center_seeds else seeds) @ basis  # eqs. 39, 53
+        if torch.allclose(seed_points, seed_points[:1].expand_as(seed_points)):
+            seed_points = farthest_point_seeds(projected, self.count)  # first grouping: coinciding models
+        centres, assign, iterations, total = kmeans(projected, seed_points, self.kmeans_eps, self.kmeans_max_iter)
+        back = centres @ basis.T + mean  # eqs. 43, 57 (inside A_r)
+        return back, assign, basis, {"kmeans_iterations": iterations, "kmeans_sum": total}
+
+    def group_sizes(self, assign: torch.Tensor) -> list[int]:
+        return np.bincount(assign.cpu().numpy(), minlength=self.count).tolist()

@@ -1,0 +1,107 @@
+"""FSVRG (Konečný et al. 2016, "Federated Optimization: Distributed Machine Learning for On-Device Intelligence",
+Alg. 4; reference-rules.md §6) in the form 004 (Zhao, Cai, Lu, TNNLS 2024) trains with, eqs. 16 and 19-24, 59-60.
+
+Per round, the sampled clients S^r send their full local gradients at the model they start from and the server
+forms the anchor gradient g = sum_{i in S^r} (n_i / n^r) grad f_i(w) (eq. 16; eq. 17 per model of the bank). Client
+i takes tau_i steps from its start w0 on minibatches z (one pass of single samples is Konečný's setting:
+``fl.batch_size=1``, ``fl.local_epochs=1``):
+
+    d = Lambda_i [grad f_i(w; z) - grad f_i(w0; z)] + g          (eqs. 20, 22)
+    w <- w - (alpha_l / n_i) d                                      (eq. 23; alpha_l = ``fl.lr``)
+
+with Lambda_i = diag(n^j n_i / (n n_i^j)) (eq. 21): n^j (n_i^j) counts the samples with a non-zero feature j over
+all clients (on client i), 1 where n_i^j = 0 (reference-rules.md). The server moves the model by
+A_r sum_{i in S^r} (n_i / n^r)(w_i - w) with A_r = diag(|S^r| / omega^j) (eq. 59), omega^j the number of clients
+holding feature j (eq. 60 for one model). f_i includes the L2 term (``fl.weight_decay`` / 2) ||w||^2.
+
+``scaling=features`` maps parameters to input features for ``model=logreg`` (its weight W[c, j] to feature j, its
+bias to a constant feature that every sample has); ``scaling=none`` sets Lambda_i = A_r = I (any model).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import ClientContext, LocalRule, State
+
+SCALINGS = ("features", "none")
+
+
+def feature_counts(x: torch.Tensor, client_indices: list) -> torch.Tensor:
+    """(clients, q): how many of each client's samples have a non-zero feature j (n_i^j of eq. 21)."""
+    nonzero = (x.flatten(1) != 0).to(torch.float64)
+    return torch.stack([nonzero[torch.as_tensor(ix, device=x.device)].sum(dim=0) for ix in client_indices])
+
+
+def feature_scalings(counts: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lambda_i's diagonal for every client (eq. 21) and omega^j, the number of clients holding feature j (eq. 59).
+
+    ``counts`` (clients, q) are the n_i^j, ``sizes`` (clients,) the n_i."""
+    n_hat, n = counts.sum(dim=0), sizes.sum()
+    lam = (n_hat / n) * sizes[:, None] / counts.clamp_min(1)
+    lam = torch.where(counts > 0, lam, torch.ones_like(lam))
+    return lam, (counts > 0).sum(dim=0).to(counts.dtype)
+
+
+def logreg_parameter_map(q: int, classes: int) -> torch.Tensor:
+    """The input feature each parameter of ``model=logreg`` (weight (classes, q) row-major, then bias) multiplies;
+    index q stands for the bias's constant feature."""
+    return torch.cat([torch.arange(q).repeat(classes), torch.full((classes,), q)])
+
+
+class FSVRG(LocalRule):
+    """Konečný et al.'s FSVRG local steps (004 eqs. 20-23) and the server's A_r scaling (eqs. 59-60)."""
+
+    name = "fsvrg"
+    needs_full_gradients = True
+    needs_feature_counts = True
+
+    def __init__(self, scaling: str = "features"):
+        if scaling not in SCALINGS:
+            raise ValueError(f"algo.local.scaling={scaling!r}: must be one of {SCALINGS}")
+        self.scaling = scaling
+
+    def client_statics(self, counts: torch.Tensor, sizes: torch.Tensor, parameter_map: torch.Tensor | None,
+                       dim: int) -> tuple[dict[int, State], torch.Tensor]:
+        """Each client's constant state (Lambda_i over the parameters, n_i) and A_r's per-parameter omega^j."""
+        if self.scaling == "none" or parameter_map is None:
+            ones = torch.ones(dim, dtype=torch.float32, device=counts.device)
+            return ({c: {"lam": ones, "n": sizes[c].float()} for c in range(len(sizes))},
+                    torch.full((dim,), float(len(sizes)), device=counts.device))
+        lam, omega = feature_scalings(counts, sizes)
+        lam = torch.cat([lam, torch.ones(len(sizes), 1, dtype=lam.dtype, device=lam.device)], dim=1)  # the bias
+        omega = torch.cat([omega, torch.full((1,), float(len(sizes)), dtype=omega.dtype, device=omega.device)])
+        lam, omega = lam[:, parameter_map].float(), omega[parameter_map].float()
+        return {c: {"lam": lam[c], "n": sizes[c].float()} for c in range(len(sizes))}, omega
+
+    def round_extras(self, server_state: State, full_grads: torch.Tensor, sizes: torch.Tensor):
+        """The anchor gradient of eq. 16 from the round's full local gradients of the loss."""
+        anchor = (sizes / sizes.sum()).to(full_grads.dtype) @ full_grads
+        return {"anchor": anchor}, server_state
+
+    def client_init(self, ctx: ClientContext, client_state: State | None) -> State:
+        cs = client_state or {}  # None only when an executor sizes its chunks
+        start = cs.get("start", ctx.params)
+        anchor = cs.get("anchor", ctx.extras.get("anchor", torch.zeros_like(start)))  # f_i's L2 term added here
+        return {"w": start.clone(), "w0": start, "buffers": {k: v.clone() for k, v in ctx.buffers.items()},
+                "direction": torch.zeros_like(start), "lam": cs.get("lam", torch.ones_like(start)),
+                "anchor": anchor + ctx.weight_decay * start,
+                "step": ctx.lr / cs.get("n", torch.ones((), dtype=start.dtype, device=start.device))}
+
+    def client_step(self, model, ctx: ClientContext, state: State, x, y):
+        loss, g = model.loss_and_grad(state["w"], state["buffers"], x, y)
+        _, g0 = model.loss_and_grad(state["w0"], {k: v.clone() for k, v in state["buffers"].items()}, x, y)
+        if ctx.weight_decay:
+            g, g0 = g + ctx.weight_decay * state["w"], g0 + ctx.weight_decay * state["w0"]
+        d = state["lam"] * (g - g0) + state["anchor"]
+        state["direction"] = d
+        state["w"] = state["w"] - state["step"] * d
+        return state, loss
+
+    def client_final(self, ctx, state, client_state):
+        statics = {k: client_state[k] for k in ("lam", "n")}
+        return state["w"] - state["w0"], statics, {}
+
+    def server_update(self, server_state, aggregated, updates, uploads, weights, num_clients):
+        """A_r (eq. 59) on the aggregated update: |S^r| / omega^j per parameter."""
+        return len(updates) / server_state["omega"] * aggregated, server_state
