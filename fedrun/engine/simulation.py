@@ -380,7 +380,8 @@ class Simulation:
     def predict(self, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         self.model.set_training(False)
         b = self.cfg.eval.batch_size
-        return torch.cat([self.model.forward(w, self.buffers, x[s : s + b]).argmax(dim=-1) for s in range(0, len(x), b)])
+        return torch.cat([self.model.forward(w, self.buffers, x[s : s + b]).argmax(dim=-1)
+                          for s in range(0, len(x), b)])
 
     @torch.no_grad()
     def preferred_models(self) -> torch.Tensor:

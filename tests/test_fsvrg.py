@@ -1,0 +1,204 @@
+"""FSVRG and MA-/GA-FSVRG (004): hand-computed scalings and steps, the grouping's linear algebra and stopping rule,
+the acceleration step, identities with plain FSVRG, HOG features and the macro/micro metrics."""
+
+import math
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.metrics import precision_recall_fscore_support
+
+from conftest import register_tiny
+from fedrun.algorithms.bank import accelerate, kmeans, mean_centre, principal_subspace
+from fedrun.algorithms.fsvrg import FSVRG, feature_scalings, logreg_parameter_map
+from fedrun.data.hog import hog
+from fedrun.engine.simulation import Simulation, run_experiment
+from fedrun.metrics import classification_metrics
+
+SPARSE = np.array([[1, 0, 2], [0, 0, 1],  # client 0
+                   [3, 0, 0], [1, 1, 0], [0, 2, 0]], dtype=np.float32)  # client 1
+SPARSE_Y = np.array([0, 1, 0, 1, 1])
+USERS = np.array([0, 0, 1, 1, 1])
+
+
+def test_lambda_and_a_r_on_a_hand_made_sparse_dataset(monkeypatch, cfg_factory):
+    """n_i^j = [[1, 0, 2], [2, 2, 0]], n^j = [3, 2, 2], n = 5, n_i = [2, 3]: Lambda_i^j = (n^j / n) / (n_i^j / n_i)
+    (1 where n_i^j = 0, eq. 21), omega^j = [2, 1, 1] clients hold feature j, A_r = |S^r| / omega^j (eq. 59)."""
+    lam, omega = feature_scalings(torch.tensor([[1.0, 0, 2], [2, 2, 0]]), torch.tensor([2.0, 3.0]))
+    torch.testing.assert_close(lam, torch.tensor([[3 / 5 * 2 / 1, 1.0, 2 / 5 * 2 / 2],
+                                                  [3 / 5 * 3 / 2, 2 / 5 * 3 / 2, 1.0]]))
+    assert omega.tolist() == [2, 1, 1]
+    assert logreg_parameter_map(3, 2).tolist() == [0, 1, 2, 0, 1, 2, 3, 3]  # W (2 x 3) row-major, then the bias
+
+    register_tiny(monkeypatch, "sparse", SPARSE, SPARSE_Y, users=USERS)
+    cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2", "algo=fsvrg",
+                      "hardware=cpu", "hardware.dtype=float64")
+    cfg.data = {"name": "sparse", "root": None}
+    sim = Simulation(cfg)
+    torch.testing.assert_close(sim.client_states[0]["lam"].double(),
+                               torch.tensor([1.2, 1.0, 0.4, 1.2, 1.0, 0.4, 1.0, 1.0], dtype=torch.float64))
+    torch.testing.assert_close(sim.client_states[1]["lam"].double(),
+                               torch.tensor([0.9, 0.6, 1.0, 0.9, 0.6, 1.0, 1.0, 1.0], dtype=torch.float64))
+    a_r = 2 / sim.rule_state["omega"]
+    assert a_r.tolist() == [1, 2, 2, 1, 2, 2, 1, 1]
+    before = sim.params.clone()
+    out = sim.run_round(1)
+    aggregated = out.weights @ out.result.updates  # n_i / n^r weighted mean of w_i - w (eq. 60 for one model)
+    torch.testing.assert_close(sim.params - before, a_r.to(aggregated.dtype) * aggregated)
+
+
+def test_fsvrg_steps_follow_eqs_20_to_23(monkeypatch, cfg_factory):
+    """Two local steps of client 1 recomputed by hand: d = Lambda (g(w; z) - g(w0; z)) + g_anchor + wd w0 + ..."""
+    register_tiny(monkeypatch, "sparse", SPARSE, SPARSE_Y, users=USERS)
+    lr, wd = 0.6, 0.1
+    cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2", "algo=fsvrg",
+                      "fl.batch_size=1", "fl.local_epochs=1", f"fl.lr={lr}", f"fl.weight_decay={wd}", "hardware=cpu",
+                      "hardware.dtype=float64", "hardware.executor=loop")
+    cfg.data = {"name": "sparse", "root": None}
+    sim = Simulation(cfg)
+    sim.params = torch.randn(sim.model.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    w0 = sim.params.clone()
+    plans = [sim.plan(c, 1) for c in (0, 1)]
+    x, y = sim.data.x_train, sim.data.y_train
+
+    def grad(w, idx):
+        return sim.model.loss_and_grad(w, {}, x[idx], y[idx])[1]
+
+    full = [sum(grad(w0, torch.tensor([i])) for i in ix) / len(ix) for ix in sim.partition.indices]
+    anchor = (2 * full[0] + 3 * full[1]) / 5  # eq. 16: n_i / n^r
+    lam, step = sim.client_states[1]["lam"].double(), lr / 3
+    w = w0.clone()
+    for batch in plans[1].batches:
+        d = lam * ((grad(w, batch) + wd * w) - (grad(w0, batch) + wd * w0)) + anchor + wd * w0
+        w = w - step * d
+    out = sim.run_round(1)
+    torch.testing.assert_close(out.result.updates[1], w - w0)
+
+
+@pytest.mark.parametrize("bank", ["ma", "ga"])
+def test_one_model_and_a_threshold_beyond_the_run_is_plain_fsvrg(monkeypatch, cfg_factory, bank):
+    register_tiny(monkeypatch, "sparse", SPARSE, SPARSE_Y, users=USERS)
+    final = {}
+    for algo in ("fsvrg", f"{bank}fsvrg"):
+        extra = ["algo.bank.models=1", "algo.bank.threshold=10"] if algo != "fsvrg" else []
+        cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2",
+                          f"algo={algo}", "fl.batch_size=1", "fl.lr=0.5", "fl.weight_decay=0.01", "hardware=cpu",
+                          "hardware.dtype=float64", *extra)
+        cfg.data = {"name": "sparse", "root": None}
+        sim = Simulation(cfg)
+        for rnd in (1, 2, 3):
+            sim.run_round(rnd)
+        final[algo] = sim.params
+    assert torch.equal(final["fsvrg"], final[f"{bank}fsvrg"])
+
+
+def test_mean_centring_keeps_pairwise_distances_eq_27_and_the_projection_is_eq_38():
+    points = torch.randn(7, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    centred, mean = mean_centre(points)
+    torch.testing.assert_close(centred.sum(dim=0), torch.zeros(40, dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(torch.cdist(centred, centred), torch.cdist(points, points))  # eq. 27
+    basis, projected, values = principal_subspace(centred, 3)
+    gram_values, gram_vectors = torch.linalg.eigh(centred @ centred.T)
+    top = gram_vectors[:, -3:].flip(1)
+    direct = top * gram_values[-3:].flip(0).sqrt()  # Lambda^1/2 V^T, transposed: one row per point (eq. 38)
+    signs = torch.sign((projected * direct).sum(dim=0))  # eigenvectors are defined up to sign
+    torch.testing.assert_close(projected * signs, direct)
+    torch.testing.assert_close(centred @ basis, projected)  # U^T w_i
+    torch.testing.assert_close(basis.T @ basis, torch.eye(3, dtype=torch.float64), atol=1e-10, rtol=0)
+    torch.testing.assert_close(values, gram_values[-3:].flip(0))
+
+
+def test_kmeans_stops_by_the_eq_42_sum_at_a_fixed_point_or_at_the_limit():
+    centres = torch.tensor([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    exact = centres.repeat_interleave(3, dim=0)  # every point on its centre: the sum reaches 0 <= 1e-4
+    got, assign, iterations, total = kmeans(exact, centres + 0.5)
+    assert iterations == 1 and total <= 1e-4 and assign.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    torch.testing.assert_close(got, centres)
+    spread = exact + torch.randn(9, 2, generator=torch.Generator().manual_seed(2))
+    got, assign, iterations, total = kmeans(spread, centres)
+    assert total > 1e-4 and 1 < iterations < 100  # the sum cannot reach 1e-4: it stops when nothing changes
+    again = torch.cdist(spread, got).argmin(dim=1)
+    assert torch.equal(again, assign)  # a fixed point
+    assert kmeans(spread, torch.tensor([[5.0, 5.0], [6.0, 5.0], [5.0, 6.0]]), max_iter=1)[2] == 1
+    _, assign, _, _ = kmeans(exact, torch.tensor([[0.0, 0.0], [10.0, 0.0], [100.0, 100.0]]))
+    assert 2 not in assign.tolist()  # an empty group keeps its centre
+
+
+def test_one_acceleration_step_equals_eqs_62_to_64_by_hand():
+    w, g = torch.tensor([[1.0, -2.0]]), torch.tensor([[0.5, -0.1]])
+    m0, v0 = torch.tensor([[0.2, 0.0]]), torch.tensor([[0.01, 0.04]])
+    b1, b2, alpha, eps, r = 0.5, 0.999, 0.02, 1e-8, 3
+    m = b1 * m0 + (1 - b1) * g
+    v = b2 * v0 + (1 - b2) * g**2
+    expected = w - alpha * (1 - b1) * math.sqrt((1 - b2**r) / (1 - b2)) * m / torch.sqrt(v + eps)
+    got, m_new, v_new = accelerate(w, g, m0, v0, r, alpha, b1, b2, eps, "paper")
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close((m_new, v_new), (m, v))
+    adam, _, _ = accelerate(w, g, m0, v0, r, alpha, b1, b2, eps, "adam")
+    torch.testing.assert_close(adam, w - alpha * (m / (1 - b1**r)) / (torch.sqrt(v / (1 - b2**r)) + eps))
+
+
+def test_hog_of_a_single_edge_puts_its_energy_in_the_edges_orientation_bin():
+    image = torch.zeros(1, 28, 28)
+    image[:, :, 14:] = 1.0  # dark left, bright right: gradient along +x, angle 0 -> bin 0
+    features = hog(image, normalize="none").reshape(64, 9)
+    assert features.sum(dim=0).argmax() == 0 and features[:, 1:].sum() == 0
+    assert features[:, 0].sum() > 0
+    flipped = hog(1 - image, normalize="none").reshape(64, 9)  # bright left: angle pi -> bin floor(pi / (2pi/9)) = 4
+    assert flipped.sum(dim=0).argmax() == 4 and flipped.sum(dim=0)[[0, 1, 2, 3, 5, 6, 7, 8]].sum() == 0
+    horizontal = torch.zeros(1, 28, 28)
+    horizontal[:, 14:, :] = 1.0  # bright bottom, y downwards: angle pi/2 -> bin 2
+    assert hog(horizontal, normalize="none").reshape(64, 9).sum(dim=0).argmax() == 2
+    unit = hog(image)
+    torch.testing.assert_close(unit.norm(dim=1), torch.ones(1))
+    assert unit.shape == (1, 576)
+
+
+def test_macro_and_micro_metrics_match_scikit_learn():
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 5, 200)
+    pred = np.where(rng.random(200) < 0.6, y, rng.integers(0, 4, 200))  # class 4 is never predicted
+    ours = classification_metrics(torch.from_numpy(pred), torch.from_numpy(y), 6)
+    for average in ("macro", "micro"):
+        p, r, f, _ = precision_recall_fscore_support(y, pred, average=average, zero_division=0)
+        assert (ours[f"{average}_precision"], ours[f"{average}_recall"], ours[f"{average}_f1"]) == pytest.approx(
+            (p, r, f))
+    assert ours["accuracy"] == pytest.approx(float((pred == y).mean()))
+
+
+def test_a_bank_round_groups_accelerates_logs_and_resumes_exactly(monkeypatch, cfg_factory, tmp_path):
+    rng = np.random.default_rng(4)
+    x = np.abs(rng.normal(size=(120, 6))).astype(np.float32) * (rng.random((120, 6)) < 0.7)
+    y = (x[:, 0] > x[:, 1]).astype(np.int64) + 2 * (x[:, 2] > 0.5)
+    register_tiny(monkeypatch, "banked", x, y)
+
+    def cfg(*more):
+        c = cfg_factory("model=logreg", "partition=classes", "partition.classes_per_client=[1,2]",
+                        "fl.num_clients=12", "fl.clients_per_round=6", "algo=gafsvrg", "algo.bank.models=3",
+                        "algo.bank.threshold=2", "fl.batch_size=1", "fl.lr=2", "fl.weight_decay=0.01", "fl.rounds=6",
+                        "hardware=cpu", "hardware.dtype=float64", "eval.personalized=true", "eval.class_metrics=true",
+                        "checkpoint.every=2", *more)
+        c.data = {"name": "banked", "root": None}
+        return c
+
+    straight = run_experiment(cfg(), tmp_path / "straight")
+    rows = (tmp_path / "straight" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    for column in ("bank0_acc", "bank_mean_acc", "group0_size", "prefer2", "kmeans_iterations", "server_s",
+                   "macro_f1", "micro_recall", "personal_acc"):
+        assert column in header
+    last = dict(zip(header, rows[-1].split(",")))
+    assert sum(int(float(last[f"group{c}_size"])) for c in range(3)) == 6  # the round's clients, grouped
+    assert sum(int(float(last[f"prefer{c}"])) for c in range(3)) == 6
+    assert straight["status"] == "finished"
+    copy = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "straight", copy)
+    (copy / "summary.json").unlink()
+    (copy / "metrics.csv").write_text("\n".join(rows[:3]) + "\n")  # as if killed after round 2
+    resumed = run_experiment(cfg("resume=true"), copy)
+    assert resumed["resumed_from_round"] == 4  # a bank round (threshold 2): the bank comes from the checkpoint
+    timeless = [pd.read_csv(d / "metrics.csv").drop(columns=["elapsed_s", "server_s"])
+                for d in (copy, tmp_path / "straight")]
+    pd.testing.assert_frame_equal(*timeless)
