@@ -25,10 +25,11 @@ Points 004 leaves open, decided here and configurable:
   grouping seeds it with farthest-point picks (the point farthest from the mean, then from those chosen).
 - Eq. 58 adds the group's gradient to its model with no step size; fedrun moves the model against it, by
   ``ga_step`` (default: the clients' mean local step alpha_l / n_i times their mean number of local steps).
-- Eq. 64 as printed (``form=paper``): w - alpha_g (1 - beta1) sqrt((1 - beta2^r) / (1 - beta2)) m / sqrt(v + eps),
-  r counting the accelerated rounds. Its first step is alpha_g (1 - beta1)^2 / sqrt(1 - beta2) ~ 0.63 per coordinate
-  (beta1 = 0), in the direction of the anchor's sign; ``form=adam`` takes Adam's bias-corrected step instead
-  (alpha_g per coordinate).
+- Eq. 64 as printed (``form=paper``, the default): w - alpha_g (1 - beta1) sqrt((1 - beta2^r) / (1 - beta2))
+  m / sqrt(v + eps), r counting the accelerated rounds. Its first step is alpha_g (1 - beta1)^2 / sqrt(1 - beta2),
+  0.63 per coordinate for beta1 = 0, along the anchor's sign, unless the anchor's coordinate is below
+  sqrt(eps / (1 - beta2)) ~ 3e-3, where it is a gradient step of alpha_g / sqrt(eps). ``form=adam`` reads NOTES.md's
+  "Adam-like moments" as Adam's bias-corrected step on the same moments (alpha_g per coordinate).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Per image (grey levels in [0, 1]; CIFAR-10 converted to grey with ITU-R 601 weig
 differences, each pixel's magnitude added to one of ``bins`` orientation bins evenly dividing [0, 2 pi), summed over
 square blocks of ``block`` pixels at stride ``stride``. For 28x28 MNIST with block 7, stride 3 and 9 bins: 8 x 8 = 64
 blocks, 576 features (004's numbers). The paper does not say how features are normalised; ``data.hog_normalize``:
-``l2`` (default) scales each image's vector to unit length, ``none`` keeps the raw sums. Computed once for the whole
+``none`` (default) keeps the raw sums, ``l2`` scales each image's vector to unit length. Softmax regression with 004's
+L2 coefficient 0.01 reaches 98.2% on MNIST with the raw sums and 90.6% with unit vectors (the coefficient then
+dominates), so the raw sums match the paper's accuracies. Computed once for the whole
 dataset with tensor operations and cached under ``<root>/<dataset>_hog/``, keyed by the settings and the source data.
 """
 
@@ -24,7 +26,7 @@ GREY = (0.299, 0.587, 0.114)
 NORMALIZATIONS = ("l2", "none")
 
 
-def hog(images: torch.Tensor, block: int = 7, stride: int = 3, bins: int = 9, normalize: str = "l2"
+def hog(images: torch.Tensor, block: int = 7, stride: int = 3, bins: int = 9, normalize: str = "none"
         ) -> torch.Tensor:
     """(N, H, W) grey images -> (N, blocks * bins) HOG features, ordered block by block (row-major), bin within."""
     x = images.float()[:, None]
@@ -51,7 +53,7 @@ def num_features(height: int, width: int, block: int, stride: int, bins: int) ->
 
 def _settings(cfg) -> dict:
     return {"block": int(cfg.get("hog_block", 7)), "stride": int(cfg.get("hog_stride", 3)),
-            "bins": int(cfg.get("hog_bins", 9)), "normalize": str(cfg.get("hog_normalize", "l2"))}
+            "bins": int(cfg.get("hog_bins", 9)), "normalize": str(cfg.get("hog_normalize", "none"))}
 
 
 def hog_spec(base: DatasetSpec, height: int, width: int, paper: str) -> DatasetSpec:
