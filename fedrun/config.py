@@ -122,6 +122,12 @@ def validate(cfg) -> None:
         if spec.sequence_targets and p.name not in ("natural", "iid"):
             problems.append(f"partition={p.name}: data={data_name} has next-word targets, not classes, to partition "
                             "by. Fix: partition=natural (its users) or partition=iid")
+        local = cfg.algo.get("local") or {}
+        if local.get("name") == "fsvrg" and local.get("scaling", "features") == "features" \
+                and cfg.model.name != "logreg":
+            problems.append(f"algo.local.scaling=features with model={cfg.model.name}: FSVRG's Lambda_i and A_r scale "
+                            "each parameter by its input feature's counts, which only softmax regression maps one to "
+                            "one. Fix: model=logreg, or algo.local.scaling=none")
         why = check_fit(cfg.model.name, kind, shape, data_name)
         need(cfg.model.get("init", "default") in ("default", "zeros"), "model.init", cfg.model.get("init"),
              "must be default or zeros", "model.init=default")

@@ -202,3 +202,26 @@ def test_a_bank_round_groups_accelerates_logs_and_resumes_exactly(monkeypatch, c
     timeless = [pd.read_csv(d / "metrics.csv").drop(columns=["elapsed_s", "server_s"])
                 for d in (copy, tmp_path / "straight")]
     pd.testing.assert_frame_equal(*timeless)
+
+
+def test_fsvrg_presets_run_two_rounds_from_the_cli_and_bad_combinations_are_refused(tmp_path, cfg_factory):
+    from conftest import run_cli
+
+    from fedrun.config import validate
+    from fedrun.data.fixtures import write_cifar
+    from fedrun.errors import ConfigError
+
+    write_cifar(tmp_path / "data", "cifar10", per_file=20)
+    runs = {"fsvrg_mnist": ["algo=gafsvrg", "algo.bank.threshold=1", "fl.clients_per_round=20"],
+            "fsvrg_cifar10": [f"data.root={tmp_path / 'data'}", "fl.num_clients=12", "fl.clients_per_round=6",
+                              "algo.bank.threshold=1"]}
+    for preset, extra in runs.items():
+        run_dir = tmp_path / preset
+        run_cli(f"experiment={preset}", "fl.rounds=2", "eval.personalized=false", *extra, f"hydra.run.dir={run_dir}",
+                cwd=tmp_path)
+        header = (run_dir / "metrics.csv").read_text().splitlines()[0]
+        assert "bank_mean_acc" in header and "macro_f1" in header  # round 2 ran the bank
+    with pytest.raises(ConfigError, match="algo.local.scaling=features with model=mlp"):
+        validate(cfg_factory("algo=fsvrg", "model=mlp"))
+    with pytest.raises(ConfigError, match="algo/bank=ma with algo/local=sgd"):
+        validate(cfg_factory("algo=fedavg", "algo/bank=ma"))
