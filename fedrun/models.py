@@ -112,6 +112,27 @@ def _cnn_fedgh(shape, classes, mcfg):
                          nn.MaxPool2d(2), Flatten(), nn.Linear(64 * oh * ow, 512), nn.ReLU(), nn.Linear(512, classes))
 
 
+def _cnn_leaf_femnist(shape, classes, mcfg):
+    """LEAF's FEMNIST CNN (models/femnist/cnn.py): conv 5x5 32 (same) + ReLU, max-pool 2, conv 5x5 64 (same) + ReLU,
+    max-pool 2, FC 2048 + ReLU, FC C."""
+    c, h, w = shape
+    return nn.Sequential(nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5, padding=2),
+                         nn.ReLU(), nn.MaxPool2d(2), Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 2048), nn.ReLU(),
+                         nn.Linear(2048, classes))
+
+
+def _cnn_leaf_celeba(shape, classes, mcfg):
+    """LEAF's CelebA CNN (models/celeba/cnn.py): four blocks of conv 3x3 32 (same), BatchNorm, max-pool 2 (TF's
+    'same' padding: ceil), ReLU; FC C. LEAF's BatchNorm always normalises with the batch's statistics (training=True
+    in TF); fedrun's uses running statistics at evaluation, as PyTorch does."""
+    c, h, w = shape
+    layers, channels = [], c
+    for _ in range(4):
+        layers += [nn.Conv2d(channels, 32, 3, padding=1), nn.BatchNorm2d(32), nn.MaxPool2d(2, ceil_mode=True), nn.ReLU()]
+        channels, h, w = 32, math.ceil(h / 2), math.ceil(w / 2)
+    return nn.Sequential(*layers, Flatten(), nn.Linear(32 * h * w, classes))
+
+
 def _cnn_reddi(shape, classes, mcfg):
     """Reddi et al.'s EMNIST CNN: conv 3x3 32, conv 3x3 64, max-pool 2, dropout .25, FC 128, dropout .5, FC C."""
     c, h, w = shape
@@ -234,6 +255,8 @@ MODELS: dict[str, ModelSpec] = {
     "cnn_fedgh": ModelSpec(_cnn_fedgh, ("image",), min_hw=16),
     "cnn_reddi": ModelSpec(_cnn_reddi, ("image",), min_hw=6),
     "cnn3": ModelSpec(_cnn3, ("image",), min_hw=4),
+    "cnn_leaf_femnist": ModelSpec(_cnn_leaf_femnist, ("image",), min_hw=4),
+    "cnn_leaf_celeba": ModelSpec(_cnn_leaf_celeba, ("image",), min_hw=16),
     "lenet5": ModelSpec(_lenet5, ("image",), min_hw=28),
     "vgg16": ModelSpec(_vgg16, ("image",), min_hw=32),
     "mobilenetv2": ModelSpec(_mobilenetv2, ("image",), min_hw=32),

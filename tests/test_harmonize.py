@@ -1,5 +1,7 @@
 """FedGH and DGT against their algorithms written directly on vectors, and hand-made cases."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -118,3 +120,25 @@ def test_fedgh_removes_every_conflict_it_projects(cfg_factory):
     out = sim.run_round(1)
     assert out.diagnostics["pre_conflict_ratio"] > 0
     assert out.diagnostics["post_cos_min"] >= out.diagnostics["pre_cos_min"]
+
+
+def test_fedgh_leaf_presets_run_two_rounds_from_the_cli_on_leaf_fixtures(tmp_path):
+    """FedGH Table I's LEAF settings (LEAF's models, users as clients) on fixtures in LEAF's JSON layout."""
+    from conftest import run_cli
+
+    from fedrun.data.fixtures import write_leaf
+
+    tasks = {"femnist": "fedgh_femnist", "celeba": "fedgh_celeba", "sent140": "fedgh_sent140",
+             "shakespeare": "fedgh_shakespeare", "reddit": "fedgh_reddit"}
+    for task in tasks:
+        write_leaf(tmp_path / "data", task, users=3, per_user=6)
+    sweep = tmp_path / "sweep"
+    run_cli("--multirun", f"experiment={','.join(tasks.values())}", "algo/harmonizer=fedgh",
+            f"data.root={tmp_path / 'data'}", "fl.num_clients=3", "fl.clients_per_round=2", "fl.rounds=2",
+            "fl.batch_size=4", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    jobs = sorted((p for p in sweep.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    assert len(jobs) == len(tasks)
+    for job, (task, preset) in zip(jobs, tasks.items()):
+        summary = json.loads((job / "summary.json").read_text())
+        assert summary["status"] == "finished" and "final_local_acc" in summary, preset
+        assert f"leaf_{task}" in (job / "config.yaml").read_text()
