@@ -225,3 +225,11 @@ def test_fsvrg_presets_run_two_rounds_from_the_cli_and_bad_combinations_are_refu
         validate(cfg_factory("algo=fsvrg", "model=mlp"))
     with pytest.raises(ConfigError, match="algo/bank=ma with algo/local=sgd"):
         validate(cfg_factory("algo=fedavg", "algo/bank=ma"))
+
+
+def test_a_bank_refuses_parts_its_rounds_cannot_use(cfg_factory):
+    from fedrun.config import validate
+    from fedrun.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="algo/bank=ga with algo/harmonizer=fedgh"):
+        validate(cfg_factory("experiment=fsvrg_mnist", "algo=gafsvrg", "algo/harmonizer=fedgh"))

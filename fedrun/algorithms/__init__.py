@@ -115,6 +115,12 @@ def check_parts(algo_cfg) -> list[str]:
         if local != "fsvrg":
             problems.append(f"algo/bank={algo_cfg.bank.name} with algo/local={local}: MA-/GA-FSVRG's clients run FSVRG "
                             "steps from their preferred model; use algo/local=fsvrg")
+        defaults = {"selector": "all", "harmonizer": "none", "schedule": "fixed"}
+        others = [f"algo/{part}={algo_cfg[part].name}" for part, name in defaults.items() if algo_cfg[part].name != name]
+        if others:
+            problems.append(f"algo/bank={algo_cfg.bank.name} with {', '.join(others)}: a bank round (004 Procedures "
+                            "1-4) has no plug point for them; use algo/selector=all, algo/harmonizer=none and "
+                            "algo/schedule=fixed")
         models = algo_cfg.bank.get("models", 4)
         if not (isinstance(models, int) and models >= 1):
             problems.append(f"algo.bank.models={models!r}: must be an integer >= 1 (C of 004; 4 in its MNIST runs)")
