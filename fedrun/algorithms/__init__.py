@@ -116,7 +116,8 @@ def check_parts(algo_cfg) -> list[str]:
             problems.append(f"algo/bank={algo_cfg.bank.name} with algo/local={local}: MA-/GA-FSVRG's clients run FSVRG "
                             "steps from their preferred model; use algo/local=fsvrg")
         defaults = {"selector": "all", "harmonizer": "none", "schedule": "fixed"}
-        others = [f"algo/{part}={algo_cfg[part].name}" for part, name in defaults.items() if algo_cfg[part].name != name]
+        others = [f"algo/{part}={algo_cfg[part].name}" for part, name in defaults.items()
+                  if algo_cfg[part].name != name]
         if others:
             problems.append(f"algo/bank={algo_cfg.bank.name} with {', '.join(others)}: a bank round (004 Procedures "
                             "1-4) has no plug point for them; use algo/selector=all, algo/harmonizer=none and "
