@@ -70,7 +70,7 @@ OPEN_POINTS = {"as printed (defaults)": {}, "centred seeds (eqs. 39/53)": {"algo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="mnist", choices=sorted(SETTINGS))
-    parser.add_argument("--figs", default=None, help="default: all of the dataset's (1,8,9,10 or 5)")
+    parser.add_argument("--figs", default=None, help="default: all of the dataset's (1,8,9,10,open or 5,6,7)")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--baseline-lr", type=float, default=0.01)
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     machines, levels, metrics = SETTINGS[args.dataset]
     figs = [f if f == "open" else int(f) for f in args.figs.split(",")] if args.figs else (
-        [1, 8, 9, 10, "open"] if args.dataset == "mnist" else [5])
+        [1, 8, 9, 10, "open"] if args.dataset == "mnist" else [5, 6, 7])
     extra, note = fixture_for("cifar10") if args.dataset == "cifar10" else ([], None)
     if note:  # a fixture of a few hundred images cannot hold 1000 machines: 40, with the same participation shares
         machines, extra, note = 40, [*extra, "fl.num_clients=40"], note + "; 40 machines instead of 1000"
