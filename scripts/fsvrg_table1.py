@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default="results/fsvrg")
     args = parser.parse_args(argv)
-    lines = ["| algorithm | models | " + " | ".join(f"{p}%: s/round, total, % of paper" for p in (10, 20, 30, 40)) + " |",
+    header = " | ".join(f"{p}%: s/round, total, % of paper" for p in (10, 20, 30, 40))
+    lines = [f"| algorithm | models | {header} |",
              "|---|---|" + "---|" * 4]
     worst = 0.0
     for (kind, models), paper in PAPER.items():
