@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from fedrun.algorithms.bank import ModelBank, accelerate
+from fedrun.algorithms.bank import ModelBank
 from fedrun.bench import device_name
 from fedrun.results import git_commit
 
@@ -40,15 +40,10 @@ PAPER = {  # Table I (s): (kind, models) -> {participation: seconds}
 
 def server_round(bank: ModelBank, points: torch.Tensor, weights: torch.Tensor, grads: torch.Tensor,
                  new_grads: torch.Tensor, a_r: torch.Tensor) -> None:
-    """The server's computation of one bank round (the body of Simulation.run_bank_round without client work)."""
+    """The server's computation of one bank round (Simulation.run_bank_round without the clients' work)."""
     anchors = torch.einsum("k,kcd->cd", weights, grads)  # eq. 17
-    centres, _, _, _ = bank.group(points, anchors if bank.name == "ga" else bank.models)
-    targets = bank.models - 0.01 * a_r * centres if bank.name == "ga" else centres  # eqs. 57-58 / 43
-    moved = bank.models + a_r * (targets - bank.models)  # eq. 60
-    new_anchors = torch.einsum("k,kcd->cd", weights, new_grads)  # eq. 61
-    bank.accelerated += 1
-    bank.models, bank.m, bank.v = accelerate(moved, new_anchors, bank.m, bank.v, bank.accelerated, bank.alpha_g,
-                                             bank.beta1, bank.beta2, bank.eps, bank.form)
+    moved, _, _ = bank.regroup(points, anchors if bank.name == "ga" else bank.models, a_r, 0.01)  # eqs. 26-60
+    bank.accelerate_to(moved, torch.einsum("k,kcd->cd", weights, new_grads))  # eqs. 61-64
 
 
 def time_cell(kind: str, models: int, share: int, repeats: int, seed: int = 0) -> float:

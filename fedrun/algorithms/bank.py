@@ -177,5 +177,20 @@ class ModelBank:
         back = centres @ basis.T + mean  # eqs. 43, 57 (inside A_r)
         return back, assign, basis, {"kmeans_iterations": iterations, "kmeans_sum": total}
 
+    def regroup(self, points: torch.Tensor, seeds: torch.Tensor, a_r: torch.Tensor, ga_step: float = 0.0
+                ) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """The grouping and eq. 60: each model moved by A_r toward its group's target, (moved models, assignment,
+        diagnostics). MA: the target is the group's centre (eq. 43); GA: the model moved against its group's
+        gradient by ``ga_step`` (eqs. 57-58)."""
+        centres, assign, _, info = self.group(points, seeds)
+        targets = self.models - ga_step * a_r * centres if self.name == "ga" else centres
+        return self.models + a_r * (targets - self.models), assign, info
+
+    def accelerate_to(self, moved: torch.Tensor, anchors: torch.Tensor) -> None:
+        """Procedure 4's step (eqs. 62-64) from the moved models with their anchor gradients (eq. 61)."""
+        self.accelerated += 1
+        self.models, self.m, self.v = accelerate(moved, anchors, self.m, self.v, self.accelerated, self.alpha_g,
+                                                 self.beta1, self.beta2, self.eps, self.form)
+
     def group_sizes(self, assign: torch.Tensor) -> list[int]:
         return np.bincount(assign.cpu().numpy(), minlength=self.count).tolist()

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 from ..algorithms import PARTS, ClientContext, aggregate_buffers, build_algorithm
-from ..algorithms.bank import accelerate
 from ..algorithms.fsvrg import feature_counts, logreg_parameter_map
 from ..algorithms.harmonize import conflict_statistics, cosine_matrix
 from ..algorithms.schedule import RoundFeedback
@@ -290,24 +289,19 @@ class Simulation:
             self.client_states[int(c)] = state
         trained = bank.models[prefer] + result.updates
         a_r = len(plans) / self.rule_state["omega"]  # eq. 59
+        started = time.perf_counter()
         if bank.name == "ga":
             _, at_trained = self.full_losses_and_gradients(trained, cohort, own=True)
             started = time.perf_counter()
             step = bank.ga_step if bank.ga_step is not None else float(
                 np.mean([self.lr(rnd) / p.num_samples for p in plans]) * np.mean([p.tau for p in plans]))
-            group_grads, assign, _, info = bank.group(at_trained[:, 0] + wd * trained, anchors + wd * bank.models)
-            targets = bank.models - step * a_r * group_grads  # eqs. 57-58, against the gradient
+            moved, assign, info = bank.regroup(at_trained[:, 0] + wd * trained, anchors + wd * bank.models, a_r, step)
         else:
-            started = time.perf_counter()
-            targets, assign, _, info = bank.group(trained, bank.models)  # eqs. 26-43
-        moved = bank.models + a_r * (targets - bank.models)  # eq. 60
+            moved, assign, info = bank.regroup(trained, bank.models, a_r)  # eqs. 26-43, 60
         server_s += time.perf_counter() - started
         _, at_moved = self.full_losses_and_gradients(moved, cohort)  # eq. 61: the clients' passes at the new models
         started = time.perf_counter()
-        new_anchors = torch.einsum("k,kcd->cd", weights, at_moved) + wd * moved
-        bank.accelerated += 1
-        bank.models, bank.m, bank.v = accelerate(moved, new_anchors, bank.m, bank.v, bank.accelerated, bank.alpha_g,
-                                                 bank.beta1, bank.beta2, bank.eps, bank.form)  # eqs. 62-64
+        bank.accelerate_to(moved, torch.einsum("k,kcd->cd", weights, at_moved) + wd * moved)  # eqs. 61-64
         server_s += time.perf_counter() - started
         self.params = bank.models[0]
         diagnostics = {"server_s": server_s, **info,
