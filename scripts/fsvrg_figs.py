@@ -7,8 +7,7 @@ participation, with the baselines, and the threshold, number-of-models and beta1
 Every run is the preset ``fsvrg_<dataset>`` (HOG features, softmax regression, 1-2 classes per machine) with one
 change: ``fl.clients_per_round`` (participation), ``algo.bank.threshold``, ``algo.bank.models`` or
 ``algo.bank.beta1``. The baselines (FedProx, Per-FedAvg, SCAFFOLD, MimeSVRG, LoSAC) train on the same setting with
-one local pass of single samples at ``--baseline-lr`` (004 gives none; 0.01 is what a sweep of FedProx over
-0.0005-0.02 settles on here). CIFAR-10 runs on a fixture where it is missing (marked not reproduced). Writes
+one local pass of single samples at ``--baseline-lr`` (004 gives none; 0.01 is fedrun's untuned choice). CIFAR-10 runs on a fixture where it is missing (marked not reproduced). Writes
 <out>/fig<N>_<dataset>.png and <out>/figs_<dataset>.md with final values beside the paper's and its claims checked;
 ``open`` compares fedrun's readings of the points 004 leaves open (centred k-means seeds, Adam's step for eq. 64).
 """

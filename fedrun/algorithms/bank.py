@@ -64,7 +64,7 @@ def principal_subspace(centred: torch.Tensor, k: int) -> tuple[torch.Tensor, tor
 
 def top_eigenpairs(matrix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The k largest eigenvalues (descending, clamped at 0) and their eigenvectors of a symmetric matrix; on the CPU
-    LAPACK computes only those k (scipy's ``subset_by_index``, 5x faster than a full decomposition at K = 400)."""
+    LAPACK computes only those k (scipy's ``subset_by_index``) rather than the whole decomposition."""
     n = len(matrix)
     if matrix.device.type == "cpu":
         import scipy.linalg
