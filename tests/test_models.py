@@ -46,6 +46,16 @@ def test_paper_layer_sizes():
     assert sum(p.numel() for p in lenet.parameters()) == 62006  # GraB's LeNet-5
     gru, _ = build_model(OmegaConf.load("conf/model/gru.yaml"), "tokens", (100,), 2)
     assert [(m.in_features, m.out_features) for m in gru.head if isinstance(m, torch.nn.Linear)] == [(200, 50), (50, 2)]
+    # LEAF's models: FEMNIST conv 5x5 32 and 64 (same), FC 3136 -> 2048 -> 62; CelebA four conv 3x3 32 + BN blocks
+    # on 84x84 (84 -> 42 -> 21 -> 11 -> 6 with 'same' pooling), FC 1152 -> 2; Reddit's LSTM language model
+    femnist, _ = build_model(mcfg("cnn_leaf_femnist"), "image", (1, 28, 28), 62)
+    assert sum(p.numel() for p in femnist.parameters()) == 832 + 51264 + (3136 * 2048 + 2048) + (2048 * 62 + 62)
+    celeba, _ = build_model(mcfg("cnn_leaf_celeba"), "image", (3, 84, 84), 2)
+    assert [m.in_features for m in celeba.modules() if isinstance(m, torch.nn.Linear)] == [32 * 6 * 6]
+    assert celeba(torch.zeros(2, 3, 84, 84)).shape == (2, 2)
+    lm, objective = build_model(OmegaConf.create({"name": "lstm_lm", "vocab_size": 50, "hidden": 16, "layers": 2}),
+                                "tokens", (10,), 50)
+    assert lm(torch.zeros(3, 10, dtype=torch.long)).shape == (3, 50, 10) and objective.name == "sequence_cross_entropy"
 
 
 @pytest.mark.parametrize("name,shape", [("vgg16", (1, 8, 8)), ("lenet5", (1, 8, 8)), ("gru", (1, 28, 28))])
