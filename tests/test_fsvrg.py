@@ -233,3 +233,21 @@ def test_a_bank_refuses_parts_its_rounds_cannot_use(cfg_factory):
 
     with pytest.raises(ConfigError, match="algo/bank=ga with algo/harmonizer=fedgh"):
         validate(cfg_factory("experiment=fsvrg_mnist", "algo=gafsvrg", "algo/harmonizer=fedgh"))
+
+
+def test_personalised_evaluation_uses_each_clients_preferred_model_of_eq_18(monkeypatch, cfg_factory):
+    rng = np.random.default_rng(5)
+    x = np.abs(rng.normal(size=(90, 4))).astype(np.float32)
+    y = (x[:, 0] > x[:, 1]).astype(np.int64) + (x[:, 2] > 1)
+    register_tiny(monkeypatch, "pref", x, y)
+    cfg = cfg_factory("model=logreg", "partition=classes", "partition.classes_per_client=[1,2]", "fl.num_clients=9",
+                      "fl.clients_per_round=5", "algo=mafsvrg", "algo.bank.models=3", "algo.bank.threshold=1",
+                      "fl.batch_size=1", "fl.lr=1", "fl.weight_decay=0.01", "hardware=cpu", "hardware.dtype=float64")
+    cfg.data = {"name": "pref", "root": None}
+    sim = Simulation(cfg)
+    for rnd in (1, 2, 3):
+        sim.run_round(rnd)
+    models = sim.algo.bank.models
+    losses, _ = sim.full_losses_and_gradients(models, range(sim.num_clients))
+    direct = (losses + 0.005 * (models**2).sum(dim=1)).argmin(dim=1)
+    assert torch.equal(sim.preferred_models(), direct)
