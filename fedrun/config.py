@@ -13,7 +13,6 @@ from .algorithms import check_parts
 from .data import DATASETS
 from .data.augment import AUGMENTS, POLICIES
 from .data.base import NORMALIZATIONS
-from .data.synthetic import LABEL_RULES
 from .engine.cohort import DELAYS
 from .engine.executor import EXECUTORS
 from .errors import ConfigError
@@ -103,9 +102,6 @@ def validate(cfg) -> None:
              "data.augment=none")
         need(cfg.data.get("augment_policy", "cifar10") in POLICIES, "data.augment_policy",
              cfg.data.get("augment_policy"), f"must be one of {sorted(POLICIES)}", "data.augment_policy=cifar10")
-    if "label_rule" in cfg.data:
-        need(cfg.data.label_rule in LABEL_RULES, "data.label_rule", cfg.data.label_rule,
-             f"must be one of {sorted(LABEL_RULES)}", "data.label_rule=leaf_code")
     if spec is not None:
         kind, shape, num_classes = spec.meta(cfg.data)
         if p.name == "classes":

@@ -156,27 +156,6 @@ def test_leaf_synthetic_follows_leaf_recipe():
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(users, again))
 
 
-def test_leaf_synthetic_labels_as_leaf_code_normalises():
-    z = np.array([[0.0, 1.0], [0.0, 5.0]])
-    leaf = np.exp(z) / sum(np.exp(z))  # LEAF's data_generator._softmax, Python's sum over the rows
-    np.testing.assert_allclose(synthetic.LABEL_RULES["leaf_code"](z), leaf)
-    assert leaf.argmax(axis=1).tolist() == [0, 1] and z.argmax(axis=1).tolist() == [1, 1]
-    code = synthetic.leaf_synthetic(num_tasks=30, seed=931231)
-    rows = synthetic.leaf_synthetic(num_tasks=30, seed=931231, label_rule="softmax")
-    assert all(np.array_equal(a[0], b[0]) for a, b in zip(code, rows))  # the same draws, only the labels differ
-    assert any(not np.array_equal(a[1], b[1]) for a, b in zip(code, rows))
-    with pytest.raises(ValueError, match="label_rule"):
-        synthetic.leaf_synthetic(num_tasks=3, label_rule="rows")
-
-
-def test_bad_leaf_label_rule_refused_before_work(cfg_factory):
-    from fedrun.config import validate
-    from fedrun.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="data.label_rule='rows'.*data.label_rule=leaf_code"):
-        validate(cfg_factory("data=leaf_synthetic", "partition=natural", "model=logreg", "data.label_rule=rows"))
-
-
 def test_leaf_synthetic_dataset_users_and_split():
     cfg = OmegaConf.load("conf/data/leaf_synthetic.yaml")
     cfg.num_tasks = 40

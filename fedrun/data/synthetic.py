@@ -21,29 +21,13 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _leaf_code_normalise(z: np.ndarray) -> np.ndarray:
-    """LEAF's ``SyntheticDataset._softmax``: ``np.exp(x) / sum(np.exp(x))`` with Python's ``sum``, which adds the
-    rows, so each class column is divided by its total over the user's samples (not a per-sample softmax)."""
-    e = np.exp(z)
-    return e / e.sum(axis=0, keepdims=True)
-
-
-LABEL_RULES = {"leaf_code": _leaf_code_normalise, "softmax": _softmax}
-
-
-def leaf_synthetic(num_tasks=1000, num_classes=5, num_dim=60, seed=931231, label_rule="leaf_code"):
+def leaf_synthetic(num_tasks=1000, num_classes=5, num_dim=60, seed=931231):
     """LEAF ``data/synthetic/main.py`` (PROB_CLUSTERS=[1.0]): per-user (x, y) arrays.
 
     n_k = min(int(lognormal(3, 2)) + 5, 1000); Q ~ N(0,1)^{(d+1) x C x 1}; cluster mean mu ~ N(N(0,1), 1);
     per device model_info ~ N(mu, 0.1), w = Q model_info, B ~ N(0,1), v ~ N(B,1)^d,
-    x = [1, N(v, diag((i+1)^-1.2))], y = argmax p(x w + N(0, 0.1)); the bias column is dropped.
-    ``label_rule``: p as LEAF's code computes it (``leaf_code``: each class column normalised over the user's
-    samples, which is what LEAF's released data holds; most users then hold several classes) or the per-sample
-    ``softmax`` its description suggests (y = argmax of the logits; most users then hold one dominant class).
+    x = [1, N(v, diag((i+1)^-1.2))], y = argmax softmax(x w + N(0, 0.1)); the bias column is dropped.
     """
-    if label_rule not in LABEL_RULES:
-        raise ValueError(f"data.label_rule={label_rule!r} is not one of {sorted(LABEL_RULES)}")
-    normalise = LABEL_RULES[label_rule]
     rs = np.random.RandomState(seed)
     num_samples = [min(s + 5, 1000) for s in rs.lognormal(3, 2, num_tasks).astype(int)]
     rs = np.random.RandomState(seed)  # SyntheticDataset.__init__ seeds again
@@ -60,7 +44,7 @@ def leaf_synthetic(num_tasks=1000, num_classes=5, num_dim=60, seed=931231, label
         x[:, 1:] = rs.multivariate_normal(mean=v, cov=sigma, size=n)
         model_info = rs.normal(means[0], 0.1, size=means[0].shape)
         w = np.matmul(q, model_info)
-        prob = normalise(x @ w + rs.normal(0.0, 0.1, size=(n, num_classes)))
+        prob = _softmax(x @ w + rs.normal(0.0, 0.1, size=(n, num_classes)))
         users.append((x[:, 1:].astype(np.float32), prob.argmax(axis=1).astype(np.int64)))
     return users
 
@@ -138,8 +122,7 @@ def load_leaf(root: Path, cfg) -> FedDataset:
                           torch.from_numpy(a["x_test"]), torch.from_numpy(a["y_test"]),
                           num_classes=int(cfg.num_classes), input_kind="vector", train_users=a["u_train"],
                           test_users=a["u_test"], source=str(root / "leaf" / "synthetic" / "data"))
-    users = leaf_synthetic(cfg.num_tasks, cfg.num_classes, cfg.num_dim, cfg.generator_seed,
-                           cfg.get("label_rule", "leaf_code"))
+    users = leaf_synthetic(cfg.num_tasks, cfg.num_classes, cfg.num_dim, cfg.generator_seed)
     return _dataset("leaf_synthetic", users, cfg.num_classes, cfg.train_fraction, cfg.generator_seed, True)
 
 
