@@ -8,6 +8,8 @@ thread pools start clean) and so a table can be re-made from its runs without re
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -21,7 +23,13 @@ from hydra.core.global_hydra import GlobalHydra
 
 from .bench import device_name
 from .data import DATASETS, resolve_root
-from .data.fixtures import write_cifar, write_imdb, write_speech_commands
+from .data.fixtures import (
+    write_cifar,
+    write_imdb,
+    write_leaf,
+    write_speech_commands,
+    write_tiny_imagenet,
+)
 from .results import METRICS_FILE, finished_summary, git_commit
 
 Job = tuple[list[str], str]
@@ -74,28 +82,39 @@ def _line(n: int, total: int, job: Job, summary: dict) -> str:
             f"in {summary.get('wall_time_s', 0):.0f} s")
 
 
-_FIXTURE_ROOTS: dict[str, tuple[Path, str]] = {}
+_FIXTURE_ROOTS: dict[str, tuple[Path, str, list[str]]] = {}
 
 
 def fixture_for(dataset: str) -> tuple[list[str], str | None]:
-    """Overrides that point ``dataset`` (cifar10, cifar100, imdb, speech_commands) at a small fixture in its
-    official format when the real data is missing, and the note for the table; ``([], None)`` when the real data is
-    present."""
+    """Overrides that point ``dataset`` at a small fixture in its official format when the real data is missing, and
+    the note for the table; ``([], None)`` when the real data is present. LEAF tasks also get the fixture's users as
+    the clients, all taking part (``fl.num_clients``, ``fl.clients_per_round``)."""
     if DATASETS[dataset].is_present(resolve_root(None), None):
         return [], None
     if dataset not in _FIXTURE_ROOTS:
         root = Path(tempfile.mkdtemp(prefix=f"fedrun-{dataset}-fixture-"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+        extra: list[str] = []
         if dataset == "imdb":
             write_imdb(root, per_folder=50)
             size = "200 reviews"
         elif dataset == "speech_commands":
             write_speech_commands(root, per_word=12)
             size = "120 keyword clips"
+        elif dataset == "tiny_imagenet":
+            write_tiny_imagenet(root, classes=10, per_class=24)
+            size = "240 images of 10 classes"
+        elif dataset.startswith("leaf_"):
+            users = 4
+            write_leaf(root, dataset.removeprefix("leaf_"), users=users, per_user=10)
+            size = f"{users} users with 10 training samples each"
+            extra = [f"fl.num_clients={users}", f"fl.clients_per_round={users}"]
         else:
             size = f"{sum(map(len, write_cifar(root, dataset, per_file=40).values()))} images"
-        _FIXTURE_ROOTS[dataset] = (root, size)
-    root, size = _FIXTURE_ROOTS[dataset]
-    return [f"data.root={root}"], f"not reproduced: {dataset} is not present on this machine; ran on a fixture of {size}"
+        _FIXTURE_ROOTS[dataset] = (root, size, extra)
+    root, size, extra = _FIXTURE_ROOTS[dataset]
+    return [f"data.root={root}", *extra], (f"not reproduced: {dataset} is not present on this machine; ran on a "
+                                           f"fixture of {size}")
 
 
 def mean_curve(run_dirs: list[str], column: str = "test_acc") -> pd.Series:

@@ -4,6 +4,7 @@ import gzip
 import json
 import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -481,3 +482,19 @@ def test_leaf_reddit_sequences_targets_vocabulary_and_a_natural_run(tmp_path, cf
                              tmp_path / "run")
     assert summary["status"] == "finished" and 0 <= summary["final_local_acc"] <= 1
     assert len(list((tmp_path / "data/leaf/reddit/data/cache").glob("*.npz"))) == 1
+
+
+@pytest.mark.parametrize("dataset", ["leaf_femnist", "leaf_reddit"])
+def test_fixture_for_a_missing_dataset_points_runs_at_files_its_loader_reads(dataset, tmp_path, monkeypatch):
+    from fedrun.reproduce import fixture_for
+
+    monkeypatch.setenv("FEDRUN_DATA", str(tmp_path / "empty"))  # the real data is missing here
+    overrides, note = fixture_for(dataset)
+    settings = dict(o.split("=", 1) for o in overrides)
+    root = Path(settings["data.root"])
+    assert DATASETS[dataset].is_present(root, None) and note.startswith(f"not reproduced: {dataset} is not present")
+    cfg = OmegaConf.load(f"conf/data/{dataset}.yaml")
+    cfg.root = str(root)
+    data = DATASETS[dataset].load(root, cfg)
+    if dataset.startswith("leaf_"):  # every fixture user is a client, all taking part
+        assert int(settings["fl.num_clients"]) == int(settings["fl.clients_per_round"]) == len(set(data.train_users))
