@@ -22,12 +22,10 @@ from omegaconf import DictConfig, OmegaConf
 from .engine.simulation import run_experiment
 from .errors import FedrunError
 from .results import CONFIG_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
+from .sweeps import FAILED_JOBS
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("fedrun")
-FAILED_JOBS: list[str] = []
-
-
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
@@ -45,19 +43,21 @@ def _main(cfg: DictConfig) -> float | None:
     if done is not None:
         log.info("job %s: %s already holds a %s run; skipped", hc.job.num, run_dir, done["status"])
         return done.get("final_test_acc")
+    summary_file = run_dir / SUMMARY_FILE
+    earlier = summary_file.stat().st_mtime_ns if summary_file.exists() else None  # an earlier attempt's
     try:
         summary = run_experiment(cfg, run_dir, sweep_group=Path(hc.sweep.dir).name)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # one bad job must not end the sweep
-        if not (run_dir / SUMMARY_FILE).exists():  # refused before it started (a bad value at this grid point)
+        stamp = summary_file.stat().st_mtime_ns if summary_file.exists() else None
+        if stamp == earlier:  # refused before it started (a bad value at this grid point): say so now
             (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg))
             write_json(run_dir / SUMMARY_FILE, base_summary(cfg) | {"status": "failed",
                                                                     "error": f"{type(e).__name__}: {e}"})
         log.error("job %s failed (%s: %s); recorded in %s, the sweep goes on", hc.job.num, type(e).__name__, e,
                   run_dir / SUMMARY_FILE)
         log.debug("%s", traceback.format_exc())
-        FAILED_JOBS.append(str(run_dir))
         return None
     if summary["status"] == "interrupted":  # Ctrl-C / SIGTERM stops the sweep, not just this job
         log.warning("sweep stopped at job %s (checkpointed); resubmit it with resume=true to continue", hc.job.num)

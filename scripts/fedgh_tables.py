@@ -2,7 +2,7 @@
 
     python scripts/fedgh_tables.py [--tables 2,3,4,5] [--columns cifar10,cifar100,tinyimagenet,celeba,femnist,
                                    twitter,synthetic,shakespeare,reddit] [--seeds K] [--fixture-rounds R]
-                                   [--rounds T] [--workers P] [--runs DIR] [--out DIR]
+                                   [--rounds T] [--override KEY=VALUE ...] [--workers P] [--runs DIR] [--out DIR]
 
 Every column of Table II runs from its preset (``fedgh_<column>``; Twitter is ``fedgh_sent140``). Table II is the
 final accuracy: for CIFAR-10/100 and Tiny-ImageNet on the pooled test set under three (Dirichlet alpha, C) settings;
@@ -10,8 +10,9 @@ for the LEAF tasks both Acc_l (mean over users of the global model's accuracy on
 (pooled test set). Table III is the rounds to the paper's target accuracy (Acc_g for LEAF) in each column's first
 setting, from the same runs. Tables IV and V are FedGH's ablations over K and E on CIFAR-10/100. A column runs on
 its real data where present (LEAF Synthetic always: it is generated); otherwise on a fixture in the dataset's own
-file format for --fixture-rounds rounds, marked as not reproduced. Writes <out>/table2.md ... table5.md and
-tables.csv with the paper's numbers.
+file format for --fixture-rounds rounds, marked as not reproduced. ``--override`` adds a config override to every
+run (another reading of the paper, e.g. ``algo.aggregator.weighting=uniform``; give it its own --runs and --out).
+Writes <out>/table2.md ... table5.md and tables.csv with the paper's numbers.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=1, help="the paper fixes one seed")
     parser.add_argument("--fixture-rounds", type=int, default=2, help="rounds of a run on a fixture")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of real-data runs (default: the preset's)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every run (repeatable)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", default="outputs/fedgh_tables")
     parser.add_argument("--out", default="results/fedgh")
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     def add(key: tuple, overrides: list[str], name: str) -> None:
         for seed in range(args.seeds):
             keys.append(key)
-            jobs.append(([*overrides, f"seed={seed}"], str(Path(args.runs) / name / f"seed{seed}")))
+            jobs.append(([*overrides, *args.override, f"seed={seed}"], str(Path(args.runs) / name / f"seed{seed}")))
 
     settings = {col: IMAGE.get(col, [(None, None)]) for col in columns}  # LEAF columns: the preset's K and C
     if {"2", "3"} & set(tables):

@@ -57,10 +57,13 @@ def test_multirun_sweeps_two_jobs(tmp_path):
     assert all(json.loads((j / "summary.json").read_text())["status"] == "finished" for j in jobs)
 
 
-def test_sweep_records_a_failed_job_goes_on_and_a_resubmission_runs_only_what_is_missing(tmp_path):
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]],
+                         ids=["in-process", "joblib-processes"])
+def test_sweep_records_a_failed_job_goes_on_and_a_resubmission_runs_only_what_is_missing(tmp_path, launcher):
+    """Whichever launcher ran the failed job (here, or in a joblib worker process), the sweep exits with 1."""
     sweep = tmp_path / "sweep"
-    args = ["-m", "data=digits", "model=logreg", "fl.rounds=1", "fl.num_clients=4", "fl.clients_per_round=2,9",
-            "progress=false", f"hydra.sweep.dir={sweep}"]
+    args = ["-m", *launcher, "data=digits", "model=logreg", "fl.rounds=1", "fl.num_clients=4",
+            "fl.clients_per_round=2,9", "progress=false", f"hydra.sweep.dir={sweep}"]
     first = run_cli(*args, cwd=tmp_path, check=False)
     assert first.returncode == 1 and "1 job(s) failed" in first.stderr
     ok, bad = (json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1"))

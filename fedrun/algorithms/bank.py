@@ -40,6 +40,12 @@ import torch
 KINDS = ("none", "ma", "ga")
 
 
+def preferences(losses: torch.Tensor, models: torch.Tensor, weight_decay: float) -> torch.Tensor:
+    """Eq. 18: each client's model of least full local objective, its mean loss over its data plus
+    (weight_decay / 2) ||w||^2; ``losses`` (K clients, C models), ``models`` (C, d)."""
+    return (losses + 0.5 * weight_decay * (models**2).sum(dim=1)).argmin(dim=1)
+
+
 def mean_centre(points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows minus their mean (eqs. 26, 45), and the mean."""
     mean = points.mean(dim=0)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..algorithms import PARTS, ClientContext, aggregate_buffers, build_algorithm
+from ..algorithms.bank import preferences
 from ..algorithms.fsvrg import feature_counts, logreg_parameter_map
 from ..algorithms.harmonize import conflict_statistics, cosine_matrix
 from ..algorithms.schedule import RoundFeedback
@@ -274,8 +275,7 @@ class Simulation:
         weights = sizes / sizes.sum()
         server_s = 0.0
         losses, grads = self.full_losses_and_gradients(bank.models, cohort)  # the clients' passes at every model
-        objective = losses + 0.5 * wd * (bank.models**2).sum(dim=1)
-        prefer = objective.argmin(dim=1)  # eq. 18
+        prefer = preferences(losses, bank.models, wd)  # eq. 18
         started = time.perf_counter()
         anchors = torch.einsum("k,kcd->cd", weights, grads)  # eq. 17 (the loss's; FSVRG adds the L2 term)
         server_s += time.perf_counter() - started
@@ -393,8 +393,7 @@ class Simulation:
                 totals[m].index_add_(0, owner[s : s + b], F.cross_entropy(out, self.data.y_train[s : s + b],
                                                                           reduction="none").double())
         sizes = torch.tensor([len(ix) for ix in self.partition.indices], dtype=torch.float64, device=self.device)
-        objective = totals / sizes + 0.5 * wd * (bank.models.double() ** 2).sum(dim=1, keepdim=True)
-        return objective.argmin(dim=0)
+        return preferences((totals / sizes).T, bank.models.double(), wd)
 
     @property
     def personalized(self) -> bool:
