@@ -110,7 +110,7 @@ def fixture_for(dataset: str) -> tuple[list[str], str | None]:
             size = f"{users} users with 10 training samples each"
             extra = [f"fl.num_clients={users}", f"fl.clients_per_round={users}"]
         else:
-            size = f"{sum(map(len, write_cifar(root, dataset, per_file=40).values()))} images"
+            size = f"{sum(map(len, write_cifar(root, dataset, per_file=100).values()))} images"
         _FIXTURE_ROOTS[dataset] = (root, size, extra)
     root, size, extra = _FIXTURE_ROOTS[dataset]
     return [f"data.root={root}", *extra], (f"not reproduced: {dataset} is not present on this machine; ran on a "

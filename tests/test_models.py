@@ -88,3 +88,21 @@ def test_svm_can_start_from_zero_without_intercept_as_the_prototype_system():
     net, _ = build_model(OmegaConf.create({"name": "svm", "bias": False, "init": "zeros"}), "image", (1, 4, 4), 10)
     (layer,) = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
     assert layer.bias is None and layer.weight.shape == (1, 16) and not layer.weight.any()
+
+
+def test_a_single_sample_client_is_refused_only_where_batchnorm_cannot_train_on_it():
+    import numpy as np
+
+    from fedrun.engine.simulation import refuse_single_sample_batches
+    from fedrun.models import CROSS_ENTROPY
+    from fedrun.partition import Partition
+
+    one, two = Partition([np.arange(1), np.arange(1, 4)], "test"), Partition([np.arange(2), np.arange(2, 4)], "test")
+    flat_bn = FunctionalModel(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)), CROSS_ENTROPY)
+    map_bn = FunctionalModel(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.BatchNorm2d(2),
+                                                 torch.nn.Flatten()), CROSS_ENTROPY)
+    vectors, images = torch.randn(4, 3), torch.randn(4, 1, 4, 4)
+    with pytest.raises(ConfigError, match=r"client\(s\) \[0\] hold a single sample.*partition.min_size=2"):
+        refuse_single_sample_batches(flat_bn, flat_bn.init_params(), flat_bn.init_buffers(), vectors, one, "m")
+    refuse_single_sample_batches(flat_bn, flat_bn.init_params(), flat_bn.init_buffers(), vectors, two, "m")
+    refuse_single_sample_batches(map_bn, map_bn.init_params(), map_bn.init_buffers(), images, one, "m")  # 16 values

@@ -62,6 +62,23 @@ class RoundOutput:
         return float(self.weights.to(self.result.mean_loss.dtype) @ self.result.mean_loss)
 
 
+def refuse_single_sample_batches(model: FunctionalModel, params: torch.Tensor, buffers: dict, x: torch.Tensor,
+                                 partition: Partition, model_name: str) -> None:
+    """A client holding one sample trains on batches of one, which a BatchNorm layer cannot normalise in training mode
+    when it sees a single value per channel (1x1 maps; torch raises mid-round): refuse that before any work."""
+    single = [c for c, ix in enumerate(partition.indices) if len(ix) < 2]
+    if not single or not model.buffer_names:
+        return
+    model.set_training(True)
+    try:
+        with torch.no_grad():
+            model.forward(params, {k: v.clone() for k, v in buffers.items()}, x[:1])
+    except ValueError as e:
+        raise ConfigError([f"model={model_name} cannot train on a batch of one sample ({e}), but client(s) "
+                           f"{single[:10]} hold a single sample under {partition.layout}. Fix: "
+                           f"partition.min_size=2 (or more), or fewer clients"]) from None
+
+
 class Simulation:
     """The state of a run and one step of it: ``run_round(r)``. Config is validated before anything is loaded."""
 
@@ -87,6 +104,8 @@ class Simulation:
         module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
         self.model = FunctionalModel(module.to(self.device, self.dtype), objective)
         self.params, self.buffers = self.model.init_params(), self.model.init_buffers()
+        refuse_single_sample_batches(self.model, self.params, self.buffers, self.data.x_train, partition,
+                                     cfg.model.name)
         self.server_state = self.algo.server_opt.init(self.params)
         self.rule_state = self.algo.local.server_init(self.params, self.num_clients)
         self.client_states: dict[int, object] = {}
