@@ -498,3 +498,36 @@ def test_fixture_for_a_missing_dataset_points_runs_at_files_its_loader_reads(dat
     data = DATASETS[dataset].load(root, cfg)
     if dataset.startswith("leaf_"):  # every fixture user is a client, all taking part
         assert int(settings["fl.num_clients"]) == int(settings["fl.clients_per_round"]) == len(set(data.train_users))
+
+
+def test_cache_built_by_two_jobs_at_once_is_written_by_both(tmp_path, monkeypatch):
+    """Jobs of a parallel sweep may build the same cache together; neither may fail (each writes its own temp file)."""
+    import threading
+
+    from fedrun.data.base import load_or_build
+
+    path = tmp_path / "cache" / "x.npz"
+    both_written = threading.Barrier(2)
+    savez = np.savez
+
+    def savez_then_wait(*args, **kwargs):  # both jobs have written their file before either moves it in place
+        savez(*args, **kwargs)
+        both_written.wait(timeout=10)
+
+    monkeypatch.setattr(np, "savez", savez_then_wait)
+    results, errors = [], []
+
+    def job():
+        try:
+            results.append(load_or_build(path, lambda: {"a": np.arange(3)}))
+        except Exception as e:  # noqa: BLE001 - recorded for the assertion
+            errors.append(e)
+
+    threads = [threading.Thread(target=job) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 2
+    assert np.array_equal(load_or_build(path, lambda: pytest.fail("rebuilt"))["a"], np.arange(3))
+    assert [p.name for p in path.parent.iterdir()] == ["x.npz"]  # no temporary file left behind

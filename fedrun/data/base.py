@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -171,15 +172,21 @@ def source_signature(paths) -> str:
 
 
 def load_or_build(path: Path, build) -> dict[str, np.ndarray]:
-    """Arrays from the cache file, or built by ``build()`` and written atomically."""
+    """Arrays from the cache file, or built by ``build()`` and written atomically: each process writes its own
+    temporary file, so jobs of a parallel sweep that build the same cache at once all succeed (the last one wins)."""
     if path.exists():
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     arrays = build()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp.npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return arrays
 
 
