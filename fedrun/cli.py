@@ -26,6 +26,8 @@ from .sweeps import FAILED_JOBS
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("fedrun")
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
