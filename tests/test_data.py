@@ -495,9 +495,8 @@ def test_fixture_for_a_missing_dataset_points_runs_at_files_its_loader_reads(dat
     assert DATASETS[dataset].is_present(root, None) and note.startswith(f"not reproduced: {dataset} is not present")
     cfg = OmegaConf.load(f"conf/data/{dataset}.yaml")
     cfg.root = str(root)
-    data = DATASETS[dataset].load(root, cfg)
-    if dataset.startswith("leaf_"):  # every fixture user is a client, all taking part
-        assert int(settings["fl.num_clients"]) == int(settings["fl.clients_per_round"]) == len(set(data.train_users))
+    data = DATASETS[dataset].load(root, cfg)  # every fixture user is a client, all taking part
+    assert int(settings["fl.num_clients"]) == int(settings["fl.clients_per_round"]) == len(set(data.train_users))
 
 
 def test_cache_built_by_two_jobs_at_once_is_written_by_both(tmp_path, monkeypatch):
