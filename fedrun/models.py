@@ -23,16 +23,18 @@ class Objective:
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     hits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     units: Callable[[torch.Tensor], torch.Tensor] = lambda y: torch.ones(len(y), device=y.device)
+    # a target the loss does not score (its mean leaves it out), so clients' data of different lengths can be padded
+    # to one length and batched; None when the loss scores every target
+    pad_target: int | None = None
 
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.hits(out, y).sum()
 
 
-CROSS_ENTROPY = Objective("cross_entropy", lambda out, y: F.cross_entropy(out, y),
-                          lambda out, y: out.argmax(dim=-1) == y)
+IGNORE = -100  # a target (or sequence position) that is not scored: padding; F.cross_entropy's ignore_index
 
-
-IGNORE = -100  # a sequence target position that is not scored (padding beyond a comment's end)
+CROSS_ENTROPY = Objective("cross_entropy", lambda out, y: F.cross_entropy(out, y, ignore_index=IGNORE),
+                          lambda out, y: out.argmax(dim=-1) == y, pad_target=IGNORE)
 
 
 def _sequence_hits(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -45,7 +47,7 @@ def _sequence_hits(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 # next-token prediction over a sequence: out (N, V, T), y (N, T); the mean cross-entropy over scored tokens
 SEQUENCE_CROSS_ENTROPY = Objective("sequence_cross_entropy",
                                    lambda out, y: F.cross_entropy(out, y, ignore_index=IGNORE), _sequence_hits,
-                                   lambda y: (y != IGNORE).sum(dim=1).to(torch.float32))
+                                   lambda y: (y != IGNORE).sum(dim=1).to(torch.float32), pad_target=IGNORE)
 
 
 def _parity_target(y: torch.Tensor) -> torch.Tensor:

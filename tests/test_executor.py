@@ -182,3 +182,26 @@ def test_every_algorithm_hook_gives_the_same_round_under_both_executors(cfg_fact
     for client, state in results["loop"][2].items():
         for key, value in state.items():
             torch.testing.assert_close(results["vmap"][2][client][key], value, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("model", ["logreg", "mlp", "svm"])
+@pytest.mark.parametrize("own", [False, True])
+def test_full_gradients_batched_over_clients_equal_each_clients_own(monkeypatch, cfg_factory, model, own):
+    """Clients' full-data losses and gradients (FSVRG's anchors, 004's preferences) come from calls that pad several
+    clients to one length (cross-entropy models) or from one client at a time in chunks (clients above
+    eval.batch_size samples; the squared hinge, which has no unscored target): both equal each client's loss and
+    gradient over its whole data in one piece."""
+    sim = Simulation(cfg_factory("data=digits", f"model={model}", *COMMON, "fl.num_clients=12",
+                                 "eval.batch_size=160", "hardware.dtype=float64"))
+    sizes = sorted(len(ix) for ix in sim.partition.indices)
+    assert sizes[0] + sizes[1] <= 160 < sizes[-1]  # packed calls of several clients, and a client in chunks
+    g = torch.Generator().manual_seed(0)
+    clients = list(range(12))
+    points = torch.randn(12 if own else 3, sim.model.dim, dtype=torch.float64, generator=g) * 0.1
+    losses, grads = sim.full_losses_and_gradients(points, clients, own=own)
+    for k in clients:
+        ix = torch.as_tensor(sim.partition.indices[k])
+        for p, w in enumerate(points[k : k + 1] if own else points):
+            loss, grad = sim.model.loss_and_grad(w, {}, sim.data.x_train[ix], sim.data.y_train[ix])
+            torch.testing.assert_close(losses[k, p], loss)
+            torch.testing.assert_close(grads[k, p], grad)

@@ -60,7 +60,7 @@ def test_fsvrg_steps_follow_eqs_20_to_23(monkeypatch, cfg_factory):
     sim = Simulation(cfg)
     sim.params = torch.randn(sim.model.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     w0 = sim.params.clone()
-    plans = [sim.plan(c, 1) for c in (0, 1)]
+    plans = sim.plans([0, 1], 1)
     x, y = sim.data.x_train, sim.data.y_train
 
     def grad(w, idx):

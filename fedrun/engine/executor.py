@@ -106,9 +106,10 @@ class VmapExecutor:
         loss_sum = torch.zeros(k_all, device=x.device, dtype=ctx.params.dtype)
         steps = torch.zeros(k_all, taus[0], len(ctx.params), device=record, dtype=ctx.params.dtype) \
             if record is not None else None
+        batches = torch.nn.utils.rnn.pad_sequence([p.batches for p in plans], batch_first=True)  # (K, tau_1, b)
         for t in range(taus[0]):
             k = sum(tau > t for tau in taus)  # active clients: a prefix of the stack
-            idx = torch.stack([p.batches[t] for p in plans[:k]])
+            idx = batches[:k, t]
             active = stacked if k == k_all else tree.tree_map(lambda a: a[:k], stacked)
             new, loss = step(active, x[idx], y[idx])
             if k == k_all:

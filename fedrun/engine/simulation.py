@@ -163,13 +163,18 @@ class Simulation:
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
 
-    def plan(self, client: int, rnd: int) -> ClientPlan:
-        """Client's steps and minibatches this round; a rule that draws k batches per step (Per-FedAvg) gets
-        minibatches of k*B samples and tau_i = floor(E n_i / (k B))."""
+    def plans(self, cohort, rnd: int) -> list[ClientPlan]:
+        """Each cohort client's steps and minibatches this round; a rule that draws k batches per step (Per-FedAvg)
+        gets minibatches of k*B samples and tau_i = floor(E n_i / (k B)). The config is read once per round: its
+        attribute lookups would cost more than the plans of a 400-machine round."""
         fl = self.cfg.fl
-        width, indices = self.batch_width, self.partition.indices[client]
-        return plan_client(client, indices, self.local_steps(client), width, self.cfg.seed, rnd, fl.reshuffle,
-                           self.device)
+        width, epochs, seed, reshuffle = self.batch_width, fl.local_epochs, self.cfg.seed, fl.reshuffle
+        steps = self.algo.schedule.local_steps
+        out = []
+        for c in map(int, cohort):
+            ix = self.partition.indices[c]
+            out.append(plan_client(c, ix, steps(len(ix), epochs, width), width, seed, rnd, reshuffle, self.device))
+        return out
 
     @property
     def batch_width(self) -> int:
@@ -193,31 +198,58 @@ class Simulation:
     def full_losses_and_gradients(self, points: torch.Tensor, clients, own: bool = False
                                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each client's mean loss over its whole local dataset and its gradient at each of ``points`` (P, d):
-        (K, P) and (K, P, d), the points stepping together under vmap (FSVRG's anchors, 004's preferences).
-        ``own``: client k only at ``points[k]`` (GA-FSVRG's gradients at the trained models)."""
+        (K, P) and (K, P, d) (FSVRG's anchors, 004's preferences). ``own``: client k only at ``points[k]``
+        (GA-FSVRG's gradients at the trained models), (K, 1) and (K, 1, d).
+
+        The points step together under vmap, and so do the clients: their data, padded to one length with the
+        objective's unscored target, go through in calls of at most ``eval.batch_size`` samples (per point). A
+        client runs alone, in chunks of that size, when it holds more, when the objective has no unscored target,
+        or when the model has buffers (padding would change BatchNorm's batch statistics)."""
+        budget, pad = int(self.cfg.eval.batch_size), self.model.objective.pad_target
         buffers = {k: v.clone() for k, v in self.buffers.items()}
-        grad_at = torch.func.vmap(lambda w, x, y: self.model.loss_and_grad(w, buffers, x, y), in_dims=(0, None, None))
-        losses, grads = [], []
-        for k, c in enumerate(clients):
-            at = points[k : k + 1] if own else points
-            idx = torch.as_tensor(self.partition.indices[int(c)], device=self.device)
-            loss = torch.zeros(len(at), dtype=points.dtype, device=self.device)
-            total = torch.zeros_like(at)
-            for s in range(0, len(idx), self.cfg.eval.batch_size):
-                part = idx[s : s + self.cfg.eval.batch_size]
-                batch_loss, g = grad_at(at, self.data.x_train[part], self.data.y_train[part])
-                loss += batch_loss.detach() * len(part)
-                total += g * len(part)
-            losses.append(loss / len(idx))
-            grads.append(total / len(idx))
-        return torch.stack(losses), torch.stack(grads)
+        over_points = torch.func.vmap(lambda w, x, y: self.model.loss_and_grad(w, buffers, x, y),
+                                      in_dims=(0, None, None))
+        over_clients = torch.func.vmap(over_points, in_dims=(0 if own else None, 0, 0))
+        indices = [torch.as_tensor(self.partition.indices[int(c)], device=self.device) for c in clients]
+        shape = (len(indices), 1 if own else len(points))
+        losses, grads = points.new_zeros(shape), points.new_zeros(*shape, points.shape[1])
+        packable = pad is not None and not self.buffers
+        order = sorted(range(len(indices)), key=lambda k: len(indices[k]))
+        packed = [k for k in order if packable and len(indices[k]) <= budget]
+        s = 0
+        while s < len(packed):  # sorted by size: each call's padded length is its last client's
+            e = s + 1
+            while e < len(packed) and (e + 1 - s) * len(indices[packed[e]]) <= budget:
+                e += 1
+            members = packed[s:e]
+            ix = torch.nn.utils.rnn.pad_sequence([indices[k] for k in members], batch_first=True, padding_value=-1)
+            real, ix = ix >= 0, ix.clamp_min(0)  # padding repeats sample 0 with its target unscored
+            y = self.data.y_train[ix]
+            y = torch.where(real.view(*ix.shape, *[1] * (y.dim() - 2)), y, pad)
+            losses[members], grads[members] = over_clients(points[members, None] if own else points,
+                                                           self.data.x_train[ix], y)
+            s = e
+        for k in sorted(set(order) - set(packed)):
+            at, idx = (points[k : k + 1] if own else points), indices[k]
+            units = 0.0
+            for s in range(0, len(idx), budget):
+                part = idx[s : s + budget]
+                y = self.data.y_train[part]
+                batch_loss, g = over_points(at, self.data.x_train[part], y)
+                count = float(self.model.objective.units(y).sum())  # the loss is a mean over these
+                losses[k] += batch_loss.detach() * count
+                grads[k] += g * count
+                units += count
+            losses[k] /= units
+            grads[k] /= units
+        return losses, grads
 
     def run_round(self, rnd: int) -> RoundOutput:
         if self.algo.bank.active(rnd):
             return self.run_bank_round(rnd)
         fl = self.cfg.fl
         cohort, last_report = self.participants(rnd)
-        plans = [self.plan(int(c), rnd) for c in cohort]
+        plans = self.plans(cohort, rnd)
         algo = self.algo
         extras = algo.local.broadcast(self.rule_state)
         up = 0
@@ -288,7 +320,7 @@ class Simulation:
         if bank.models is None:
             bank.start(self.params, self.num_clients)
         cohort, _ = self.participants(rnd)
-        plans = [self.plan(int(c), rnd) for c in cohort]
+        plans = self.plans(cohort, rnd)
         wd = float(fl.weight_decay)
         sizes = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=self.params.dtype)
         weights = sizes / sizes.sum()

@@ -30,9 +30,10 @@ def leaves(tree) -> list[torch.Tensor]:
 
 
 def write_prefix(target, source, k: int) -> None:
-    """target[:k] = source, leaf by leaf, in place."""
+    """target[:k] = source, leaf by leaf, in place. A leaf that already is target[:k] (a state entry a vmapped step
+    returned unchanged comes back as the very view it was given) is not copied onto itself."""
     if isinstance(target, dict):
         for key in target:
             write_prefix(target[key], source[key], k)
-    else:
+    elif source.data_ptr() != target.data_ptr():
         target[:k] = source
