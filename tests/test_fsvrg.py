@@ -251,3 +251,26 @@ def test_personalised_evaluation_uses_each_clients_preferred_model_of_eq_18(monk
     losses, _ = sim.full_losses_and_gradients(models, range(sim.num_clients))
     direct = (losses + 0.005 * (models**2).sum(dim=1)).argmin(dim=1)
     assert torch.equal(sim.preferred_models(), direct)
+
+
+def test_a_r_counted_over_the_rounds_clients(monkeypatch, cfg_factory):
+    """``algo.local.omega=round``: omega^j counts the round's clients holding feature j (they send which they hold),
+    A_r = |S^r| / omega^j, and 1 for a feature none of them holds; ``all`` (eq. 59 as printed) counts every client."""
+    x = np.array([[1, 0, 2, 0], [0, 0, 1, 0],  # client 0 holds features 0 and 2
+                  [3, 0, 0, 0], [1, 1, 0, 0],  # client 1: 0 and 1
+                  [0, 2, 0, 1], [0, 1, 0, 0]], dtype=np.float32)  # client 2: 1 and 3
+    register_tiny(monkeypatch, "sparse3", x, np.array([0, 1, 0, 1, 1, 0]), users=np.array([0, 0, 1, 1, 2, 2]))
+    cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=3", "fl.clients_per_round=2",
+                      "algo=fsvrg", "algo.local.omega=round", "hardware=cpu", "hardware.dtype=float64")
+    cfg.data = {"name": "sparse3", "root": None}
+    sim = Simulation(cfg)
+    before = sim.params.clone()
+    out = sim.run_round(1)
+    held = {0: {0, 2}, 1: {0, 1}, 2: {1, 3}}
+    per_feature = []
+    for j in range(5):  # feature 4: the bias's constant feature, held by everyone
+        omega = sum(j in held[p.id] or j == 4 for p in out.plans)
+        per_feature.append(2 / omega if omega else 1.0)
+    a_r = torch.tensor(per_feature[:4] * 2 + per_feature[4:] * 2, dtype=torch.float64)  # W (2 x 4), then the bias
+    torch.testing.assert_close(sim.params - before, a_r * (out.weights @ out.result.updates))
+    assert not torch.equal(a_r, 2 / sim.rule_state["omega"].double())  # differs from counting all three clients

@@ -30,7 +30,7 @@ LOCAL_RULES = {
     "perfedavg": lambda c: PerFedAvg(c.get("beta", 1e-3), c.get("variant", "fo"), c.get("delta", 1e-3)),
     "mime": lambda c: MimeSVRG(c.get("momentum", 0.9), c.get("weighting", "uniform")),
     "losac": lambda c: LoSAC(),
-    "fsvrg": lambda c: FSVRG(c.get("scaling", "features")),
+    "fsvrg": lambda c: FSVRG(c.get("scaling", "features"), c.get("omega", "all")),
 }
 SELECTORS = {
     "all": lambda c: AllSteps(),

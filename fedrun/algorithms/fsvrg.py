@@ -15,7 +15,13 @@ A_r sum_{i in S^r} (n_i / n^r)(w_i - w) with A_r = diag(|S^r| / omega^j) (eq. 59
 holding feature j (eq. 60 for one model). f_i includes the L2 term (``fl.weight_decay`` / 2) ||w||^2.
 
 ``scaling=features`` maps parameters to input features for ``model=logreg`` (its weight W[c, j] to feature j, its
-bias to a constant feature that every sample has); ``scaling=none`` sets Lambda_i = A_r = I (any model).
+bias to a constant feature that every sample has); ``scaling=none`` sets Lambda_i = I and counts every feature on every
+client (any model), so A_r = |S^r| / N.
+
+``omega``: eq. 59 counts omega^j over all N machines (``all``, as printed), which scales every update by the
+participation share for a feature all machines hold; ``round`` counts it over the round's clients (Konečný's
+A = diag(K / omega^j) with the round's clients as its K nodes, 1 for a feature none of them holds), each client sending
+which features it holds. A reading to test the printed one against, not 004's.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import torch
 from .base import ClientContext, LocalRule, State
 
 SCALINGS = ("features", "none")
+OMEGAS = ("all", "round")
 
 
 def feature_counts(x: torch.Tensor, client_indices: list) -> torch.Tensor:
@@ -56,23 +63,28 @@ class FSVRG(LocalRule):
     needs_full_gradients = True
     needs_feature_counts = True
 
-    def __init__(self, scaling: str = "features"):
+    def __init__(self, scaling: str = "features", omega: str = "all"):
         if scaling not in SCALINGS:
             raise ValueError(f"algo.local.scaling={scaling!r}: must be one of {SCALINGS}")
-        self.scaling = scaling
+        if omega not in OMEGAS:
+            raise ValueError(f"algo.local.omega={omega!r}: must be one of {OMEGAS}")
+        self.scaling, self.omega = scaling, omega
 
     def client_statics(self, counts: torch.Tensor, sizes: torch.Tensor, parameter_map: torch.Tensor | None,
                        dim: int) -> tuple[dict[int, State], torch.Tensor]:
-        """Each client's constant state (Lambda_i over the parameters, n_i) and A_r's per-parameter omega^j."""
+        """Each client's constant state (Lambda_i over the parameters, n_i, and with ``omega=round`` which parameters'
+        features it holds) and A_r's per-parameter omega^j over all clients."""
         if self.scaling == "none" or parameter_map is None:
-            ones = torch.ones(dim, dtype=torch.float32, device=counts.device)
-            return ({c: {"lam": ones, "n": sizes[c].float()} for c in range(len(sizes))},
-                    torch.full((dim,), float(len(sizes)), device=counts.device))
-        lam, omega = feature_scalings(counts, sizes)
-        lam = torch.cat([lam, torch.ones(len(sizes), 1, dtype=lam.dtype, device=lam.device)], dim=1)  # the bias
-        omega = torch.cat([omega, torch.full((1,), float(len(sizes)), dtype=omega.dtype, device=omega.device)])
-        lam, omega = lam[:, parameter_map].float(), omega[parameter_map].float()
-        return {c: {"lam": lam[c], "n": sizes[c].float()} for c in range(len(sizes))}, omega
+            lam = torch.ones(len(sizes), dim, dtype=torch.float32, device=counts.device)
+            present = lam
+        else:
+            lam, _ = feature_scalings(counts, sizes)
+            bias = torch.ones(len(sizes), 1, dtype=lam.dtype, device=lam.device)  # the bias's constant feature
+            lam = torch.cat([lam, bias], dim=1)[:, parameter_map].float()
+            present = torch.cat([(counts > 0).to(lam.dtype), bias.to(lam.dtype)], dim=1)[:, parameter_map]
+        statics = {c: {"lam": lam[c], "n": sizes[c].float(), **({"present": present[c]} if self.omega == "round"
+                                                                 else {})} for c in range(len(sizes))}
+        return statics, present.sum(dim=0)
 
     def round_extras(self, server_state: State, full_grads: torch.Tensor, sizes: torch.Tensor):
         """The anchor gradient of eq. 16 from the round's full local gradients of the loss."""
@@ -99,9 +111,17 @@ class FSVRG(LocalRule):
         return state, loss
 
     def client_final(self, ctx, state, client_state):
-        statics = {k: client_state[k] for k in ("lam", "n")}
-        return state["w"] - state["w0"], statics, {}
+        statics = {k: v for k, v in client_state.items() if k in ("lam", "n", "present")}
+        uploads = {"present": statics["present"]} if "present" in statics else {}
+        return state["w"] - state["w0"], statics, uploads
+
+    def a_r(self, server_state: State, uploads: dict, participants: int) -> torch.Tensor:
+        """A_r of eq. 59 per parameter: |S^r| / omega^j, omega^j over all machines or over the round's (``omega``)."""
+        if self.omega == "all":
+            return participants / server_state["omega"]
+        held = uploads["present"].sum(dim=0)
+        return torch.where(held > 0, participants / held.clamp_min(1), torch.ones_like(held))
 
     def server_update(self, server_state, aggregated, updates, uploads, weights, num_clients):
-        """A_r (eq. 59) on the aggregated update: |S^r| / omega^j per parameter."""
-        return len(updates) / server_state["omega"] * aggregated, server_state
+        """A_r (eq. 59) on the aggregated update (eq. 60 for one model)."""
+        return self.a_r(server_state, uploads, len(updates)) * aggregated, server_state

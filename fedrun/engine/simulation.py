@@ -339,7 +339,7 @@ class Simulation:
             bank.preferences[int(c)] = j
             self.client_states[int(c)] = state
         trained = bank.models[prefer] + result.updates
-        a_r = len(plans) / self.rule_state["omega"]  # eq. 59
+        a_r = local.a_r(self.rule_state, result.uploads, len(plans))  # eq. 59
         started = time.perf_counter()
         if bank.name == "ga":
             _, at_trained = self.full_losses_and_gradients(trained, cohort, own=True)
