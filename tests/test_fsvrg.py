@@ -11,7 +11,7 @@ import torch
 from sklearn.metrics import precision_recall_fscore_support
 
 from conftest import register_tiny
-from fedrun.algorithms.bank import accelerate, kmeans, mean_centre, principal_subspace
+from fedrun.algorithms.bank import ModelBank, accelerate, kmeans, mean_centre, principal_subspace
 from fedrun.algorithms.fsvrg import FSVRG, feature_scalings, logreg_parameter_map
 from fedrun.data.hog import hog
 from fedrun.engine.simulation import Simulation, run_experiment
@@ -274,3 +274,17 @@ def test_a_r_counted_over_the_rounds_clients(monkeypatch, cfg_factory):
     a_r = torch.tensor(per_feature[:4] * 2 + per_feature[4:] * 2, dtype=torch.float64)  # W (2 x 4), then the bias
     torch.testing.assert_close(sim.params - before, a_r * (out.weights @ out.result.updates))
     assert not torch.equal(a_r, 2 / sim.rule_state["omega"].double())  # differs from counting all three clients
+
+
+@pytest.mark.parametrize("kind", ["ma", "ga"])
+def test_a_diverged_round_gives_models_that_are_not_finite_rather_than_an_error(kind):
+    """Clients whose training diverged send NaN: the grouping returns NaN models (the engine then stops the run as
+    diverged) instead of raising in the eigensolver."""
+    bank = ModelBank(kind, models=3)
+    bank.start(torch.zeros(4), num_clients=5)
+    points = torch.randn(5, 4)
+    points[2, 1] = float("nan")
+    moved, assign, info = bank.regroup(points, bank.models, torch.full((4,), 0.5), ga_step=0.1)
+    assert moved.shape == (3, 4) and torch.isnan(moved).all() and assign.shape == (5,)
+    bank.accelerate_to(moved, torch.zeros(3, 4))
+    assert not torch.isfinite(bank.models).any()
