@@ -282,9 +282,10 @@ def test_a_diverged_round_gives_models_that_are_not_finite_rather_than_an_error(
     diverged) instead of raising in the eigensolver."""
     bank = ModelBank(kind, models=3)
     bank.start(torch.zeros(4), num_clients=5)
-    points = torch.randn(5, 4)
-    points[2, 1] = float("nan")
-    moved, assign, info = bank.regroup(points, bank.models, torch.full((4,), 0.5), ga_step=0.1)
-    assert moved.shape == (3, 4) and torch.isnan(moved).all() and assign.shape == (5,)
+    for bad in (float("nan"), 1e30):  # NaN, or finite but beyond float32 once squared for the Gram matrix
+        points = torch.randn(5, 4)
+        points[2, 1] = bad
+        moved, assign, info = bank.regroup(points, bank.models, torch.full((4,), 0.5), ga_step=0.1)
+        assert moved.shape == (3, 4) and torch.isnan(moved).all() and assign.shape == (5,)
     bank.accelerate_to(moved, torch.zeros(3, 4))
     assert not torch.isfinite(bank.models).any()

@@ -189,13 +189,14 @@ class ModelBank:
         """Procedure 2/3 steps 3-14 on the round's points (trained models or gradients, rows) with the previous
         models' (anchors') ``seeds``: (centres mapped back to the full space, assignment, U, diagnostics).
 
-        Points that are not finite (the clients' training diverged) give centres that are not finite either, so the
-        round ends with the models the run records as diverged, rather than an error in the eigensolver."""
-        if not bool(torch.isfinite(points).all()):
+        Points whose squared norms are not finite (the clients' training diverged: NaN, or too large for the Gram
+        matrix) give centres that are not finite either, so the round ends with models the run records as diverged
+        rather than with an error in the eigensolver."""
+        centred, mean = mean_centre(points)
+        if not bool(torch.isfinite(centred.square().sum(dim=1)).all()):
             nan = torch.full((self.count, points.shape[1]), float("nan"), dtype=points.dtype, device=points.device)
             return (nan, torch.zeros(len(points), dtype=torch.long, device=points.device), nan.T[:, :0],
                     {"kmeans_iterations": 0, "kmeans_sum": float("nan")})
-        centred, mean = mean_centre(points)
         basis, projected, values = principal_subspace(centred, self.count - 1)
         seed_points = (seeds - mean if self.center_seeds else seeds) @ basis  # eqs. 39, 53
         if torch.allclose(seed_points, seed_points[:1].expand_as(seed_points)):

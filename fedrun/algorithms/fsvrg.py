@@ -74,9 +74,9 @@ class FSVRG(LocalRule):
                        dim: int) -> tuple[dict[int, State], torch.Tensor]:
         """Each client's constant state (Lambda_i over the parameters, n_i, and with ``omega=round`` which parameters'
         features it holds) and A_r's per-parameter omega^j over all clients."""
-        if self.scaling == "none" or parameter_map is None:
-            lam = torch.ones(len(sizes), dim, dtype=torch.float32, device=counts.device)
-            present = lam
+        if self.scaling == "none" or parameter_map is None:  # one shared vector: d may be a large model's
+            ones = torch.ones(dim, dtype=torch.float32, device=counts.device)
+            lam = present = ones.expand(len(sizes), dim)
         else:
             lam, _ = feature_scalings(counts, sizes)
             bias = torch.ones(len(sizes), 1, dtype=lam.dtype, device=lam.device)  # the bias's constant feature
