@@ -10,7 +10,7 @@ change: ``fl.clients_per_round`` (participation), ``algo.bank.threshold``, ``alg
 one local pass of single samples at ``--baseline-lr`` (004 gives none; 0.01 is fedrun's untuned choice). CIFAR-10 runs on a fixture where it is missing (marked not reproduced). Writes
 <out>/fig<N>_<dataset>.png and <out>/figs_<dataset>.md with final values beside the paper's and its claims checked;
 ``open`` compares fedrun's readings of the points 004 leaves open (centred k-means seeds, Adam's step for eq. 64, a
-smaller alpha_g) and one departure from the printed eq. 59 (omega^j counted over the round's machines). FSVRG with one model (the bank's own base, alpha_l = 12) is drawn dotted beside them as a reference.
+smaller alpha_g, K of two local passes) and one departure from the printed eq. 59 (omega^j counted over the round's machines). FSVRG with one model (the bank's own base, alpha_l = 12) is drawn dotted beside them as a reference.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ OPEN_POINTS = {"as printed (defaults)": {}, "centred seeds (eqs. 39/53)": {"algo
                "Adam's step (eq. 64)": {"algo.bank.form": "adam"},
                "both": {"algo.bank.center_seeds": "true", "algo.bank.form": "adam"},
                "Adam's step, alpha_g / 4": {"algo.bank.form": "adam", "algo.bank.alpha_g": 0.005},
-               "omega^j over the round's machines (eq. 59)": {"algo.local.omega": "round"}}
+               "omega^j over the round's machines (eq. 59)": {"algo.local.omega": "round"},
+               "K = two passes of local steps": {"fl.local_epochs": 2}}
 
 
 def main(argv: list[str] | None = None) -> int:
