@@ -205,3 +205,26 @@ def test_full_gradients_batched_over_clients_equal_each_clients_own(monkeypatch,
             loss, grad = sim.model.loss_and_grad(w, {}, sim.data.x_train[ix], sim.data.y_train[ix])
             torch.testing.assert_close(losses[k, p], loss)
             torch.testing.assert_close(grads[k, p], grad)
+
+
+@pytest.mark.parametrize("budget", [20, 8])
+def test_full_gradients_of_a_recurrent_sequence_model_equal_each_clients_own(monkeypatch, tmp_path, budget):
+    """A recurrent model (no vmap rule for its fused CPU kernel) takes its clients and points one at a time; with
+    sequence targets a client's chunks are weighted by their scored tokens (budget 8 splits every client), so the
+    result is each client's token-mean loss and gradient over its whole data."""
+    from fedrun.reproduce import compose_config, fixture_for
+
+    monkeypatch.setenv("FEDRUN_DATA", str(tmp_path / "empty"))  # LEAF Reddit's fixture, in LEAF's format
+    overrides, _ = fixture_for("leaf_reddit")
+    sim = Simulation(compose_config(["data=leaf_reddit", *overrides, "data.vocab_size=6", "partition=natural",
+                                     "model=lstm_lm", "model.hidden=8", f"eval.batch_size={budget}",
+                                     "hardware=cpu", "hardware.dtype=float64"]))
+    points = torch.stack([sim.params, sim.params + 0.01])
+    losses, grads = sim.full_losses_and_gradients(points, range(sim.num_clients))
+    for k in range(sim.num_clients):
+        ix = torch.as_tensor(sim.partition.indices[k])
+        assert (sim.data.y_train[ix] == -100).any()  # padded positions that the mean must leave out
+        for p, w in enumerate(points):
+            loss, grad = sim.model.loss_and_grad(w, {}, sim.data.x_train[ix], sim.data.y_train[ix])
+            torch.testing.assert_close(losses[k, p], loss)
+            torch.testing.assert_close(grads[k, p], grad)

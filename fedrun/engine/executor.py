@@ -186,6 +186,11 @@ def flops_per_step(model: FunctionalModel, x: torch.Tensor, y: torch.Tensor) -> 
     return counter.get_total_flops()
 
 
+def is_recurrent(model: FunctionalModel) -> bool:
+    """Whether the model has recurrent layers, whose fused CPU kernel has no vmap batching rule."""
+    return any(isinstance(m, nn.RNNBase) for m in model.module.modules())
+
+
 def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor,
                  cohort_size: int = 2) -> tuple[str, str]:
     """``auto``: vmap on a GPU. On a CPU: vmap for dense models; for convolutional models vmap when one client step
@@ -197,10 +202,9 @@ def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, 
         return "loop", "one client per round"
     if device.type == "cuda":
         return "vmap", "GPU"
-    modules = list(model.module.modules())
-    if any(isinstance(m, nn.RNNBase) for m in modules):
+    if is_recurrent(model):
         return "loop", "recurrent layers on the CPU"
-    if not any(isinstance(m, _CONV) for m in modules):
+    if not any(isinstance(m, _CONV) for m in model.module.modules()):
         return "vmap", "dense layers only, on the CPU"
     flops = flops_per_step(model, x, y)
     if flops <= CPU_VMAP_MAX_FLOPS_PER_STEP:

@@ -35,7 +35,7 @@ from ..models import build_model
 from ..partition import Partition, make_partition
 from ..results import RunDirectory, base_summary
 from .cohort import ClientPlan, earliest_reporters, plan_client, report_delays, sample_clients
-from .executor import CohortResult, make_executor
+from .executor import CohortResult, is_recurrent, make_executor
 
 log = logging.getLogger("fedrun")
 
@@ -204,16 +204,21 @@ class Simulation:
         The points step together under vmap, and so do the clients: their data, padded to one length with the
         objective's unscored target, go through in calls of at most ``eval.batch_size`` samples (per point). A
         client runs alone, in chunks of that size, when it holds more, when the objective has no unscored target,
-        or when the model has buffers (padding would change BatchNorm's batch statistics)."""
+        or when the model has buffers (padding would change BatchNorm's batch statistics). A recurrent model (no vmap
+        rule for its fused CPU kernel) takes its clients and points one at a time."""
         budget, pad = int(self.cfg.eval.batch_size), self.model.objective.pad_target
         buffers = {k: v.clone() for k, v in self.buffers.items()}
-        over_points = torch.func.vmap(lambda w, x, y: self.model.loss_and_grad(w, buffers, x, y),
-                                      in_dims=(0, None, None))
+        at_point = lambda w, x, y: self.model.loss_and_grad(w, buffers, x, y)  # noqa: E731
+        recurrent = is_recurrent(self.model)
+        if recurrent:
+            over_points = lambda ws, x, y: tuple(map(torch.stack, zip(*(at_point(w, x, y) for w in ws))))  # noqa: E731
+        else:
+            over_points = torch.func.vmap(at_point, in_dims=(0, None, None))
         over_clients = torch.func.vmap(over_points, in_dims=(0 if own else None, 0, 0))
         indices = [torch.as_tensor(self.partition.indices[int(c)], device=self.device) for c in clients]
         shape = (len(indices), 1 if own else len(points))
         losses, grads = points.new_zeros(shape), points.new_zeros(*shape, points.shape[1])
-        packable = pad is not None and not self.buffers
+        packable = pad is not None and not self.buffers and not recurrent
         order = sorted(range(len(indices)), key=lambda k: len(indices[k]))
         packed = [k for k in order if packable and len(indices[k]) <= budget]
         s = 0
