@@ -82,8 +82,8 @@ def top_eigenpairs(matrix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
     LAPACK computes only those k (scipy's ``subset_by_index``) rather than the whole decomposition.
 
     scipy's OpenBLAS runs on one thread here: a K x K matrix (K clients) is too small to gain from more, and its
-    threads, left spinning after the call, take the cores from torch's threads for a scheduler tick (on a 2-core
-    machine a K = 100 round took 8 ms instead of 5)."""
+    threads, left spinning after the call, take the cores from torch's threads for a scheduler tick
+    (``scripts/fsvrg_table1.py`` times the server's part of a round)."""
     n = len(matrix)
     if matrix.device.type == "cpu":
         import scipy.linalg
