@@ -68,7 +68,8 @@ OPEN_POINTS = {"as printed (defaults)": {}, "centred seeds (eqs. 39/53)": {"algo
                "both": {"algo.bank.center_seeds": "true", "algo.bank.form": "adam"},
                "Adam's step, alpha_g / 4": {"algo.bank.form": "adam", "algo.bank.alpha_g": 0.005},
                "omega^j over the round's machines (eq. 59)": {"algo.local.omega": "round"},
-               "K = two passes of local steps": {"fl.local_epochs": 2}}
+               "K = two passes of local steps": {"fl.local_epochs": 2},
+               "no central acceleration (alpha_g = 0)": {"algo.bank.alpha_g": 0}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -192,6 +192,7 @@ def test_a_bank_round_groups_accelerates_logs_and_resumes_exactly(monkeypatch, c
     last = dict(zip(header, rows[-1].split(",")))
     assert sum(int(float(last[f"group{c}_size"])) for c in range(3)) == 6  # the round's clients, grouped
     assert sum(int(float(last[f"prefer{c}"])) for c in range(3)) == 6
+    assert 0 <= float(last["group_is_preferred"]) <= 1
     assert straight["status"] == "finished"
     copy = tmp_path / "resumed"
     shutil.copytree(tmp_path / "straight", copy)

@@ -361,6 +361,7 @@ class Simulation:
         server_s += time.perf_counter() - started
         self.params = bank.models[0]
         diagnostics = {"server_s": server_s, **info,
+                       "group_is_preferred": float((assign == prefer).double().mean()),  # grouping agrees with eq. 18
                        **{f"group{c}_size": n for c, n in enumerate(bank.group_sizes(assign))},
                        **{f"prefer{c}": n for c, n in enumerate(bank.group_sizes(prefer))}}
         k, model_bytes = len(plans), self.model_bytes
