@@ -228,3 +228,25 @@ def test_full_gradients_of_a_recurrent_sequence_model_equal_each_clients_own(mon
             loss, grad = sim.model.loss_and_grad(w, {}, sim.data.x_train[ix], sim.data.y_train[ix])
             torch.testing.assert_close(losses[k, p], loss)
             torch.testing.assert_close(grads[k, p], grad)
+
+
+@pytest.mark.parametrize("algo,more", [("fsvrg", ["fl.batch_size=1", "fl.weight_decay=0.01"]),
+                                       ("bherd", ["algo.selector.alpha=0.5"])])
+def test_a_compiled_step_equals_the_eager_one(cfg_factory, algo, more):
+    """hardware.compile=true: the whole stack steps and finished clients' states are set aside (unequal tau_i here);
+    the rounds, client states and recorded step directions (BHerd) equal the uncompiled executor's."""
+    runs = {}
+    for compile_ in (False, True):
+        sim, outs = two_rounds(cfg_factory, ["data=digits", "model=logreg", f"algo={algo}", *more], "vmap",
+                               compile=compile_)
+        assert sim.executor.compile is compile_
+        runs[compile_] = (sim, outs)
+    (eager, eager_out), (compiled, compiled_out) = runs[False], runs[True]
+    assert len({p.tau for p in eager_out[0].plans}) > 1
+    torch.testing.assert_close(compiled.params, eager.params, rtol=1e-5, atol=1e-6)
+    for a, b in zip(compiled_out, eager_out):
+        torch.testing.assert_close(a.result.mean_loss, b.result.mean_loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a.result.updates, b.result.updates, rtol=1e-5, atol=1e-6)
+    for client, state in eager.client_states.items():
+        for key, value in state.items():
+            torch.testing.assert_close(compiled.client_states[client][key], value)

@@ -4,6 +4,11 @@
 runs each local step for all of them in one ``torch.func.vmap`` call, minibatches gathered by index from the
 device-resident data. Clients are sorted by tau_i, so at step t the active clients are a prefix of the stack and
 finished clients cost nothing (masked, not padded). A cohort that would not fit in memory runs in chunks.
+
+``compile=True`` hands the vmapped step to ``torch.compile``, which fuses its many small operations (on a CPU into
+one C++ loop nest; a C++ compiler is needed). Compiled graphs are specialised to shapes, so there every step runs
+the whole stack and each client's state is set aside when it finishes: one graph per minibatch width instead of one
+per number of active clients, at the price of stepping finished clients' rows (discarded).
 """
 
 from __future__ import annotations
@@ -75,9 +80,20 @@ class VmapExecutor:
 
     name = "vmap"
 
-    def __init__(self, chunk_size: int | None = None, memory_fraction: float = 0.5):
+    def __init__(self, chunk_size: int | None = None, memory_fraction: float = 0.5, compile: bool = False):
         self.chunk_size = chunk_size
         self.memory_fraction = memory_fraction
+        self.compile = compile
+        self._step: tuple | None = None  # (rule, model, vmapped step), built once: a compiled step is reused
+
+    def _vmapped_step(self, rule: LocalRule, model: FunctionalModel):
+        """The rule's client step mapped over the client axis, taking the round's context as an argument (so a
+        compiled step serves every round)."""
+        if self._step is None or self._step[0] is not rule or self._step[1] is not model:
+            step = vmap(lambda ctx, s, xb, yb: rule.client_step(model, ctx, s, xb, yb), in_dims=(None, 0, 0, 0),
+                        randomness="different")
+            self._step = (rule, model, torch.compile(step, dynamic=False) if self.compile else step)
+        return self._step[2]
 
     def run(self, rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan],
             x: torch.Tensor, y: torch.Tensor, client_states: list[State | None],
@@ -102,23 +118,34 @@ class VmapExecutor:
         k_all = len(plans)
         stacked = tree.stack([rule.client_init(ctx, cs) for cs in cstates])
         taus = [p.tau for p in plans]  # non-increasing
-        step = vmap(lambda s, xb, yb: rule.client_step(model, ctx, s, xb, yb), randomness="different")
+        step = self._vmapped_step(rule, model)
         loss_sum = torch.zeros(k_all, device=x.device, dtype=ctx.params.dtype)
         steps = torch.zeros(k_all, taus[0], len(ctx.params), device=record, dtype=ctx.params.dtype) \
             if record is not None else None
         batches = torch.nn.utils.rnn.pad_sequence([p.batches for p in plans], batch_first=True)  # (K, tau_1, b)
+        finished = tree.tree_map(torch.empty_like, stacked) if self.compile else None
+        k_before = k_all
         for t in range(taus[0]):
             k = sum(tau > t for tau in taus)  # active clients: a prefix of the stack
-            idx = batches[:k, t]
-            active = stacked if k == k_all else tree.tree_map(lambda a: a[:k], stacked)
-            new, loss = step(active, x[idx], y[idx])
-            if k == k_all:
+            if self.compile:  # the whole stack steps; clients k .. k_before - 1 have just finished
+                tree.copy_rows(finished, stacked, k, k_before)
+                new, loss = step(ctx, stacked, x[batches[:, t]], y[batches[:, t]])
                 stacked = new
             else:
-                tree.write_prefix(stacked, new, k)
-            loss_sum[:k] += loss.detach()
+                idx = batches[:k, t]
+                active = stacked if k == k_all else tree.tree_map(lambda a: a[:k], stacked)
+                new, loss = step(ctx, active, x[idx], y[idx])
+                if k == k_all:
+                    stacked = new
+                else:
+                    tree.write_prefix(stacked, new, k)
+            k_before = k
+            loss_sum[:k] += loss[:k].detach()
             if record is not None:
-                steps[:k, t].copy_(new["direction"], non_blocking=True)
+                steps[:k, t].copy_(new["direction"][:k], non_blocking=True)
+        if self.compile:
+            tree.copy_rows(finished, stacked, 0, k_before)
+            stacked = finished
         results = []
         for i, (state, cs, plan) in enumerate(zip(tree.unstack(stacked, k_all), cstates, plans)):
             update, new_state, uploads = rule.client_final(ctx, state, cs)
@@ -221,5 +248,6 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
         name, why = resolve_auto(model, device, x, y, cohort_size)
         log.info("hardware.executor=auto resolved to %s (%s)", name, why)
     if name == "vmap":
-        return VmapExecutor(hw_cfg.get("chunk_size"), float(hw_cfg.get("memory_fraction", 0.5)))
+        return VmapExecutor(hw_cfg.get("chunk_size"), float(hw_cfg.get("memory_fraction", 0.5)),
+                            bool(hw_cfg.get("compile", False)))
     return LoopExecutor()

@@ -37,3 +37,9 @@ def write_prefix(target, source, k: int) -> None:
             write_prefix(target[key], source[key], k)
     elif source.data_ptr() != target.data_ptr():
         target[:k] = source
+
+
+def copy_rows(target, source, start: int, stop: int) -> None:
+    """target[start:stop] = source[start:stop], leaf by leaf, in place."""
+    if stop > start:
+        tree_map(lambda a, b: a[start:stop].copy_(b[start:stop]), target, source)
