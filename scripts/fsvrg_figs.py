@@ -72,6 +72,16 @@ OPEN_POINTS = {"as printed (defaults)": {}, "centred seeds (eqs. 39/53)": {"algo
                "no central acceleration (alpha_g = 0)": {"algo.bank.alpha_g": 0}}
 
 
+def bank_readings(run_dir: str) -> dict:
+    """What a bank run's logs say beyond accuracy: the final personalised accuracy (each machine's preferred model on
+    its classes' test samples) and, over the bank rounds, the mean share of clients that k-means grouped with the
+    model they had preferred and started from (``group_is_preferred``; blank for runs logged before it existed)."""
+    metrics = pd.read_csv(Path(run_dir) / "metrics.csv")
+    agree = metrics["group_is_preferred"].dropna() if "group_is_preferred" in metrics else pd.Series(dtype=float)
+    return {"final personal_acc": round(float(metrics["personal_acc"].iloc[-1]), 4),
+            "grouped with preferred model": round(float(agree.mean()), 3) if len(agree) else ""}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="mnist", choices=sorted(SETTINGS))
@@ -140,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                 paper = PAPER.get((metric, level), {}).get(label) if fig in metrics else None
                 rows.append({"panel": title, "method": label, f"final {metric}": round(float(curve.iloc[-1]), 4),
                              f"best {metric}": round(float(curve.max()), 4),
-                             "paper": paper if paper is not None else ""})
+                             "paper": paper if paper is not None else ""}
+                            | (bank_readings(run_dir[key]) if fig == "open" else {}))
             ax.set_title(title)
             ax.set_xlabel("round")
             ax.set_ylabel(metric)
