@@ -112,6 +112,13 @@ def test_auto_resolves_to_a_concrete_executor_and_logs_it(cfg_factory, caplog, d
     assert any(f"hardware.executor=auto resolved to {expected}" in r.getMessage() for r in caplog.records)
 
 
+def test_compile_with_the_loop_executor_warns_that_it_does_nothing(cfg_factory, caplog):
+    with caplog.at_level(logging.WARNING, logger="fedrun"):
+        sim = Simulation(cfg_factory("data=digits", "model=logreg", "hardware.executor=loop", "hardware.compile=true"))
+    assert sim.executor.name == "loop"
+    assert any("hardware.compile=true has no effect" in r.getMessage() for r in caplog.records)
+
+
 def test_a_large_cohort_creates_no_module_copies(cfg_factory, monkeypatch):
     from torch import nn
 

@@ -247,7 +247,10 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
     if name == "auto":
         name, why = resolve_auto(model, device, x, y, cohort_size)
         log.info("hardware.executor=auto resolved to %s (%s)", name, why)
+    compile_ = bool(hw_cfg.get("compile", False))
     if name == "vmap":
-        return VmapExecutor(hw_cfg.get("chunk_size"), float(hw_cfg.get("memory_fraction", 0.5)),
-                            bool(hw_cfg.get("compile", False)))
+        return VmapExecutor(hw_cfg.get("chunk_size"), float(hw_cfg.get("memory_fraction", 0.5)), compile_)
+    if compile_:
+        log.warning("hardware.compile=true has no effect: it compiles the vmap executor's step and this run uses the "
+                    "loop executor (set hardware.executor=vmap to compile)")
     return LoopExecutor()
