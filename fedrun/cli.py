@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from .engine.simulation import run_experiment
-from .errors import FedrunError
+from .errors import FedrunError, StaleRunError
 from .results import CONFIG_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
 from .sweeps import FAILED_JOBS
 
@@ -41,7 +41,11 @@ def _main(cfg: DictConfig) -> float | None:
         if summary["status"] == "interrupted":  # checkpointed: `fedrun ... hydra.run.dir=<dir> resume=true` goes on
             sys.exit(128 + int(summary["signal"]))
         return summary.get("final_test_acc")
-    done = finished_summary(run_dir)
+    try:
+        done = finished_summary(run_dir, cfg)
+    except StaleRunError as e:  # left as it is; the sweep goes on
+        log.error("job %s: %s", hc.job.num, e)
+        return None
     if done is not None:
         log.info("job %s: %s already holds a %s run; skipped", hc.job.num, run_dir, done["status"])
         return done.get("final_test_acc")

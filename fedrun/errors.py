@@ -20,3 +20,7 @@ class DataMissingError(FedrunError):
 class IntegrityError(FedrunError):
     """A download is not what its publisher published (its digest differs, or an archive member would land outside
     its folder); it is deleted and nothing is unpacked."""
+
+
+class StaleRunError(FedrunError):
+    """A run folder holds a finished run of another config than the one asked for there."""

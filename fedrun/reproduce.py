@@ -46,20 +46,23 @@ def compose_config(overrides: list[str]):
 
 def run_job(job: Job) -> dict:
     overrides, run_dir = job
-    done = finished_summary(run_dir)
+    cfg = compose_config(overrides)
+    done = finished_summary(run_dir, cfg)
     if done is not None:
         return done
     from .engine.simulation import run_experiment
 
-    return run_experiment(compose_config(overrides), run_dir)
+    return run_experiment(cfg, run_dir)
 
 
 def run_jobs(jobs: list[Job], workers: int = 1, log=print) -> list[dict]:
-    """Run every job (skipping finished ones) on ``workers`` processes; summaries come back in job order."""
+    """Run every job on ``workers`` processes, skipping those whose folder holds a finished run of the job's config;
+    summaries come back in job order. A folder holding a finished run of another config stops everything before any
+    work starts (StaleRunError)."""
     results: list[dict | None] = [None] * len(jobs)
-    todo = [i for i, (_, d) in enumerate(jobs) if finished_summary(d) is None]
-    for i in set(range(len(jobs))) - set(todo):
-        results[i] = finished_summary(jobs[i][1])
+    for i, (overrides, run_dir) in enumerate(jobs):
+        results[i] = finished_summary(run_dir, compose_config(overrides))
+    todo = [i for i, summary in enumerate(results) if summary is None]
     log(f"{len(jobs)} runs: {len(jobs) - len(todo)} already finished, {len(todo)} to run on {workers} process(es)")
     if workers <= 1:
         for n, i in enumerate(todo, 1):

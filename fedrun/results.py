@@ -11,9 +11,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 
 from . import __version__
+from .errors import StaleRunError
 
 METRICS_FILE, SUMMARY_FILE, CONFIG_FILE, PARTITION_FILE = "metrics.csv", "summary.json", "config.yaml", "partition.json"
 BASE_COLUMNS = ["round", "test_acc", "test_loss", "train_loss", "tau", "num_clients", "elapsed_s", "bytes_up",
@@ -95,14 +97,50 @@ def _fmt(v):
     return v
 
 
-def finished_summary(run_dir: str | Path) -> dict | None:
+# How a run executes or is logged, and where its data files are: not what it computes
+EXECUTION_SETTINGS = ("hardware", "progress", "checkpoint", "resume", "logger", "data.root")
+
+
+def config_differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
+    """The settings both configs (plain dicts) hold with different values, as ``key: saved there, wanted asked``.
+    A setting only one of them holds (added to fedrun after a run was made) is not compared, nor are
+    EXECUTION_SETTINGS."""
+    out = []
+    for key in sorted(saved.keys() & wanted.keys(), key=str):
+        name = f"{prefix}{key}"
+        if name in EXECUTION_SETTINGS:
+            continue
+        a, b = saved[key], wanted[key]
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_differences(a, b, name + ".")
+        elif a != b:
+            out.append(f"{name}: {a!r} there, {b!r} asked")
+    return out
+
+
+def finished_summary(run_dir: str | Path, cfg=None) -> dict | None:
     """The run's summary if it is complete (finished, or diverged: a deterministic outcome), else None (missing,
-    failed or interrupted runs are run again)."""
+    failed or interrupted runs are run again).
+
+    With ``cfg`` (the config the caller would run there), a complete run whose saved config differs from it on a
+    setting that changes what is computed (say a folder reused with another seed or number of rounds) raises
+    StaleRunError rather than passing for the run asked for."""
     path = Path(run_dir) / SUMMARY_FILE
     if not path.exists():
         return None
     summary = json.loads(path.read_text())
-    return summary if summary.get("status") in ("finished", "diverged") else None
+    if summary.get("status") not in ("finished", "diverged"):
+        return None
+    saved = Path(run_dir) / CONFIG_FILE
+    if cfg is not None and saved.exists():
+        differences = config_differences(yaml.safe_load(saved.read_text()) or {},
+                                         OmegaConf.to_container(cfg, resolve=True))
+        if differences:
+            more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
+            raise StaleRunError(f"{run_dir} holds a finished run of another config ({'; '.join(differences[:3])}"
+                                f"{more}), which would pass for the one asked for. Write these runs to another folder "
+                                f"(a script's --runs, or hydra.sweep.dir) or delete that one.")
+    return summary
 
 
 def base_summary(cfg) -> dict:

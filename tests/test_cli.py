@@ -55,6 +55,12 @@ def test_multirun_sweeps_two_jobs(tmp_path):
     layouts = [json.loads((j / "partition.json").read_text())["num_clients"] for j in jobs]
     assert layouts == [10, 1]  # centralized SGD: one client holding everything
     assert all(json.loads((j / "summary.json").read_text())["status"] == "finished" for j in jobs)
+    stamps = [(j / "summary.json").stat().st_mtime_ns for j in jobs]
+    again = run_cli("--multirun", "algo=fedavg,centralized", *SMALL, "fl.rounds=3", f"hydra.sweep.dir={sweep}",
+                    cwd=tmp_path)  # the same folder asked for longer runs: its 2-round runs must not pass for them
+    assert [(j / "summary.json").stat().st_mtime_ns for j in jobs] == stamps
+    assert again.stdout.count("holds a finished run of another config (fl.rounds: 2 there, 3 asked)") \
+        + again.stderr.count("holds a finished run of another config (fl.rounds: 2 there, 3 asked)") == 2
 
 
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]],

@@ -1,6 +1,7 @@
 import json
 
 import pandas as pd
+import pytest
 
 from fedrun.engine.simulation import run_experiment
 from fedrun.report import main as report_main
@@ -51,3 +52,22 @@ def test_report_says_how_each_unfinished_run_ended(tmp_path):
     assert "after round 7" in lines["b"] and "resume=true" in lines["b"]
     assert "diverged at round 3" in lines["c"] and "killed before" in lines["d"] and "ValueError: bad" in lines["e"]
     assert json.dumps(sorted(lines)) == json.dumps(["b", "c", "d", "e"])
+
+
+def test_a_script_never_passes_a_finished_run_of_another_config_for_the_one_asked(tmp_path):
+    """run_jobs reuses a folder's finished run only when it was made with the job's config (settings of how it ran,
+    such as threads, aside); another seed or length stops the script before any work, naming the difference."""
+    from fedrun.errors import StaleRunError
+    from fedrun.reproduce import run_jobs
+
+    base = ["data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=1"]
+    first = run_jobs([(base, str(tmp_path / "a"))], log=lambda *_: None)[0]
+    stamp = (tmp_path / "a" / "summary.json").stat().st_mtime_ns
+    again = run_jobs([([*base, "hardware.num_threads=1"], str(tmp_path / "a"))], log=lambda *_: None)[0]
+    assert again == first and (tmp_path / "a" / "summary.json").stat().st_mtime_ns == stamp
+    fresh = tmp_path / "b"
+    with pytest.raises(StaleRunError, match=r"fl\.rounds: 1 there, 2 asked.*seed: 0 there, 5 asked"):
+        run_jobs([([*base, "fl.rounds=2", "seed=5"], str(tmp_path / "a")), (base, str(fresh))],
+                 log=lambda *_: None)
+    assert not fresh.exists()  # refused before any work
+    assert (tmp_path / "a" / "summary.json").stat().st_mtime_ns == stamp
