@@ -92,7 +92,12 @@ class VmapExecutor:
         if self._step is None or self._step[0] is not rule or self._step[1] is not model:
             step = vmap(lambda ctx, s, xb, yb: rule.client_step(model, ctx, s, xb, yb), in_dims=(None, 0, 0, 0),
                         randomness="different")
-            self._step = (rule, model, torch.compile(step, dynamic=False) if self.compile else step)
+            if self.compile:
+                # the graphs of an earlier run in this process (a script's runs) would count against dynamo's limit
+                # of graphs per function, past which it silently runs uncompiled
+                torch._dynamo.reset()
+                step = torch.compile(step, dynamic=False)
+            self._step = (rule, model, step)
         return self._step[2]
 
     def run(self, rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan],
