@@ -2,7 +2,7 @@
 participation, with the baselines, and the threshold, number-of-models and beta1 studies.
 
     python scripts/fsvrg_figs.py [--dataset mnist|cifar10] [--figs 1,8,9,10,open] [--rounds R] [--workers P]
-                                 [--baseline-lr LR] [--runs DIR] [--out DIR]
+                                 [--baseline-lr LR] [--seed S] [--seeds K] [--levels 20,10] [--runs DIR] [--out DIR]
 
 Every run is the preset ``fsvrg_<dataset>`` (HOG features, softmax regression, 1-2 classes per machine) with one
 change: ``fl.clients_per_round`` (participation), ``algo.bank.threshold``, ``algo.bank.models`` or
@@ -11,6 +11,9 @@ one local pass of single samples at ``--baseline-lr`` (004 gives none; 0.01 is f
 <out>/fig<N>_<dataset>.png and <out>/figs_<dataset>.md with final values beside the paper's and its claims checked;
 ``open`` compares fedrun's readings of the points 004 leaves open (centred k-means seeds, Adam's step for eq. 64, a
 smaller alpha_g, K of two local passes) and one departure from the printed eq. 59 (omega^j counted over the round's machines). FSVRG with one model (the bank's own base, alpha_l = 12) is drawn dotted beside them as a reference.
+With ``--seeds K`` every curve and value is the mean over seeds S .. S + K - 1 (runs under <runs>/<dataset>/seed<s>/),
+and the tables give the spread of the final values; ``--levels`` keeps only those participation panels (percent) of
+the metric figures.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedrun.reproduce import fixture_for, mean_curve, provenance, run_jobs, verdict  # noqa: E402
@@ -72,14 +76,20 @@ OPEN_POINTS = {"as printed (defaults)": {}, "centred seeds (eqs. 39/53)": {"algo
                "no central acceleration (alpha_g = 0)": {"algo.bank.alpha_g": 0}}
 
 
-def bank_readings(run_dir: str) -> dict:
-    """What a bank run's logs say beyond accuracy: the final personalised accuracy (each machine's preferred model on
-    its classes' test samples) and, over the bank rounds, the mean share of clients that k-means grouped with the
-    model they had preferred and started from (``group_is_preferred``; blank for runs logged before it existed)."""
-    metrics = pd.read_csv(Path(run_dir) / "metrics.csv")
-    agree = metrics["group_is_preferred"].dropna() if "group_is_preferred" in metrics else pd.Series(dtype=float)
-    return {"final personal_acc": round(float(metrics["personal_acc"].iloc[-1]), 4),
-            "grouped with preferred model": round(float(agree.mean()), 3) if len(agree) else ""}
+def finals(run_dirs: list[str], metric: str) -> list[float]:
+    """Each run's last value of ``metric``."""
+    return [float(pd.read_csv(Path(d) / "metrics.csv")[metric].iloc[-1]) for d in run_dirs]
+
+
+def bank_readings(run_dirs: list[str]) -> dict:
+    """What bank runs' logs say beyond accuracy (means over the runs): the final personalised accuracy (each machine's
+    preferred model on its classes' test samples) and, over the bank rounds, the mean share of clients that k-means
+    grouped with the model they had preferred and started from (``group_is_preferred``; blank for runs logged before
+    it existed)."""
+    metrics = [pd.read_csv(Path(d) / "metrics.csv") for d in run_dirs]
+    agree = [m["group_is_preferred"].dropna().mean() for m in metrics if "group_is_preferred" in m]
+    return {"final personal_acc": round(float(np.mean(finals(run_dirs, "personal_acc"))), 4),
+            "grouped with preferred model": round(float(np.mean(agree)), 3) if agree else ""}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,18 +99,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--baseline-lr", type=float, default=0.01)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the first seed")
+    parser.add_argument("--seeds", type=int, default=1, help="how many seeds, from --seed")
+    parser.add_argument("--levels", default=None, help="participation panels of Figs. 1-7 to keep, in percent")
     parser.add_argument("--runs", default="outputs/fsvrg_figs")
     parser.add_argument("--out", default="results/fsvrg")
     args = parser.parse_args(argv)
     machines, levels, metrics = SETTINGS[args.dataset]
+    study_level = levels[2] if args.dataset == "mnist" else levels[-1]  # 004's studies: 10% of machines
+    if args.levels:
+        wanted = {int(v) for v in args.levels.split(",")}
+        if not wanted <= {round(100 * lv) for lv in levels}:
+            parser.error(f"--levels {args.levels}: {args.dataset}'s panels are {[round(100 * lv) for lv in levels]}")
+        levels = tuple(lv for lv in levels if round(100 * lv) in wanted)
+    seeds = range(args.seed, args.seed + args.seeds)
     figs = [f if f == "open" else int(f) for f in args.figs.split(",")] if args.figs else (
         [1, 8, 9, 10, "open"] if args.dataset == "mnist" else [5, 6, 7])
     extra, note = fixture_for("cifar10") if args.dataset == "cifar10" else ([], None)
     if note:  # a fixture of a few hundred images cannot hold 1000 machines: 40, with the same participation shares
         machines, extra, note = 40, [*extra, "fl.num_clients=40"], note + "; 40 machines instead of 1000"
-    base = [f"experiment=fsvrg_{args.dataset}", f"fl.rounds={args.rounds}", f"seed={args.seed}", *extra]
-    jobs: dict[tuple, tuple[list[str], str]] = {}
+    base = [f"experiment=fsvrg_{args.dataset}", f"fl.rounds={args.rounds}", *extra]
+    jobs: dict[tuple, list[tuple[list[str], str]]] = {}  # a curve's key -> one job per seed
 
     def job(algo: str, level: float, **changes) -> tuple:
         key = (algo, level, tuple(sorted(changes.items())))
@@ -110,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                      *(f"{k}={v}" for k, v in changes.items())]
         if algo in BASELINES:
             overrides += [f"fl.lr={args.baseline_lr}"]
-        jobs.setdefault(key, (overrides, str(Path(args.runs) / args.dataset / name)))
+        jobs.setdefault(key, [([*overrides, f"seed={seed}"], str(Path(args.runs) / args.dataset / f"seed{seed}" / name))
+                              for seed in seeds])
         return key
 
     panels: dict[int | str, list[tuple[str, list[tuple[str, tuple]]]]] = {}
@@ -121,21 +141,21 @@ def main(argv: list[str] | None = None) -> int:
                            for lv in levels]
         elif fig in STUDIES:
             key, values, title = STUDIES[fig]
-            low = levels[2] if args.dataset == "mnist" else levels[-1]  # 004: 10% of machines
-            panels[fig] = [(f"{title} = {v}", [(label, job(a, low, **({key: v} if v != STUDY_DEFAULTS[key] else {})))
+            panels[fig] = [(f"{title} = {v}", [(label, job(a, study_level,
+                                                           **({key: v} if v != STUDY_DEFAULTS[key] else {})))
                                                for a, label in PROPOSED.items()]) for v in values]
         elif fig == "open":
-            low = levels[2] if args.dataset == "mnist" else levels[-1]
-            reference = [(label, job(a, low)) for a, label in REFERENCE.items()]
-            panels[fig] = [(title, [(label, job(a, low, **changes)) for a, label in PROPOSED.items()] + reference)
-                           for title, changes in OPEN_POINTS.items()]
-    keys = list(jobs)
-    summaries = run_jobs([jobs[k] for k in keys], args.workers)
-    run_dir = {k: jobs[k][1] for k in keys}
+            reference = [(label, job(a, study_level)) for a, label in REFERENCE.items()]
+            panels[fig] = [(title, [(label, job(a, study_level, **changes)) for a, label in PROPOSED.items()]
+                            + reference) for title, changes in OPEN_POINTS.items()]
+    flat = [j for k in jobs for j in jobs[k]]
+    summaries = run_jobs(flat, args.workers)
+    run_dirs = {k: [d for _, d in jobs[k]] for k in jobs}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python scripts/fsvrg_figs.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    report = [f"# 004 figures on {args.dataset}, {args.rounds} rounds, seed {args.seed}\n",
+    seed_text = f"seed {args.seed}" if args.seeds == 1 else f"mean over seeds {seeds[0]}-{seeds[-1]}"
+    report = [f"# 004 figures on {args.dataset}, {args.rounds} rounds, {seed_text}\n",
               provenance(command, summaries) + (f" **{note}.**" if note else "") + "\n"]
     for fig, fig_panels in panels.items():
         metric = metrics.get(fig, "test_acc")
@@ -143,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for ax, (title, curves) in zip(axes[0], fig_panels):
             for label, key in curves:
-                curve = mean_curve([run_dir[key]], metric)
+                curve = mean_curve(run_dirs[key], metric)
                 style = "-" if label in PROPOSED.values() else ":" if label in REFERENCE.values() else "--"
                 ax.plot(curve.index, curve.values, style, label=label)
                 level = key[1]
@@ -151,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"panel": title, "method": label, f"final {metric}": round(float(curve.iloc[-1]), 4),
                              f"best {metric}": round(float(curve.max()), 4),
                              "paper": paper if paper is not None else ""}
-                            | (bank_readings(run_dir[key]) if fig == "open" else {}))
+                            | ({f"final {metric} sd over seeds": round(float(np.std(finals(run_dirs[key], metric),
+                                                                                      ddof=1)), 4)}
+                               if args.seeds > 1 else {})
+                            | (bank_readings(run_dirs[key]) if fig == "open" else {}))
             ax.set_title(title)
             ax.set_xlabel("round")
             ax.set_ylabel(metric)
