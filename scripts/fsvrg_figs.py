@@ -10,7 +10,8 @@ change: ``fl.clients_per_round`` (participation), ``algo.bank.threshold``, ``alg
 one local pass of single samples at ``--baseline-lr`` (004 gives none; 0.01 is fedrun's untuned choice). CIFAR-10 runs on a fixture where it is missing (marked not reproduced). Writes
 <out>/fig<N>_<dataset>.png and <out>/figs_<dataset>.md with final values beside the paper's and its claims checked;
 ``open`` compares fedrun's readings of the points 004 leaves open (centred k-means seeds, Adam's step for eq. 64, a
-smaller alpha_g, K of two local passes) and one departure from the printed eq. 59 (omega^j counted over the round's machines). FSVRG with one model (the bank's own base, alpha_l = 12) is drawn dotted beside them as a reference.
+smaller alpha_g, no acceleration, K of two local passes) and two departures from 004 to test it: omega^j of eq. 59
+counted over the round's machines, and groups taken from the preferences of eq. 18 instead of k-means. FSVRG with one model (the bank's own base, alpha_l = 12) is drawn dotted beside them as a reference.
 With ``--seeds K`` every curve and value is the mean over seeds S .. S + K - 1 (runs under <runs>/<dataset>/seed<s>/),
 and the tables give the spread of the final values; ``--levels`` keeps only those participation panels (percent) of
 the metric figures.
@@ -73,7 +74,8 @@ OPEN_POINTS = {"as printed (defaults)": {}, "centred seeds (eqs. 39/53)": {"algo
                "Adam's step, alpha_g / 4": {"algo.bank.form": "adam", "algo.bank.alpha_g": 0.005},
                "omega^j over the round's machines (eq. 59)": {"algo.local.omega": "round"},
                "K = two passes of local steps": {"fl.local_epochs": 2},
-               "no central acceleration (alpha_g = 0)": {"algo.bank.alpha_g": 0}}
+               "no central acceleration (alpha_g = 0)": {"algo.bank.alpha_g": 0},
+               "groups = preferences (not 004)": {"algo.bank.grouping": "preference"}}
 
 
 def finals(run_dirs: list[str], metric: str) -> list[float]:

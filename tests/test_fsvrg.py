@@ -290,3 +290,24 @@ def test_a_diverged_round_gives_models_that_are_not_finite_rather_than_an_error(
         assert moved.shape == (3, 4) and torch.isnan(moved).all() and assign.shape == (5,)
     bank.accelerate_to(moved, torch.zeros(3, 4))
     assert not torch.isfinite(bank.models).any()
+
+
+def test_grouping_by_preference_takes_each_clients_preferred_model_as_its_group():
+    """grouping=preference (a departure from 004, to test): the groups are the preferences of eq. 18, each centre the
+    mean of its clients' projected points mapped back by eq. 43, and a model nobody preferred keeps its seed."""
+    gen = torch.Generator().manual_seed(5)
+    points = torch.randn(6, 10, dtype=torch.float64, generator=gen)
+    seeds = torch.randn(3, 10, dtype=torch.float64, generator=gen)
+    prefer = torch.tensor([2, 0, 2, 0, 0, 2])
+    bank = ModelBank("ma", models=3, grouping="preference")
+    centres, assign, basis, info = bank.group(points, seeds, prefer)
+    assert torch.equal(assign, prefer) and info["kmeans_iterations"] == 0
+    centred, mean = mean_centre(points)
+    for c in (0, 2):
+        expected = (centred[prefer == c] @ basis).mean(dim=0) @ basis.T + mean
+        torch.testing.assert_close(centres[c], expected)
+    torch.testing.assert_close(centres[1], (seeds[1] @ basis) @ basis.T + mean)  # nobody preferred model 1
+    kmeans_groups = ModelBank("ma", models=3).group(points, seeds, prefer)[1]
+    assert not torch.equal(kmeans_groups, prefer)  # the case separates the two groupings
+    with pytest.raises(ValueError, match="algo.bank.grouping='nearest'"):
+        ModelBank("ma", grouping="nearest")

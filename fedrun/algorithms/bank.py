@@ -25,6 +25,10 @@ Points 004 leaves open, decided here and configurable:
   grouping seeds it with farthest-point picks (the point farthest from the mean, then from those chosen).
 - Eq. 58 adds the group's gradient to its model with no step size; fedrun moves the model against it, by
   ``ga_step`` (default: the clients' mean local step alpha_l / n_i times their mean number of local steps).
+- ``grouping=kmeans`` (004) forms the groups by k-means; ``grouping=preference`` takes each client's group to be the
+  model it preferred and trained from (eq. 18), each group's centre the mean of its projected points (a group nobody
+  preferred keeps its seed): a departure from 004, offered to test whether the k-means groups' disagreement with the
+  preferences (logged as ``group_is_preferred``) is what costs the bank its accuracy.
 - Eq. 64 as printed (``form=paper``, the default): w - alpha_g (1 - beta1) sqrt((1 - beta2^r) / (1 - beta2))
   m / sqrt(v + eps), r counting the accelerated rounds. Its first step is alpha_g (1 - beta1)^2 / sqrt(1 - beta2),
   0.63 per coordinate for beta1 = 0, along the anchor's sign, unless the anchor's coordinate is below
@@ -40,6 +44,7 @@ import numpy as np
 import torch
 
 KINDS = ("none", "ma", "ga")
+GROUPINGS = ("kmeans", "preference")
 
 
 def preferences(losses: torch.Tensor, models: torch.Tensor, weight_decay: float) -> torch.Tensor:
@@ -162,9 +167,12 @@ class ModelBank:
     def __init__(self, kind: str = "none", models: int = 4, threshold: int = 4, alpha_g: float = 0.02,
                  beta1: float = 0.0, beta2: float = 0.999, eps: float = 1e-8, kmeans_eps: float = 1e-4,
                  kmeans_max_iter: int = 100, center_seeds: bool = False, ga_step: float | None = None,
-                 form: str = "paper"):
+                 form: str = "paper", grouping: str = "kmeans"):
         if kind not in KINDS:
             raise ValueError(f"algo.bank.name={kind!r}: must be one of {KINDS}")
+        if grouping not in GROUPINGS:
+            raise ValueError(f"algo.bank.grouping={grouping!r}: must be one of {GROUPINGS}")
+        self.grouping = grouping
         self.name, self.count, self.threshold = kind, int(models), int(threshold)
         self.alpha_g, self.beta1, self.beta2, self.eps = float(alpha_g), float(beta1), float(beta2), float(eps)
         self.kmeans_eps, self.kmeans_max_iter, self.center_seeds = float(kmeans_eps), int(kmeans_max_iter), center_seeds
@@ -184,10 +192,11 @@ class ModelBank:
         self.m, self.v = torch.zeros_like(self.models), torch.zeros_like(self.models)
         self.preferences = [-1] * num_clients
 
-    def group(self, points: torch.Tensor, seeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                        dict]:
+    def group(self, points: torch.Tensor, seeds: torch.Tensor, prefer: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """Procedure 2/3 steps 3-14 on the round's points (trained models or gradients, rows) with the previous
         models' (anchors') ``seeds``: (centres mapped back to the full space, assignment, U, diagnostics).
+        ``prefer`` (each point's preferred model) is the assignment under ``grouping=preference``.
 
         Points whose squared norms are not finite (the clients' training diverged: NaN, or too large for the Gram
         matrix) give centres that are not finite either, so the round ends with models the run records as diverged
@@ -201,16 +210,23 @@ class ModelBank:
         seed_points = (seeds - mean if self.center_seeds else seeds) @ basis  # eqs. 39, 53
         if torch.allclose(seed_points, seed_points[:1].expand_as(seed_points)):
             seed_points = farthest_point_seeds(projected, self.count)  # first grouping: coinciding models
-        centres, assign, iterations, total = kmeans(projected, seed_points, self.kmeans_eps, self.kmeans_max_iter)
+        if self.grouping == "preference":
+            centres, assign, iterations = seed_points.clone(), prefer, 0
+            counts = torch.bincount(assign, minlength=self.count).to(points.dtype)
+            sums = torch.zeros_like(centres).index_add_(0, assign, projected)
+            centres[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+            total = float((projected - centres[assign]).norm(dim=1).sum())
+        else:
+            centres, assign, iterations, total = kmeans(projected, seed_points, self.kmeans_eps, self.kmeans_max_iter)
         back = centres @ basis.T + mean  # eqs. 43, 57 (inside A_r)
         return back, assign, basis, {"kmeans_iterations": iterations, "kmeans_sum": total}
 
-    def regroup(self, points: torch.Tensor, seeds: torch.Tensor, a_r: torch.Tensor, ga_step: float = 0.0
-                ) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    def regroup(self, points: torch.Tensor, seeds: torch.Tensor, a_r: torch.Tensor, ga_step: float = 0.0,
+                prefer: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """The grouping and eq. 60: each model moved by A_r toward its group's target, (moved models, assignment,
         diagnostics). MA: the target is the group's centre (eq. 43); GA: the model moved against its group's
         gradient by ``ga_step`` (eqs. 57-58)."""
-        centres, assign, _, info = self.group(points, seeds)
+        centres, assign, _, info = self.group(points, seeds, prefer)
         targets = self.models - ga_step * a_r * centres if self.name == "ga" else centres
         return self.models + a_r * (targets - self.models), assign, info
 

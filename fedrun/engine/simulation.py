@@ -351,9 +351,10 @@ class Simulation:
             started = time.perf_counter()
             step = bank.ga_step if bank.ga_step is not None else float(
                 np.mean([self.lr(rnd) / p.num_samples for p in plans]) * np.mean([p.tau for p in plans]))
-            moved, assign, info = bank.regroup(at_trained[:, 0] + wd * trained, anchors + wd * bank.models, a_r, step)
+            moved, assign, info = bank.regroup(at_trained[:, 0] + wd * trained, anchors + wd * bank.models, a_r, step,
+                                               prefer)
         else:
-            moved, assign, info = bank.regroup(trained, bank.models, a_r)  # eqs. 26-43, 60
+            moved, assign, info = bank.regroup(trained, bank.models, a_r, prefer=prefer)  # eqs. 26-43, 60
         server_s += time.perf_counter() - started
         _, at_moved = self.full_losses_and_gradients(moved, cohort)  # eq. 61: the clients' passes at the new models
         started = time.perf_counter()
