@@ -7,11 +7,13 @@ participation, with the baselines, and the threshold, number-of-models and beta1
 Every run is the preset ``fsvrg_<dataset>`` (HOG features, softmax regression, 1-2 classes per machine) with one
 change: ``fl.clients_per_round`` (participation), ``algo.bank.threshold``, ``algo.bank.models`` or
 ``algo.bank.beta1``. The baselines (FedProx, Per-FedAvg, SCAFFOLD, MimeSVRG, LoSAC) train on the same setting with
-one local pass of single samples at ``--baseline-lr`` (004 gives none; 0.01 is fedrun's untuned choice). CIFAR-10 runs on a fixture where it is missing (marked not reproduced). Writes
-<out>/fig<N>_<dataset>.png and <out>/figs_<dataset>.md with final values beside the paper's and its claims checked;
-``open`` compares fedrun's readings of the points 004 leaves open (centred k-means seeds, Adam's step for eq. 64, a
-smaller alpha_g, no acceleration, K of two local passes) and two departures from 004 to test it: omega^j of eq. 59
-counted over the round's machines, and groups taken from the preferences of eq. 18 instead of k-means. FSVRG with one model (the bank's own base, alpha_l = 12) is drawn dotted beside them as a reference.
+one local pass of single samples at ``--baseline-lr`` (004 gives none; 0.01 is fedrun's untuned choice). CIFAR-10
+runs on a fixture where it is missing (marked not reproduced). Writes <out>/fig<N>_<dataset>.png and
+<out>/figs_<dataset>.md with final values beside the paper's and its claims checked; ``open`` compares fedrun's
+readings of the points 004 leaves open (centred k-means seeds, Adam's step for eq. 64, a smaller alpha_g, no
+acceleration, K of two local passes) and two departures from 004 to test it: omega^j of eq. 59 counted over the
+round's machines, and groups taken from the preferences of eq. 18 instead of k-means. FSVRG with one model (the
+bank's own base, alpha_l = 12) is drawn dotted beside them as a reference.
 With ``--seeds K`` every curve and value is the mean over seeds S .. S + K - 1 (runs under <runs>/<dataset>/seed<s>/),
 and the tables give the spread of the final values; ``--levels`` keeps only those participation panels (percent) of
 the metric figures.
