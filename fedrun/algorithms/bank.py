@@ -114,21 +114,28 @@ def farthest_point_seeds(points: torch.Tensor, count: int) -> torch.Tensor:
     return seeds
 
 
+def group_means(points: torch.Tensor, assign: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
+    """Each group's mean point (eq. 41); a group with no point keeps its entry of ``centres``."""
+    counts = torch.bincount(assign, minlength=len(centres)).to(points.dtype)
+    sums = torch.zeros_like(centres).index_add_(0, assign, points)
+    held = counts > 0
+    means = centres.clone()
+    means[held] = sums[held] / counts[held, None]
+    return means
+
+
 def kmeans(points: torch.Tensor, seeds: torch.Tensor, eps: float = 1e-4, max_iter: int = 100
            ) -> tuple[torch.Tensor, torch.Tensor, int, float]:
     """Lloyd's iterations of eqs. 40-41 from ``seeds``: (centres, assignment, iterations, eq. 42 sum).
 
     Stops when sum_c sum_{i in c} ||p_i - centre_c|| <= eps (eq. 42/56), at a fixed point of the assignment, or
     after ``max_iter`` iterations. A group left empty keeps its centre."""
-    centres = seeds.clone()
+    centres = seeds
     assign = None
     total = float("inf")
     for it in range(1, max_iter + 1):
         new_assign = torch.cdist(points, centres).argmin(dim=1)  # eq. 40 (ties: the lowest c)
-        counts = torch.bincount(new_assign, minlength=len(centres)).to(points.dtype)
-        sums = torch.zeros_like(centres).index_add_(0, new_assign, points)
-        held = counts > 0
-        centres[held] = sums[held] / counts[held, None]  # eq. 41; an empty group keeps its centre
+        centres = group_means(points, new_assign, centres)  # eq. 41
         total = float((points - centres[new_assign]).norm(dim=1).sum())  # eq. 42
         if total <= eps or (assign is not None and torch.equal(new_assign, assign)):
             return centres, new_assign, it, total
@@ -211,10 +218,8 @@ class ModelBank:
         if torch.allclose(seed_points, seed_points[:1].expand_as(seed_points)):
             seed_points = farthest_point_seeds(projected, self.count)  # first grouping: coinciding models
         if self.grouping == "preference":
-            centres, assign, iterations = seed_points.clone(), prefer, 0
-            counts = torch.bincount(assign, minlength=self.count).to(points.dtype)
-            sums = torch.zeros_like(centres).index_add_(0, assign, projected)
-            centres[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+            assign, iterations = prefer, 0
+            centres = group_means(projected, assign, seed_points)
             total = float((projected - centres[assign]).norm(dim=1).sum())
         else:
             centres, assign, iterations, total = kmeans(projected, seed_points, self.kmeans_eps, self.kmeans_max_iter)
