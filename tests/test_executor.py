@@ -1,6 +1,7 @@
 """The vectorised cohort executor computes what the loop computes."""
 
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -110,6 +111,15 @@ def test_auto_resolves_to_a_concrete_executor_and_logs_it(cfg_factory, caplog, d
         sim = Simulation(cfg_factory(f"data={data}", *algo, f"fl.batch_size={batch}", "hardware.executor=auto"))
     assert sim.executor.name == expected
     assert any(f"hardware.executor=auto resolved to {expected}" in r.getMessage() for r in caplog.records)
+
+
+def test_compile_without_a_cpp_compiler_is_refused_before_any_work(cfg_factory, monkeypatch):
+    from fedrun.engine import executor as ex
+    from fedrun.errors import ConfigError
+
+    monkeypatch.setattr(ex.shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match="hardware.compile=true: torch.compile needs a C\\+\\+ compiler"):
+        Simulation(cfg_factory("data=digits", "model=logreg", "hardware.executor=vmap", "hardware.compile=true"))
 
 
 def test_compile_with_the_loop_executor_warns_that_it_does_nothing(cfg_factory, caplog):
@@ -237,6 +247,8 @@ def test_full_gradients_of_a_recurrent_sequence_model_equal_each_clients_own(mon
             torch.testing.assert_close(grads[k, p], grad)
 
 
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "clang++", "c++")),
+                    reason="torch.compile needs a C++ compiler on the CPU")
 @pytest.mark.parametrize("algo,more", [("fsvrg", ["fl.batch_size=1", "fl.weight_decay=0.01"]),
                                        ("bherd", ["algo.selector.alpha=0.5"])])
 def test_a_compiled_step_equals_the_eager_one(cfg_factory, algo, more):

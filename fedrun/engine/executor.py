@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,7 @@ from torch import nn
 from torch.func import vmap
 
 from ..algorithms.base import ClientContext, LocalRule, State
+from ..errors import ConfigError
 from ..functional import FunctionalModel
 from . import tree
 from .cohort import ClientPlan
@@ -253,6 +255,10 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
         name, why = resolve_auto(model, device, x, y, cohort_size)
         log.info("hardware.executor=auto resolved to %s (%s)", name, why)
     compile_ = bool(hw_cfg.get("compile", False))
+    if compile_ and name == "vmap" and device.type == "cpu" and not any(
+            shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++", "c++")):
+        raise ConfigError(["hardware.compile=true: torch.compile needs a C++ compiler on the CPU and none is on PATH "
+                           "(g++, clang++ or $CXX); install one (apt-get install g++) or set hardware.compile=false"])
     if name == "vmap":
         return VmapExecutor(hw_cfg.get("chunk_size"), float(hw_cfg.get("memory_fraction", 0.5)), compile_)
     if compile_:
