@@ -45,14 +45,11 @@ def compose_config(overrides: list[str]):
 
 
 def run_job(job: Job) -> dict:
+    """Run one job (run_jobs has checked that its folder holds no finished run)."""
     overrides, run_dir = job
-    cfg = compose_config(overrides)
-    done = finished_summary(run_dir, cfg)
-    if done is not None:
-        return done
     from .engine.simulation import run_experiment
 
-    return run_experiment(cfg, run_dir)
+    return run_experiment(compose_config(overrides), run_dir)
 
 
 def run_jobs(jobs: list[Job], workers: int = 1, log=print) -> list[dict]:

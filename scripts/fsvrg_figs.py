@@ -92,7 +92,7 @@ def bank_readings(run_dirs: list[str]) -> dict:
     it existed)."""
     metrics = [pd.read_csv(Path(d) / "metrics.csv") for d in run_dirs]
     agree = [m["group_is_preferred"].dropna().mean() for m in metrics if "group_is_preferred" in m]
-    return {"final personal_acc": round(float(np.mean(finals(run_dirs, "personal_acc"))), 4),
+    return {"final personal_acc": round(float(np.mean([m["personal_acc"].iloc[-1] for m in metrics])), 4),
             "grouped with preferred model": round(float(np.mean(agree)), 3) if agree else ""}
 
 

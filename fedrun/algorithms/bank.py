@@ -124,6 +124,11 @@ def group_means(points: torch.Tensor, assign: torch.Tensor, centres: torch.Tenso
     return means
 
 
+def spread(points: torch.Tensor, centres: torch.Tensor, assign: torch.Tensor) -> float:
+    """Eq. 42/56's sum: each point's distance to its group's centre."""
+    return float((points - centres[assign]).norm(dim=1).sum())
+
+
 def kmeans(points: torch.Tensor, seeds: torch.Tensor, eps: float = 1e-4, max_iter: int = 100
            ) -> tuple[torch.Tensor, torch.Tensor, int, float]:
     """Lloyd's iterations of eqs. 40-41 from ``seeds``: (centres, assignment, iterations, eq. 42 sum).
@@ -136,7 +141,7 @@ def kmeans(points: torch.Tensor, seeds: torch.Tensor, eps: float = 1e-4, max_ite
     for it in range(1, max_iter + 1):
         new_assign = torch.cdist(points, centres).argmin(dim=1)  # eq. 40 (ties: the lowest c)
         centres = group_means(points, new_assign, centres)  # eq. 41
-        total = float((points - centres[new_assign]).norm(dim=1).sum())  # eq. 42
+        total = spread(points, centres, new_assign)  # eq. 42
         if total <= eps or (assign is not None and torch.equal(new_assign, assign)):
             return centres, new_assign, it, total
         assign = new_assign
@@ -220,7 +225,7 @@ class ModelBank:
         if self.grouping == "preference":
             assign, iterations = prefer, 0
             centres = group_means(projected, assign, seed_points)
-            total = float((projected - centres[assign]).norm(dim=1).sum())
+            total = spread(projected, centres, assign)
         else:
             centres, assign, iterations, total = kmeans(projected, seed_points, self.kmeans_eps, self.kmeans_max_iter)
         back = centres @ basis.T + mean  # eqs. 43, 57 (inside A_r)

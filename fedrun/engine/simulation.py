@@ -128,7 +128,7 @@ class Simulation:
         (``auto``: host only when the largest cohort's steps exceed memory_fraction of the accelerator's free
         memory)."""
         hw = self.cfg.hardware
-        taus = sorted((self.local_steps(c) for c in range(self.num_clients)), reverse=True)
+        taus = sorted(self.local_steps(range(self.num_clients)), reverse=True)
         need = sum(taus[: self.cfg.fl.clients_per_round]) * len(self.params) * self.params.element_size()
         choice = hw.get("step_store", "auto")
         if choice == "auto":
@@ -167,23 +167,18 @@ class Simulation:
         """Each cohort client's steps and minibatches this round; a rule that draws k batches per step (Per-FedAvg)
         gets minibatches of k*B samples and tau_i = floor(E n_i / (k B)). The config is read once per round: its
         attribute lookups would cost more than the plans of a 400-machine round."""
-        fl = self.cfg.fl
-        width, epochs, seed, reshuffle = self.batch_width, fl.local_epochs, self.cfg.seed, fl.reshuffle
-        steps = self.algo.schedule.local_steps
-        out = []
-        for c in map(int, cohort):
-            ix = self.partition.indices[c]
-            out.append(plan_client(c, ix, steps(len(ix), epochs, width), width, seed, rnd, reshuffle, self.device))
-        return out
+        width, seed, reshuffle = self.batch_width, self.cfg.seed, self.cfg.fl.reshuffle
+        return [plan_client(c, self.partition.indices[c], tau, width, seed, rnd, reshuffle, self.device)
+                for c, tau in zip(map(int, cohort), self.local_steps(cohort))]
 
     @property
     def batch_width(self) -> int:
         return self.cfg.fl.batch_size * getattr(self.algo.local, "batches_per_step", 1)
 
-    def local_steps(self, client: int) -> int:
-        """tau_i of ``client`` under the schedule as it stands."""
-        n = len(self.partition.indices[client])
-        return self.algo.schedule.local_steps(n, self.cfg.fl.local_epochs, self.batch_width)
+    def local_steps(self, clients) -> list[int]:
+        """tau_i of each of ``clients`` under the schedule as it stands (the config read once for all of them)."""
+        epochs, width, steps = self.cfg.fl.local_epochs, self.batch_width, self.algo.schedule.local_steps
+        return [steps(len(self.partition.indices[int(c)]), epochs, width) for c in clients]
 
     def lr(self, rnd: int) -> float:
         """``fl.lr``, times ``fl.lr_gamma`` for every milestone in ``fl.lr_milestones`` reached (BHerd Fig. 4:
