@@ -3,7 +3,8 @@
 In a sweep (``--multirun``) each job is one run directory: a job whose directory already holds a complete run
 (``summary.json`` finished or diverged) is skipped, so a resubmitted sweep (same ``hydra.sweep.dir``) runs only
 what is missing; a job that fails is recorded (``summary.json`` with status failed and the error) and the sweep goes
-on; the command exits with status 1 at the end when any job failed. A run stopped by SIGTERM or Ctrl-C writes a
+on, and so does a job refused because its directory holds a finished run of another config (``refused.json`` beside
+that run, which stays); the command exits with status 1 at the end when any job failed or was refused. A run stopped by SIGTERM or Ctrl-C writes a
 checkpoint and exits with 128 + the signal's number; ``resume=true`` with the same run directory continues it.
 """
 
@@ -21,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .engine.simulation import run_experiment
 from .errors import FedrunError, StaleRunError
-from .results import CONFIG_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
+from .results import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
 from .sweeps import FAILED_JOBS
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -41,11 +42,14 @@ def _main(cfg: DictConfig) -> float | None:
         if summary["status"] == "interrupted":  # checkpointed: `fedrun ... hydra.run.dir=<dir> resume=true` goes on
             sys.exit(128 + int(summary["signal"]))
         return summary.get("final_test_acc")
+    refused = run_dir / REFUSED_FILE
     try:
         done = finished_summary(run_dir, cfg)
-    except StaleRunError as e:  # left as it is; the sweep goes on
+    except StaleRunError as e:  # the run is left as it is, the refusal noted beside it; the sweep goes on
+        write_json(refused, {"status": "refused", "error": str(e)})
         log.error("job %s: %s", hc.job.num, e)
         return None
+    refused.unlink(missing_ok=True)  # an earlier refusal no longer applies
     if done is not None:
         log.info("job %s: %s already holds a %s run; skipped", hc.job.num, run_dir, done["status"])
         return done.get("final_test_acc")
@@ -74,8 +78,9 @@ def _main(cfg: DictConfig) -> float | None:
 def main() -> None:
     _main()
     if FAILED_JOBS:
-        print(f"fedrun: {len(FAILED_JOBS)} job(s) failed: {', '.join(FAILED_JOBS)} (see their summary.json; "
-              f"`fedrun-report` lists them)", file=sys.stderr)
+        print(f"fedrun: {len(FAILED_JOBS)} job(s) failed: {', '.join(FAILED_JOBS)} (see their summary.json, or "
+              f"refused.json for a folder holding a run of another config; `fedrun-report` lists failed runs)",
+              file=sys.stderr)
         sys.exit(1)
 
 

@@ -18,6 +18,7 @@ from . import __version__
 from .errors import StaleRunError
 
 METRICS_FILE, SUMMARY_FILE, CONFIG_FILE, PARTITION_FILE = "metrics.csv", "summary.json", "config.yaml", "partition.json"
+REFUSED_FILE = "refused.json"  # a sweep job refused to reuse this folder's run of another config: why (the run stays)
 BASE_COLUMNS = ["round", "test_acc", "test_loss", "train_loss", "tau", "num_clients", "elapsed_s", "bytes_up",
                 "bytes_down"]
 

@@ -57,10 +57,16 @@ def test_multirun_sweeps_two_jobs(tmp_path):
     assert all(json.loads((j / "summary.json").read_text())["status"] == "finished" for j in jobs)
     stamps = [(j / "summary.json").stat().st_mtime_ns for j in jobs]
     again = run_cli("--multirun", "algo=fedavg,centralized", *SMALL, "fl.rounds=3", f"hydra.sweep.dir={sweep}",
-                    cwd=tmp_path)  # the same folder asked for longer runs: its 2-round runs must not pass for them
-    assert [(j / "summary.json").stat().st_mtime_ns for j in jobs] == stamps
+                    cwd=tmp_path, check=False)  # the same folder asked for longer runs: its 2-round runs must not
+    assert [(j / "summary.json").stat().st_mtime_ns for j in jobs] == stamps  # pass for them, nor be overwritten
     assert again.stdout.count("holds a finished run of another config (fl.rounds: 2 there, 3 asked)") \
         + again.stderr.count("holds a finished run of another config (fl.rounds: 2 there, 3 asked)") == 2
+    assert again.returncode == 1 and "2 job(s) failed" in again.stderr  # refused jobs count as failed
+    assert all("fl.rounds: 2 there, 3 asked" in json.loads((j / "refused.json").read_text())["error"] for j in jobs)
+    same = run_cli("--multirun", "algo=fedavg,centralized", *SMALL, "fl.rounds=2", f"hydra.sweep.dir={sweep}",
+                   cwd=tmp_path)  # the config they were made with: skipped, and the refusal no longer applies
+    assert same.returncode == 0 and not any((j / "refused.json").exists() for j in jobs)
+    assert [(j / "summary.json").stat().st_mtime_ns for j in jobs] == stamps
 
 
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]],
