@@ -17,7 +17,7 @@ import torch
 from torchvision.transforms import AutoAugment, AutoAugmentPolicy
 
 from fedrun.bench import device_name
-from fedrun.data.augment import AugmentedImages
+from fedrun.data.augment import AugmentedImages, minibatch
 from fedrun.data.base import scale_images
 from fedrun.results import git_commit
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = ["| gather | fedrun (us/image) | torchvision per image (us/image) | ratio |", "|---|---|---|---|"]
     for shape in ((64,), (20, 64)):
         idx = torch.randint(0, len(pixels), shape, generator=g).to(device)
-        ours = per_image_us(lambda: inputs[idx], idx.numel(), args.repeats)
+        ours = per_image_us(lambda: minibatch(inputs, idx, 0), idx.numel(), args.repeats)
         batch = pixels[idx.flatten().cpu()].to(device)
         theirs = per_image_us(lambda: torch.stack([reference(im) for im in batch]), idx.numel(), args.repeats)
         rows.append(f"| {' x '.join(map(str, shape))} | {ours:.0f} | {theirs:.0f} | {theirs / ours:.1f} |")

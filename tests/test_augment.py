@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 from torchvision.transforms import AutoAugment
 
 from fedrun.config import validate
-from fedrun.data.augment import POLICIES, AugmentedImages, AutoAugmentBatch
+from fedrun.data.augment import POLICIES, AugmentedImages, AutoAugmentBatch, hash32, minibatch, step_key
 from fedrun.data.base import scale_images
 from fedrun.data.fixtures import write_cifar
 from fedrun.errors import ConfigError
@@ -31,24 +31,44 @@ def test_batched_autoaugment_equals_torchvisions_transform_image_by_image(policy
     assert not torch.equal(ours, images)
 
 
-def test_augmented_minibatches_are_fresh_per_gather_reproducible_per_round_and_stay_on_the_pixel_grid():
+def test_augmented_minibatches_are_keyed_by_round_step_and_sample_and_stay_on_the_pixel_grid():
     pixels = torch.randint(0, 256, (20, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
     x, _, stats = scale_images(pixels.numpy(), pixels.numpy())
     inputs = AugmentedImages(x, stats, "cifar10", seed=0)
-    idx = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]])  # vmap's (clients, batch) gather
+    idx = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]])  # vmap's (clients, batch) gather of step t
     inputs.begin_round(3)
-    first, second = inputs[idx], inputs[idx]
-    assert first.shape == (2, 4, 3, 32, 32) and not torch.equal(first, second)  # a new draw at every gather
+    first = minibatch(inputs, idx, 0)
+    assert first.shape == (2, 4, 3, 32, 32) and not torch.equal(first, minibatch(inputs, idx, 1))  # new step: new draws
+    # the loop executor's gathers (client by client, in any order) get the same draws as vmap's one gather
+    assert torch.equal(minibatch(inputs, idx[1], 0), first[1]) and torch.equal(minibatch(inputs, idx[0], 0), first[0])
+    assert torch.equal(minibatch(inputs, idx[0, [2, 0]], 0), first[0, [2, 0]])
     again = AugmentedImages(x, stats, "cifar10", seed=0)
     again.begin_round(3)
-    assert torch.equal(again[idx], first)  # same seed and round: same draws (a resumed run sees the same data)
+    assert torch.equal(minibatch(again, idx, 0), first)  # same seed and round: same draws (a resumed run)
     again.begin_round(4)
-    assert not torch.equal(again[idx], first)
+    assert not torch.equal(minibatch(again, idx, 0), first)
+    assert not torch.equal(minibatch(AugmentedImages(x, stats, "cifar10", seed=1), idx, 0), first)
+    assert torch.equal(inputs[idx], x[idx])  # indexing gives the stored images (shape probes), not augmented
     mean, std = (s.view(1, -1, 1, 1) for s in stats)
     back = (first.reshape(-1, 3, 32, 32) * std + mean) * 255
     assert torch.allclose(back, back.round(), atol=1e-3)  # whole pixel values: augmented uint8 images, scaled again
     changed = (back.round() != pixels[idx.flatten()].float()).flatten(1).any(1)
     assert 0 < int(changed.sum())  # some samples augmented (each sub-policy may skip both operations)
+
+
+def test_hashed_draws_are_uniform_like_autoaugments_own():
+    """AutoAugment's get_params draws a sub-policy uniformly, two probabilities in [0, 1) and two fair signs."""
+    batch = AutoAugmentBatch("cifar10")
+    n = 200_000
+    keys = hash32(torch.arange(n) ^ step_key(0, 1, 0))
+    ids, probs, signs = batch.draw(keys)
+    counts = torch.bincount(ids, minlength=len(batch.policies)).double()
+    expected = n / len(batch.policies)
+    assert float(((counts - expected) ** 2 / expected).sum()) < 60  # chi-square, 24 dof: p ~ 1e-4 at 60
+    assert float(probs.min()) >= 0 and float(probs.max()) < 1
+    assert abs(float(probs.mean()) - 0.5) < 0.005 and abs(float(probs.std()) - 12 ** -0.5) < 0.005
+    assert abs(float(torch.corrcoef(probs.T)[0, 1])) < 0.01  # the two operations draw independently
+    assert abs(float(signs.double().mean()) - 0.5) < 0.005
 
 
 def test_fedgh_image_presets_train_with_autoaugment_and_non_pixel_data_is_refused(tmp_path, cfg_factory):
@@ -71,6 +91,8 @@ def test_fedgh_image_presets_train_with_autoaugment_and_non_pixel_data_is_refuse
             trained[augment, executor] = sim.params
     assert all(torch.isfinite(p).all() for p in trained.values())
     torch.testing.assert_close(trained["none", "loop"], trained["none", "vmap"], atol=1e-5, rtol=1e-4)
+    # the same augmentations whichever executor gathers them
+    torch.testing.assert_close(trained["autoaugment", "loop"], trained["autoaugment", "vmap"], atol=1e-5, rtol=1e-4)
     assert not torch.allclose(trained["autoaugment", "loop"], trained["none", "loop"], atol=1e-4)
     assert not torch.allclose(trained["autoaugment", "vmap"], trained["none", "vmap"], atol=1e-4)
     with pytest.raises(ConfigError, match=r"data.augment='autoaugment': needs images made of uint8 pixels"):

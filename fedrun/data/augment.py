@@ -3,11 +3,12 @@ and Tiny-ImageNet (FedGH Sec. III-A, "with Autoaugment").
 
 A DataLoader with an AutoAugment transform draws a fresh sub-policy each time a sample is loaded. fedrun keeps the
 data on the device and gathers minibatches by index, so :class:`AugmentedImages` stands in for the training inputs:
-indexing it gathers the minibatch and augments every sample with its own draw. The draws are made for the whole
+``minibatch`` gathers a local step's samples and augments every one with its own draw. The draws are made for the whole
 gather at once and each of the policy's (operation, magnitude, sign) groups is applied to its samples in one batched
 call of torchvision's own operation, which gives per sample what ``torchvision.transforms.AutoAugment`` gives (tested
-against it) at a fraction of the per-image cost. Draws are seeded by (seed, round, gather), so a run and its resumed
-copy see the same augmentations; the loop and vmap executors gather in different orders, so their draws differ.
+against it) at a fraction of the per-image cost. Each draw is a hash of (seed, round, local step, sample index), not
+the next value of a generator: a resumed run sees the same augmentations, and so do the loop executor (client by
+client) and the vmap executor (all clients' step t at once), whatever order they gather in.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ class AutoAugmentBatch:
         self.reference = AutoAugment(POLICIES[policy], interpolation=InterpolationMode.NEAREST)
         self.policies = self.reference.policies
 
-    def draw(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per image: sub-policy index, the two operations' probability draws and sign draws (as ``get_params``)."""
-        return (torch.randint(len(self.policies), (n,), generator=generator), torch.rand(n, 2, generator=generator),
-                torch.randint(2, (n, 2), generator=generator))
+    def draw(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per image, from its 32-bit key: sub-policy index, the two operations' probability draws and sign draws
+        (what ``get_params`` draws), each uniform."""
+        u = [uniform(keys, stream) for stream in range(5)]
+        ids = (u[0] * len(self.policies)).long().clamp_max(len(self.policies) - 1)
+        return ids, torch.stack(u[1:3], dim=1), (torch.stack(u[3:5], dim=1) < 0.5).long()
 
     def apply(self, images: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor, signs: torch.Tensor
               ) -> torch.Tensor:
@@ -59,7 +62,8 @@ class AutoAugmentBatch:
 
 
 class AugmentedImages:
-    """The training images as the executors see them: ``x[idx]`` is the minibatch, freshly augmented.
+    """The training images as the executors see them: ``minibatch(inputs, idx, step)`` is the minibatch of a local
+    step, freshly augmented; ``inputs[idx]`` the stored images, not augmented (shape probes).
 
     ``x`` holds images scaled as ``(pixel / 255 - mean) / std`` (per channel, ``stats``); they are mapped back to
     their uint8 pixels, augmented, and scaled again.
@@ -69,19 +73,23 @@ class AugmentedImages:
         self.x, self.seed = x, seed
         self.mean, self.std = (s.to(x.device, x.dtype).view(1, -1, 1, 1) for s in stats)
         self.augment = AutoAugmentBatch(policy)
-        self.round, self.gathers = 0, 0
+        self.round = 0
 
     def begin_round(self, rnd: int) -> None:
-        self.round, self.gathers = rnd, 0
+        self.round = rnd
 
-    def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
+    def gather(self, idx: torch.Tensor, step: int) -> torch.Tensor:
+        """The samples ``idx`` (any shape) as local step ``step`` of this round trains on them: each augmented by the
+        draw keyed by (seed, round, step, its index)."""
         batch = self.x[idx]
         flat = batch.reshape(-1, *self.x.shape[1:])
         pixels = ((flat * self.std + self.mean) * 255).round_().clamp_(0, 255).to(torch.uint8)
-        generator = torch.Generator().manual_seed(hash((self.seed, self.round, self.gathers)) & (2**63 - 1))
-        self.gathers += 1
-        augmented = self.augment.apply(pixels, *self.augment.draw(len(pixels), generator))
+        keys = hash32(torch.as_tensor(idx).reshape(-1) ^ step_key(self.seed, self.round, step))
+        augmented = self.augment.apply(pixels, *self.augment.draw(keys))
         return ((augmented.to(self.x.dtype) / 255 - self.mean) / self.std).reshape(batch.shape)
+
+    def __getitem__(self, idx) -> torch.Tensor:
+        return self.x[idx]
 
     def __len__(self) -> int:
         return len(self.x)
@@ -97,6 +105,41 @@ class AugmentedImages:
     @property
     def shape(self) -> torch.Size:
         return self.x.shape
+
+
+def minibatch(inputs, idx: torch.Tensor, step: int) -> torch.Tensor:
+    """What local step ``step`` trains on: ``inputs[idx]``, augmented when the inputs are :class:`AugmentedImages`.
+    Every executor gathers through here, so augmentation never depends on how clients are batched."""
+    return inputs.gather(idx, step) if isinstance(inputs, AugmentedImages) else inputs[idx]
+
+
+MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for x in [0, 2^32) held in int64, in halves so no product leaves int64's range."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK32
+
+
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """Wellons' lowbias32 integer hash of the low 32 bits of each entry (int64 in, int64 in [0, 2^32) out)."""
+    x = x.long() & MASK32
+    x = _mul32(x ^ (x >> 16), 0x7FEB352D)
+    x = _mul32(x ^ (x >> 15), 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def step_key(seed: int, rnd: int, step: int) -> int:
+    """One 32-bit key per (seed, round, local step), each part hashed in turn."""
+    key = 0
+    for part in (seed, rnd, step):
+        key = int(hash32(torch.tensor(key ^ (part & MASK32))))
+    return key
+
+
+def uniform(keys: torch.Tensor, stream: int) -> torch.Tensor:
+    """A float32 uniform on [0, 1) per key for each ``stream`` (24 bits, as ``torch.rand`` gives)."""
+    return (hash32(keys ^ int(hash32(torch.tensor(stream + 1)))) >> 8).float() / 2**24
 
 
 def training_inputs(data, data_cfg, seed: int):

@@ -23,6 +23,7 @@ from torch import nn
 from torch.func import vmap
 
 from ..algorithms.base import ClientContext, LocalRule, State
+from ..data.augment import minibatch
 from ..errors import ConfigError
 from ..functional import FunctionalModel
 from . import tree
@@ -66,8 +67,8 @@ class LoopExecutor:
             state = rule.client_init(ctx, cstate)
             loss_sum = torch.zeros((), device=x.device, dtype=ctx.params.dtype)
             steps = []
-            for batch in plan.batches:
-                state, loss = rule.client_step(model, ctx, state, x[batch], y[batch])
+            for t, batch in enumerate(plan.batches):
+                state, loss = rule.client_step(model, ctx, state, minibatch(x, batch, t), y[batch])
                 loss_sum = loss_sum + loss.detach()
                 if record is not None:
                     steps.append(state["direction"].to(record, non_blocking=True))
@@ -136,12 +137,12 @@ class VmapExecutor:
             k = sum(tau > t for tau in taus)  # active clients: a prefix of the stack
             if self.compile:  # the whole stack steps; clients k .. k_before - 1 have just finished
                 tree.copy_rows(finished, stacked, k, k_before)
-                new, loss = step(ctx, stacked, x[batches[:, t]], y[batches[:, t]])
+                new, loss = step(ctx, stacked, minibatch(x, batches[:, t], t), y[batches[:, t]])
                 stacked = new
             else:
                 idx = batches[:k, t]
                 active = stacked if k == k_all else tree.tree_map(lambda a: a[:k], stacked)
-                new, loss = step(ctx, active, x[idx], y[idx])
+                new, loss = step(ctx, active, minibatch(x, idx, t), y[idx])
                 if k == k_all:
                     stacked = new
                 else:
