@@ -290,6 +290,18 @@ def test_leaf_json_tasks_load_with_their_users(tmp_path, task, kind, shape, clas
         assert data.x_train[0].tolist() == want.tolist()
     if task != "shakespeare":
         assert int(data.y_train[0]) == y0
+    if task == "celeba":  # an image replaced after the cache was built: the cache is not read
+        from PIL import Image
+
+        folder = tmp_path / "leaf" / task / "data" / "raw" / "img_align_celeba"
+        Image.new("RGB", (178, 218), (255, 0, 0)).save(folder / "new.jpg")
+        (folder / "new.jpg").replace(folder / x0)
+        red = spec.load(tmp_path, cfg).x_train[0]
+        assert float(red[0].mean()) > 0.9 and float(red[1:].mean()) < 0.1 and not torch.equal(red, data.x_train[0])
+        folder.rename(tmp_path / "images")
+        with pytest.raises(DataMissingError, match="img_align_celeba"):
+            spec.load(tmp_path, cfg)
+        (tmp_path / "images").rename(folder)
     (tmp_path / "leaf" / task / "data" / "test").rename(tmp_path / "elsewhere")
     with pytest.raises(DataMissingError, match=f"leaf/{task}/data/test"):
         spec.load(tmp_path, cfg)

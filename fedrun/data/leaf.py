@@ -172,9 +172,12 @@ def loader(task: str) -> Callable:
     def load(root: Path, cfg) -> FedDataset:
         spec = SPECS[task]
         files = json_files(root, task)
-        if not (files["train"] and files["test"]):
+        images = task_dir(root, task) / "raw" / "img_align_celeba"  # CelebA's: the JSON names them
+        if not (files["train"] and files["test"]) or (task == "celeba" and not images.is_dir()):
             raise DataMissingError(spec.how_to_get.format(root=root))
-        settings = {"source": source_signature(files["train"] + files["test"]), "vocab_size": cfg.get("vocab_size"),
+        # the image folder's entry changes when files come, go or are replaced: a cache of other images is not read
+        sources = files["train"] + files["test"] + ([images] if task == "celeba" else [])
+        settings = {"source": source_signature(sources), "vocab_size": cfg.get("vocab_size"),
                     "max_len": cfg.get("max_len"), "version": 2}
         a = load_or_build(cache_path(task_dir(root, task) / "cache", task, settings),
                           lambda: decode(task, root, cfg, read_users(files["train"]), read_users(files["test"])))
