@@ -40,14 +40,13 @@ def feature_counts(x: torch.Tensor, client_indices: list) -> torch.Tensor:
     return torch.stack([nonzero[torch.as_tensor(ix, device=x.device)].sum(dim=0) for ix in client_indices])
 
 
-def feature_scalings(counts: torch.Tensor, sizes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Lambda_i's diagonal for every client (eq. 21) and omega^j, the number of clients holding feature j (eq. 59).
+def feature_scalings(counts: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """Lambda_i's diagonal for every client (eq. 21): (n^j / n) / (n_i^j / n_i), 1 where n_i^j = 0.
 
     ``counts`` (clients, q) are the n_i^j, ``sizes`` (clients,) the n_i."""
     n_hat, n = counts.sum(dim=0), sizes.sum()
     lam = (n_hat / n) * sizes[:, None] / counts.clamp_min(1)
-    lam = torch.where(counts > 0, lam, torch.ones_like(lam))
-    return lam, (counts > 0).sum(dim=0).to(counts.dtype)
+    return torch.where(counts > 0, lam, torch.ones_like(lam))
 
 
 def logreg_parameter_map(q: int, classes: int) -> torch.Tensor:
@@ -78,7 +77,7 @@ class FSVRG(LocalRule):
             ones = torch.ones(dim, dtype=torch.float32, device=counts.device)
             lam = present = ones.expand(len(sizes), dim)
         else:
-            lam, _ = feature_scalings(counts, sizes)
+            lam = feature_scalings(counts, sizes)
             bias = torch.ones(len(sizes), 1, dtype=lam.dtype, device=lam.device)  # the bias's constant feature
             lam = torch.cat([lam, bias], dim=1)[:, parameter_map].float()
             present = torch.cat([(counts > 0).to(lam.dtype), bias.to(lam.dtype)], dim=1)[:, parameter_map]
