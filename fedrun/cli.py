@@ -4,8 +4,9 @@ In a sweep (``--multirun``) each job is one run directory: a job whose directory
 (``summary.json`` finished or diverged) is skipped, so a resubmitted sweep (same ``hydra.sweep.dir``) runs only
 what is missing; a job that fails is recorded (``summary.json`` with status failed and the error) and the sweep goes
 on, and so does a job refused because its directory holds a finished run of another config (``refused.json`` beside
-that run, which stays); the command exits with status 1 at the end when any job failed or was refused. A run stopped by SIGTERM or Ctrl-C writes a
-checkpoint and exits with 128 + the signal's number; ``resume=true`` with the same run directory continues it.
+that run, which stays); the command exits with status 1 at the end when any job failed or was refused. A run stopped
+by SIGTERM or Ctrl-C writes a checkpoint and exits with 128 + the signal's number; ``resume=true`` with the same run
+directory continues it.
 """
 
 from __future__ import annotations

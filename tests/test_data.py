@@ -299,9 +299,11 @@ def test_leaf_json_tasks_load_with_their_users(tmp_path, task, kind, shape, clas
         red = spec.load(tmp_path, cfg).x_train[0]
         assert float(red[0].mean()) > 0.9 and float(red[1:].mean()) < 0.1 and not torch.equal(red, data.x_train[0])
         folder.rename(tmp_path / "images")
+        assert not spec.is_present(tmp_path, cfg)  # `fedrun-data list` says missing, as loading does
         with pytest.raises(DataMissingError, match="img_align_celeba"):
             spec.load(tmp_path, cfg)
         (tmp_path / "images").rename(folder)
+        assert spec.is_present(tmp_path, cfg)
     (tmp_path / "leaf" / task / "data" / "test").rename(tmp_path / "elsewhere")
     with pytest.raises(DataMissingError, match=f"leaf/{task}/data/test"):
         spec.load(tmp_path, cfg)
