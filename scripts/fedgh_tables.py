@@ -134,10 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     by: dict[tuple, list[dict]] = {}
     for key, s in zip(keys, summaries):
         by.setdefault(key, []).append(s)
-    mean = lambda key, field: pd.Series([100 * s[field] for s in by[key]]).mean()
+    values = lambda key, field: pd.Series([100 * s[field] for s in by[key]])  # one per seed
+    mean = lambda key, field: values(key, field).mean()
     # with several seeds, the spread of the final values: "mean (sd x)"
     shown = lambda key, field: f"{mean(key, field):.2f}" + (
-        f" (sd {pd.Series([100 * s[field] for s in by[key]]).std():.2f})" if args.seeds > 1 else "")
+        f" (sd {values(key, field).std():.2f})" if args.seeds > 1 else "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python scripts/fedgh_tables.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -84,7 +84,7 @@ class AugmentedImages:
         batch = self.x[idx]
         flat = batch.reshape(-1, *self.x.shape[1:])
         pixels = ((flat * self.std + self.mean) * 255).round_().clamp_(0, 255).to(torch.uint8)
-        keys = hash32(torch.as_tensor(idx).reshape(-1) ^ step_key(self.seed, self.round, step))
+        keys = hash32(torch.as_tensor(idx).reshape(-1).long() ^ step_key(self.seed, self.round, step))
         augmented = self.augment.apply(pixels, *self.augment.draw(keys))
         return ((augmented.to(self.x.dtype) / 255 - self.mean) / self.std).reshape(batch.shape)
 
@@ -116,14 +116,15 @@ def minibatch(inputs, idx: torch.Tensor, step: int) -> torch.Tensor:
 MASK32 = 0xFFFFFFFF
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(x * c) mod 2^32 for x in [0, 2^32) held in int64, in halves so no product leaves int64's range."""
+def _mul32(x, c: int):
+    """(x * c) mod 2^32 for x in [0, 2^32) (an int, or int64 entries), in halves so no product leaves int64's range."""
     return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK32
 
 
-def hash32(x: torch.Tensor) -> torch.Tensor:
-    """Wellons' lowbias32 integer hash of the low 32 bits of each entry (int64 in, int64 in [0, 2^32) out)."""
-    x = x.long() & MASK32
+def hash32(x):
+    """Wellons' lowbias32 integer hash of the low 32 bits: of an int (the per-step keys, no tensor work) or of each
+    entry of an int64 tensor; in [0, 2^32)."""
+    x = x & MASK32
     x = _mul32(x ^ (x >> 16), 0x7FEB352D)
     x = _mul32(x ^ (x >> 15), 0x846CA68B)
     return x ^ (x >> 16)
@@ -133,13 +134,13 @@ def step_key(seed: int, rnd: int, step: int) -> int:
     """One 32-bit key per (seed, round, local step), each part hashed in turn."""
     key = 0
     for part in (seed, rnd, step):
-        key = int(hash32(torch.tensor(key ^ (part & MASK32))))
+        key = hash32(key ^ (part & MASK32))
     return key
 
 
 def uniform(keys: torch.Tensor, stream: int) -> torch.Tensor:
     """A float32 uniform on [0, 1) per key for each ``stream`` (24 bits, as ``torch.rand`` gives)."""
-    return (hash32(keys ^ int(hash32(torch.tensor(stream + 1)))) >> 8).float() / 2**24
+    return (hash32(keys ^ hash32(stream + 1)) >> 8).float() / 2**24
 
 
 def training_inputs(data, data_cfg, seed: int):
