@@ -16,7 +16,10 @@ import os
 from pathlib import Path
 
 import torch
+import yaml
 from omegaconf import OmegaConf
+
+from .errors import ConfigError
 
 log = logging.getLogger("fedrun")
 PREFIX = "checkpoint_"
@@ -24,13 +27,37 @@ PREFIX = "checkpoint_"
 _NOT_COMPARED = ("resume", "progress", "checkpoint", "hardware", "logger")
 
 
-def config_fingerprint(cfg) -> str:
+def config_fingerprint(cfg, rounds: int | None = None) -> str:
     """Hash of the resolved config without the keys a resumed run may change (resume, progress, checkpoint,
-    hardware, logger)."""
+    hardware, logger); with ``rounds``, hashed as if ``fl.rounds`` were ``rounds``."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     for key in _NOT_COMPARED:
         plain.pop(key, None)
+    if rounds is not None:
+        plain["fl"]["rounds"] = rounds
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_resumable(saved: dict, cfg, run_dir: Path) -> int:
+    """The number of rounds the checkpointed run was started with, after refusing (ConfigError) a checkpoint of
+    another experiment or one past ``fl.rounds``. A checkpoint of the same experiment started with fewer rounds is
+    accepted: resuming it with more rounds extends the run, since nothing a round computes depends on the total.
+    Checkpoints written before they recorded ``rounds`` take it from the run's config.yaml."""
+    started = saved.get("rounds")
+    config = run_dir / "config.yaml"
+    if started is None and config.exists():
+        started = (yaml.safe_load(config.read_text()) or {}).get("fl", {}).get("rounds")
+    started = int(started if started is not None else cfg.fl.rounds)
+    if saved["config_fingerprint"] != config_fingerprint(cfg, rounds=started):
+        raise ConfigError([f"resume=true: the checkpoint in {run_dir} is of a different experiment (config "
+                           f"{saved['config_fingerprint']}, now {config_fingerprint(cfg, rounds=started)}). Fix: resume "
+                           f"with the overrides the run was started with (see {config}; only fl.rounds may grow), "
+                           f"or start it in a new directory"])
+    if saved["round"] > cfg.fl.rounds:
+        raise ConfigError([f"resume=true: the checkpoint in {run_dir} is of round {saved['round']}, past "
+                           f"fl.rounds={cfg.fl.rounds}. Fix: fl.rounds={started} (as the run was started), or start "
+                           f"it in a new directory"])
+    return started
 
 
 def checkpoints(run_dir: str | os.PathLike) -> list[Path]:

@@ -54,8 +54,10 @@ def run_job(job: Job) -> dict:
 
 def run_jobs(jobs: list[Job], workers: int = 1, log=print) -> list[dict]:
     """Run every job on ``workers`` processes, skipping those whose folder holds a finished run of the job's config;
-    summaries come back in job order. A folder holding a finished run of another config stops everything before any
-    work starts (StaleRunError)."""
+    summaries come back in job order. Jobs resume: an interrupted run continues from its checkpoint, and a finished
+    run with fewer rounds than the job asks for is extended. A folder holding a finished run of another config stops
+    everything before any work starts (StaleRunError)."""
+    jobs = [([*overrides, "resume=true"], run_dir) for overrides, run_dir in jobs]
     results: list[dict | None] = [None] * len(jobs)
     for i, (overrides, run_dir) in enumerate(jobs):
         results[i] = finished_summary(run_dir, compose_config(overrides))

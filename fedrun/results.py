@@ -124,8 +124,10 @@ def finished_summary(run_dir: str | Path, cfg=None) -> dict | None:
     failed or interrupted runs are run again).
 
     With ``cfg`` (the config the caller would run there), a complete run whose saved config differs from it on a
-    setting that changes what is computed (say a folder reused with another seed or number of rounds) raises
-    StaleRunError rather than passing for the run asked for."""
+    setting that changes what is computed (say a folder reused with another seed) raises StaleRunError rather than
+    passing for the run asked for. More ``fl.rounds`` than the run had is the one difference that is not stale: a
+    diverged run is complete for any number of rounds, and a finished one is None with ``resume=true`` (running it
+    extends it from its last checkpoint)."""
     path = Path(run_dir) / SUMMARY_FILE
     if not path.exists():
         return None
@@ -133,14 +135,23 @@ def finished_summary(run_dir: str | Path, cfg=None) -> dict | None:
     if summary.get("status") not in ("finished", "diverged"):
         return None
     saved = Path(run_dir) / CONFIG_FILE
-    if cfg is not None and saved.exists():
-        differences = config_differences(yaml.safe_load(saved.read_text()) or {},
-                                         OmegaConf.to_container(cfg, resolve=True))
-        if differences:
-            more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
-            raise StaleRunError(f"{run_dir} holds a finished run of another config ({'; '.join(differences[:3])}"
-                                f"{more}), which would pass for the one asked for. Write these runs to another folder "
-                                f"(a script's --runs, or hydra.sweep.dir) or delete that one.")
+    if cfg is None or not saved.exists():
+        return summary
+    config, wanted = yaml.safe_load(saved.read_text()) or {}, OmegaConf.to_container(cfg, resolve=True)
+    differences = config_differences(config, wanted)
+    started = config.get("fl", {}).get("rounds")
+    longer = isinstance(started, int) and cfg.fl.rounds > started and not config_differences(
+        config, wanted | {"fl": wanted["fl"] | {"rounds": started}})
+    if longer and summary["status"] == "diverged":
+        return summary
+    if longer and cfg.get("resume", False):
+        return None
+    if differences:
+        more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
+        extend = " To extend it to the rounds asked, add resume=true." if longer else ""
+        raise StaleRunError(f"{run_dir} holds a finished run of another config ({'; '.join(differences[:3])}"
+                            f"{more}), which would pass for the one asked for.{extend} Otherwise write these runs to "
+                            f"another folder (a script's --runs, or hydra.sweep.dir) or delete that one.")
     return summary
 
 

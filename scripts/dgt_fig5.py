@@ -1,15 +1,17 @@
 """DGT Fig. 5: FedAvg, FedProx and SCAFFOLD without and with DGT on 20 two-class clients (MNIST, Fashion-MNIST,
 CIFAR-10), accuracy and gradient-similarity curves and rounds to target accuracy.
 
-    python scripts/dgt_fig5.py [--datasets mnist,fashion_mnist,cifar10] [--rounds T] [--seeds K] [--workers P]
+    python scripts/dgt_fig5.py [--datasets mnist,fashion_mnist,cifar10] [--bases fedavg,fedprox,scaffold]
+                               [--rounds T] [--seeds K] [--workers P]
                                [--targets mnist=0.9,fashion_mnist=0.7,cifar10=0.4] [--runs DIR] [--out DIR]
 
 Each setting is the preset ``dgt_<dataset>`` (the paper's T = 300); ``--rounds`` shortens every run and the outputs
-say so. CIFAR-10 runs on CIFAR where it is present, else on a fixture (marked not reproduced). Writes
-<out>/fig5_<dataset>.png (test accuracy; mean cosine between the updates the server aggregates, after DGT where it
-runs, and the share of conflicting pairs) and <out>/fig5.md (final accuracy, rounds to target, mean similarity of the
-updates aggregated and of the updates as the clients sent them, with the paper's claims checked: DGT converges faster,
-ends higher, and raises the similarity of the updates it aggregates).
+say so; re-run with more ``--rounds`` into the same ``--runs``, it extends the runs it finds. CIFAR-10 runs on CIFAR
+where it is present, else on a fixture (marked not reproduced). Writes <out>/fig5_<dataset>.png (test accuracy; mean
+cosine between the updates the server aggregates, after DGT where it runs, and the share of conflicting pairs) and
+<out>/fig5.md (final accuracy, rounds to target, mean similarity of the updates aggregated and of the updates as the
+clients sent them, with the paper's claims checked: DGT converges faster, ends higher, and raises the similarity of
+the updates it aggregates).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ DEFAULT_TARGETS = {"mnist": 0.9, "fashion_mnist": 0.7, "cifar10": 0.4}
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default="mnist,fashion_mnist,cifar10")
+    parser.add_argument("--bases", default=",".join(BASES), help="base algorithms, each without and with DGT")
     parser.add_argument("--rounds", type=int, default=None, help="default: the preset's 300")
     parser.add_argument("--seeds", type=int, default=1, help="the paper repeats each experiment 10 times")
     parser.add_argument("--targets", default=",".join(f"{k}={v}" for k, v in DEFAULT_TARGETS.items()))
@@ -41,13 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default="outputs/dgt_fig5")
     parser.add_argument("--out", default="results/dgt")
     args = parser.parse_args(argv)
-    datasets = args.datasets.split(",")
+    datasets, bases = args.datasets.split(","), args.bases.split(",")
+    if unknown := sorted(set(bases) - set(BASES)):
+        parser.error(f"--bases: {', '.join(unknown)} unknown; choose from {', '.join(BASES)}")
     targets = {k: float(v) for k, v in (t.split("=") for t in args.targets.split(","))}
     notes, jobs, keys = {}, [], []
     for ds in datasets:
         extra, notes[ds] = fixture_for(ds) if ds == "cifar10" else ([], None)
         extra += [f"fl.rounds={args.rounds}"] if args.rounds else []
-        for base in BASES:
+        for base in bases:
             for dgt in (False, True):
                 for seed in range(args.seeds):
                     keys.append((ds, base, dgt))
@@ -63,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     report = [f"# DGT Fig. 5: {rounds} rounds{' (the paper runs 300)' if rounds != 300 else ''}\n\n{note} "
               f"Mean over {args.seeds} seed(s).\n"]
     for ds in datasets:
-        dirs = {(b, g): [d for k, (_, d) in zip(keys, jobs) if k == (ds, b, g)] for b in BASES for g in (False, True)}
+        dirs = {(b, g): [d for k, (_, d) in zip(keys, jobs) if k == (ds, b, g)] for b in bases for g in (False, True)}
         fig, axes = plt.subplots(1, 3, figsize=(15, 4))
         rows = []
         for (base, dgt), run_dirs in dirs.items():
@@ -91,18 +96,18 @@ def main(argv: list[str] | None = None) -> int:
         plt.close(fig)
         frame = pd.DataFrame(rows)
         report += [f"\n## {ds}{' - ' + notes[ds] if notes[ds] else ' (real data)'}\n",
-                   frame.to_markdown(index=False, floatfmt=".3f"), "", claims(frame, targets[ds])]
+                   frame.to_markdown(index=False, floatfmt=".3f"), "", claims(frame, targets[ds], bases)]
     (out / "fig5.md").write_text("\n".join(report) + "\n")
     print(f"wrote {out / 'fig5.md'}")
     return 0
 
 
-def claims(frame: pd.DataFrame, target: float) -> str:
+def claims(frame: pd.DataFrame, target: float, bases: list[str]) -> str:
     """DGT's claims, base by base: fewer rounds to the target, a higher final accuracy, more similar updates."""
     by = frame.set_index("method")
     col = f"rounds to {target:.0%}"
     lines = []
-    for base in BASES.values():
+    for base in (BASES[b] for b in bases):
         a, b = by.loc[base], by.loc[base + " + DGT"]
         faster = b[col] is not None and not pd.isna(b[col]) and (pd.isna(a[col]) or b[col] < a[col])
         acc, cos = "final acc %", "mean cos (updates)"

@@ -77,14 +77,14 @@ def test_checkpoints_are_atomic_and_an_unreadable_newest_falls_back_to_the_previ
     run_dir = tmp_path / "run"
     run_experiment(cfg_factory(*overrides), run_dir)
     kept = checkpoints(run_dir)
-    assert [p.name for p in kept] == ["checkpoint_0000006.pt", "checkpoint_0000004.pt"]  # keep=2, newest first
+    assert [p.name for p in kept] == ["checkpoint_0000007.pt", "checkpoint_0000006.pt"]  # keep=2, the last round too
     assert not list(run_dir.glob("*.tmp"))
     newest = kept[0]
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a write cut short
-    assert load_latest(run_dir)["round"] == 4
+    assert load_latest(run_dir)["round"] == 6
     (run_dir / "summary.json").unlink()
     summary = run_experiment(cfg_factory(*overrides, "resume=true"), run_dir)
-    assert summary["resumed_from_round"] == 4 and summary["status"] == "finished"
+    assert summary["resumed_from_round"] == 6 and summary["status"] == "finished"
     pd.testing.assert_frame_equal(metrics(run_dir), metrics(tmp_path / "reference"))
 
 
@@ -109,6 +109,30 @@ def test_sigterm_writes_a_checkpoint_and_the_run_resumes_from_it(tmp_path, cfg_f
     run_experiment(cfg_factory(*overrides, "resume=true"), run_dir)
     run_experiment(cfg_factory(*overrides), tmp_path / "reference")
     pd.testing.assert_frame_equal(metrics(run_dir), metrics(tmp_path / "reference"))
+
+
+@pytest.mark.parametrize("algo", ["fedavg", "dgt", "gift"])
+def test_a_finished_run_extended_to_more_rounds_matches_the_longer_run(tmp_path, cfg_factory, algo):
+    """Resuming a finished 7-round run with fl.rounds=12 continues from its last round's checkpoint; the row the short
+    run wrote only because it ended at round 7 (eval.every=3) is dropped, so metrics.csv is the 12-round run's."""
+    overrides = [*BASE, "eval.every=3", *ALGOS[algo]]
+    reference = run_experiment(cfg_factory(*overrides, "fl.rounds=12"), tmp_path / "reference")
+    run_experiment(cfg_factory(*overrides, "fl.rounds=7"), tmp_path / "run")
+    assert list(pd.read_csv(tmp_path / "run" / "metrics.csv")["round"]) == [3, 6, 7]
+    summary = run_experiment(cfg_factory(*overrides, "fl.rounds=12", "resume=true"), tmp_path / "run")
+    assert summary["resumed_from_round"] == 7 and summary["extended_from_rounds"] == 7
+    pd.testing.assert_frame_equal(metrics(tmp_path / "run"), metrics(tmp_path / "reference"))
+    assert summary["final_test_acc"] == reference["final_test_acc"]
+    again = run_experiment(cfg_factory(*overrides, "fl.rounds=12", "resume=true"), tmp_path / "run")  # nothing left
+    assert again["resumed_from_round"] == 12 and "extended_from_rounds" not in again
+    pd.testing.assert_frame_equal(metrics(tmp_path / "run"), metrics(tmp_path / "reference"))
+
+
+def test_resume_refuses_a_checkpoint_past_the_rounds_asked(tmp_path, cfg_factory):
+    run_experiment(cfg_factory(*BASE, "fl.rounds=5"), tmp_path)
+    with pytest.raises(ConfigError, match=r"of round 5, past fl.rounds=3\. Fix: fl.rounds=5"):
+        run_experiment(cfg_factory(*BASE, "fl.rounds=3", "resume=true"), tmp_path)
+    assert len(pd.read_csv(tmp_path / "metrics.csv")) == 5  # refused before anything was touched
 
 
 def test_resume_refuses_a_checkpoint_of_another_experiment(tmp_path, cfg_factory):

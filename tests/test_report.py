@@ -71,3 +71,26 @@ def test_a_script_never_passes_a_finished_run_of_another_config_for_the_one_aske
                  log=lambda *_: None)
     assert not fresh.exists()  # refused before any work
     assert (tmp_path / "a" / "summary.json").stat().st_mtime_ns == stamp
+
+
+def test_more_rounds_extend_a_finished_run_only_when_resuming(tmp_path):
+    """Asking a finished run's folder for more rounds and nothing else: with resume=true (which scripts pass) the run
+    is extended from its last round; without it the refusal says so; a diverged run is complete at any length."""
+    from fedrun.errors import StaleRunError
+    from fedrun.reproduce import compose_config, run_jobs
+    from fedrun.results import finished_summary
+
+    base = ["data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=2"]
+    run = tmp_path / "a"
+    run_jobs([([*base, "fl.rounds=1"], str(run))], log=lambda *_: None)
+    with pytest.raises(StaleRunError, match=r"fl\.rounds: 1 there, 3 asked.*add resume=true"):
+        finished_summary(run, compose_config([*base, "fl.rounds=3"]))
+    with pytest.raises(StaleRunError, match=r"seed: 0 there, 1 asked\)"):  # not only rounds: no extension
+        finished_summary(run, compose_config([*base, "fl.rounds=3", "seed=1", "resume=true"]))
+    assert finished_summary(run, compose_config([*base, "fl.rounds=3", "resume=true"])) is None
+    extended = run_jobs([([*base, "fl.rounds=3"], str(run))], log=lambda *_: None)[0]
+    assert extended["extended_from_rounds"] == 1 and extended["rounds_completed"] == 3
+    assert list(pd.read_csv(run / "metrics.csv")["round"]) == [1, 2, 3]
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps(summary | {"status": "diverged"}))
+    assert finished_summary(run, compose_config([*base, "fl.rounds=9"]))["status"] == "diverged"

@@ -23,7 +23,7 @@ from ..algorithms.bank import preferences
 from ..algorithms.fsvrg import feature_counts, logreg_parameter_map
 from ..algorithms.harmonize import conflict_statistics, cosine_matrix
 from ..algorithms.schedule import RoundFeedback
-from ..checkpoint import config_fingerprint, load_latest, plain_state, save_checkpoint, to_device
+from ..checkpoint import check_resumable, config_fingerprint, load_latest, plain_state, save_checkpoint, to_device
 from ..config import validate
 from ..errors import ConfigError
 from ..data import FedDataset, get_spec, load_dataset
@@ -512,17 +512,15 @@ def nbytes(t: torch.Tensor) -> int:
 
 def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> dict:
     """Run the experiment of ``cfg`` and write its files to ``run_dir``; returns the summary. With ``resume=true``
-    the run continues from the newest readable checkpoint in ``run_dir`` (written every ``checkpoint.every`` rounds)
-    and ends with the metrics.csv an uninterrupted run writes. SIGTERM or Ctrl-C lets the current round finish,
+    the run continues from the newest readable checkpoint in ``run_dir`` (written every ``checkpoint.every`` rounds
+    and at the last) and ends with the metrics.csv an uninterrupted run writes; with more ``fl.rounds`` than the run
+    was started with, this extends a finished run. SIGTERM or Ctrl-C lets the current round finish,
     writes a checkpoint and ends the run with status ``interrupted``; a second Ctrl-C stops at once."""
     validate(cfg)  # before any work (and before the run directory gets files): a bad value costs nothing
     run_dir = Path(run_dir)
     fingerprint = config_fingerprint(cfg)
     saved = load_latest(run_dir) if cfg.get("resume", False) else None
-    if saved is not None and saved["config_fingerprint"] != fingerprint:
-        raise ConfigError([f"resume=true: the checkpoint in {run_dir} is of a different experiment (config "
-                           f"{saved['config_fingerprint']}, now {fingerprint}). Fix: resume with the overrides the "
-                           f"run was started with (see {run_dir / 'config.yaml'}), or start it in a new directory"])
+    started_with = check_resumable(saved, cfg, run_dir) if saved is not None else cfg.fl.rounds
     out = RunDirectory(run_dir, write_metrics=cfg.logger.name != "none")
     out.save_config(cfg)
     summary = base_summary(cfg) | {"status": "running"}
@@ -544,10 +542,15 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         bytes_up = bytes_down = first = 0
         if saved is not None:
             sim.load_state_dict(saved["simulation"])
-            history, bytes_up, bytes_down, first = saved["history"], saved["bytes_up"], saved["bytes_down"], saved["round"]
-            for row in history:  # metrics.csv again up to the checkpoint: rows the lost run wrote later are dropped
+            bytes_up, bytes_down, first = saved["bytes_up"], saved["bytes_down"], saved["round"]
+            # metrics.csv again up to the checkpoint (rows the lost run wrote later are dropped), less a row written
+            # only because a shorter run ended there
+            history = [row for row in saved["history"] if row["round"] % cfg.eval.every == 0 or row["round"] >= rounds]
+            for row in history:
                 out.append_metrics(row)
             summary["resumed_from_round"] = first
+            if started_with < rounds:
+                summary["extended_from_rounds"] = started_with
             log.info("resumed from the checkpoint of round %d in %s", first, run_dir)
         ckpt = cfg.get("checkpoint") or {}
         every, keep = int(ckpt.get("every", 0)), int(ckpt.get("keep", 2))
@@ -578,9 +581,10 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                 if wandb:
                     wandb.log(row)
             bar.update(row)
-            if (every and rnd % every == 0 and rnd < rounds) or stop.requested:
-                save_checkpoint(run_dir, rnd, {"round": rnd, "config_fingerprint": fingerprint, "history": history,
-                                               "bytes_up": bytes_up, "bytes_down": bytes_down,
+            ended = diverged or spent
+            if (every and not ended and (rnd % every == 0 or rnd == rounds)) or stop.requested:  # last: to extend
+                save_checkpoint(run_dir, rnd, {"round": rnd, "rounds": rounds, "config_fingerprint": fingerprint,
+                                               "history": history, "bytes_up": bytes_up, "bytes_down": bytes_down,
                                                "simulation": sim.state_dict()}, keep)
             if diverged:  # a run that fails to converge is a result (BHerd Fig. 5a, alpha = 0.1): stop, keep it
                 log.warning("round %d: the training loss (%s) or the model is not finite; the run stops as diverged",
