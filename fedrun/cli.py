@@ -6,7 +6,7 @@ what is missing; a job that fails is recorded (``summary.json`` with status fail
 on, and so does a job refused because its directory holds a finished run of another config (``refused.json`` beside
 that run, which stays); the command exits with status 1 at the end when any job failed or was refused. A run stopped
 by SIGTERM or Ctrl-C writes a checkpoint and exits with 128 + the signal's number; ``resume=true`` with the same run
-directory continues it.
+directory continues it, and with more ``fl.rounds`` extends a finished run (a sweep's finished jobs too).
 """
 
 from __future__ import annotations

@@ -63,10 +63,16 @@ def test_multirun_sweeps_two_jobs(tmp_path):
         + again.stderr.count("holds a finished run of another config (fl.rounds: 2 there, 3 asked)") == 2
     assert again.returncode == 1 and "2 job(s) failed" in again.stderr  # refused jobs count as failed
     assert all("fl.rounds: 2 there, 3 asked" in json.loads((j / "refused.json").read_text())["error"] for j in jobs)
+    assert all("add resume=true" in json.loads((j / "refused.json").read_text())["error"] for j in jobs)
     same = run_cli("--multirun", "algo=fedavg,centralized", *SMALL, "fl.rounds=2", f"hydra.sweep.dir={sweep}",
                    cwd=tmp_path)  # the config they were made with: skipped, and the refusal no longer applies
     assert same.returncode == 0 and not any((j / "refused.json").exists() for j in jobs)
     assert [(j / "summary.json").stat().st_mtime_ns for j in jobs] == stamps
+    longer = run_cli("--multirun", "algo=fedavg,centralized", *SMALL, "fl.rounds=3", "resume=true",
+                     f"hydra.sweep.dir={sweep}", cwd=tmp_path)  # with resume=true the longer runs extend them
+    summaries = [json.loads((j / "summary.json").read_text()) for j in jobs]
+    assert longer.returncode == 0
+    assert [(s["extended_from_rounds"], s["rounds_completed"]) for s in summaries] == [(2, 3)] * 2
 
 
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]],

@@ -50,14 +50,15 @@ def json_files(root: Path, task: str) -> dict[str, list[Path]]:
     return {split: sorted((d / split).glob("*.json")) for split in ("train", "test")}
 
 
-def source_files(root: Path, task: str) -> list[Path] | None:
+def source_files(root: Path, task: str) -> dict[str, list[Path]] | None:
     """What a task is read from: its train and test JSON files, and for CelebA the folder of the images they name
-    (a folder's entry changes when files come, go or are replaced, so it keys the cache too); None if any is missing."""
+    (under "images": a folder's entry changes when files come, go or are replaced, so it keys the cache too); None if
+    any is missing."""
     files = json_files(root, task)
     images = task_dir(root, task) / "raw" / "img_align_celeba"
     if not (files["train"] and files["test"]) or (task == "celeba" and not images.is_dir()):
         return None
-    return files["train"] + files["test"] + ([images] if task == "celeba" else [])
+    return files | {"images": [images] if task == "celeba" else []}
 
 
 def is_present_for(task: str) -> Callable:
@@ -180,12 +181,11 @@ def decode(task: str, root: Path, cfg, train: list, test: list) -> dict[str, np.
 def loader(task: str) -> Callable:
     def load(root: Path, cfg) -> FedDataset:
         spec = SPECS[task]
-        sources = source_files(root, task)
-        if sources is None:
+        files = source_files(root, task)
+        if files is None:
             raise DataMissingError(spec.how_to_get.format(root=root))
-        files = json_files(root, task)
-        settings = {"source": source_signature(sources), "vocab_size": cfg.get("vocab_size"),
-                    "max_len": cfg.get("max_len"), "version": 2}
+        settings = {"source": source_signature(files["train"] + files["test"] + files["images"]),
+                    "vocab_size": cfg.get("vocab_size"), "max_len": cfg.get("max_len"), "version": 2}
         a = load_or_build(cache_path(task_dir(root, task) / "cache", task, settings),
                           lambda: decode(task, root, cfg, read_users(files["train"]), read_users(files["test"])))
         return FedDataset(f"leaf_{task}", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),
