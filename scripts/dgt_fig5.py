@@ -9,9 +9,9 @@ Each setting is the preset ``dgt_<dataset>`` (the paper's T = 300); ``--rounds``
 say so; re-run with more ``--rounds`` into the same ``--runs``, it extends the runs it finds. CIFAR-10 runs on CIFAR
 where it is present, else on a fixture (marked not reproduced). Writes <out>/fig5_<dataset>.png (test accuracy; mean
 cosine between the updates the server aggregates, after DGT where it runs, and the share of conflicting pairs) and
-<out>/fig5.md (final accuracy, rounds to target, mean similarity of the updates aggregated and of the updates as the
-clients sent them, with the paper's claims checked: DGT converges faster, ends higher, and raises the similarity of
-the updates it aggregates).
+<out>/fig5.md (final accuracy and its mean over the last 10 rounds, rounds to target, mean similarity of the updates
+aggregated and of the updates as the clients sent them, with the paper's claims checked: DGT converges faster, ends
+higher, and raises the similarity of the updates it aggregates).
 """
 
 from __future__ import annotations
