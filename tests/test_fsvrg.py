@@ -196,7 +196,8 @@ def test_a_bank_round_groups_accelerates_logs_and_resumes_exactly(monkeypatch, c
     copy = tmp_path / "resumed"
     shutil.copytree(tmp_path / "straight", copy)
     (copy / "summary.json").unlink()
-    (copy / "metrics.csv").write_text("\n".join(rows[:3]) + "\n")  # as if killed after round 2
+    (copy / "checkpoint_0000006.pt").unlink()  # as if killed in round 6, after the checkpoint of round 4 ...
+    (copy / "metrics.csv").write_text("\n".join(rows[:3]) + "\n")  # ... and the rows after round 2 lost
     resumed = run_experiment(cfg("resume=true"), copy)
     assert resumed["resumed_from_round"] == 4  # a bank round (threshold 2): the bank comes from the checkpoint
     timeless = [pd.read_csv(d / "metrics.csv").drop(columns=["elapsed_s", "server_s"])
