@@ -20,11 +20,13 @@ import yaml
 from omegaconf import OmegaConf
 
 from .errors import ConfigError
+from .results import EXECUTION_SETTINGS
 
 log = logging.getLogger("fedrun")
 PREFIX = "checkpoint_"
-# keys that may differ between a run and its resumption: how it runs, not what it computes
-_NOT_COMPARED = ("resume", "progress", "checkpoint", "hardware", "logger")
+# keys that may differ between a run and its resumption: how it runs, not what it computes (the top-level
+# EXECUTION_SETTINGS; data.root stays in the hash, so that checkpoints already written keep their fingerprints)
+_NOT_COMPARED = tuple(key for key in EXECUTION_SETTINGS if "." not in key)
 
 
 def config_fingerprint(cfg, rounds: int | None = None) -> str:
