@@ -71,6 +71,10 @@ def validate(cfg) -> None:
 
     ev = cfg.eval
     need(_is_int(ev.every) and ev.every >= 1, "eval.every", ev.every, "must be an integer >= 1", "eval.every=1")
+    subset = ev.get("test_subset")
+    need(subset is None or (_is_int(subset) and subset >= 1), "eval.test_subset", subset,
+         "must be null (the whole test set) or an integer >= 1 (a seeded subset of that many test samples)",
+         "eval.test_subset=2500")
     need(ev.target_acc is None or (_is_num(ev.target_acc) and 0 < ev.target_acc <= 1), "eval.target_acc",
          ev.target_acc, "must be null or an accuracy in (0, 1]", "eval.target_acc=0.95")
 
@@ -88,6 +92,13 @@ def validate(cfg) -> None:
     if p.name == "dirichlet":
         need(_is_int(p.get("min_size", 1)) and p.get("min_size", 1) >= 0, "partition.min_size", p.get("min_size"),
              "must be an integer >= 0", "partition.min_size=1")
+    if p.name in ("case2", "case3"):
+        need(p.get("split", "samples") in ("samples", "labels"), "partition.split", p.get("split"),
+             "must be samples (half of the shuffled samples IID) or labels (the lower half of the label range IID, "
+             "Wang et al.'s Case 4)", "partition.split=samples")
+        need(p.get("label_deal", "blocks") in ("blocks", "round_robin", "task"), "partition.label_deal",
+             p.get("label_deal"), "must be blocks, round_robin or task (the class the model predicts)",
+             "partition.label_deal=blocks")
     if p.name == "dirichlet_resample":
         need(_is_num(p.client_fraction) and 0 < p.client_fraction <= 1, "partition.client_fraction",
              p.client_fraction, "must be in (0, 1]", "partition.client_fraction=0.01")
@@ -135,6 +146,11 @@ def validate(cfg) -> None:
             problems.append(f"{why}. Fix: choose a model that fits (model=...)")
 
     problems += [f"{msg}. Fix: pick a listed part" for msg in check_parts(cfg.algo)]
+    selector = cfg.algo.get("selector") or {}
+    if selector.get("name") in ("herd", "grab", "random"):
+        need(_is_num(selector.get("alpha")) and 0 < selector.get("alpha") <= 1, "algo.selector.alpha",
+             selector.get("alpha"), "must be in (0, 1] (BHerd's share of local steps sent; 1 is FedAvg)",
+             "algo.selector.alpha=0.5")
     part = cfg.get("participation", {"name": "uniform"})
     need(part.get("name") in ("uniform", "earliest"), "participation", part.get("name"), "must be uniform or earliest",
          "participation=uniform")
@@ -164,6 +180,12 @@ def validate(cfg) -> None:
         tau = sched.get("tau")
         need(tau is None or (_is_int(tau) and tau >= 1), "algo.schedule.tau", tau,
              "must be null (tau_i = floor(E n_i / B)) or an integer >= 1", "algo.schedule.tau=null")
+        switch, switch_tau = sched.get("switch_round"), sched.get("switch_tau")
+        need(switch is None or (_is_int(switch) and switch >= 2), "algo.schedule.switch_round", switch,
+             "must be null (no switch) or the round (>= 2) from which every client takes switch_tau steps",
+             "algo.schedule.switch_round=null")
+        need(switch is None or (_is_int(switch_tau) and switch_tau >= 1), "algo.schedule.switch_tau", switch_tau,
+             "must be an integer >= 1 when switch_round is set (GIFT Fig. 3: 1)", "algo.schedule.switch_tau=1")
     if sched.get("name") == "afl":
         need(simulated and timing.get("budget_s") is not None, "algo/schedule", "afl",
              "needs the time model and a budget (AFL picks tau from the per-step and per-round times within R)",

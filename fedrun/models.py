@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,6 +27,9 @@ class Objective:
     # a target the loss does not score (its mean leaves it out), so clients' data of different lengths can be padded
     # to one length and batched; None when the loss scores every target
     pad_target: int | None = None
+    # the class the model predicts for a dataset label, when it is not the label itself (even/odd for the SVM), so a
+    # partition can deal the task's classes (partition=case2 label_deal=task); None: the label itself
+    task_class: Callable[[np.ndarray], np.ndarray] | None = None
 
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.hits(out, y).sum()
@@ -60,6 +64,7 @@ SQUARED_HINGE_PARITY = Objective(
     "squared_hinge_parity",
     lambda out, y: 0.5 * F.relu(1.0 - _parity_target(y) * out.squeeze(-1)).pow(2).mean(),
     lambda out, y: (out.squeeze(-1) >= 0) == (y % 2 == 0),
+    task_class=lambda y: y % 2,  # 0: even, 1: odd
 )
 
 

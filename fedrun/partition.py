@@ -125,27 +125,49 @@ def classes_per_client(labels: np.ndarray, n: int, rng: np.random.Generator, k) 
     return [np.sort(np.concatenate(p)) if p else np.empty(0, np.int64) for p in parts]
 
 
-def bherd_case2(labels: np.ndarray, n: int, rng: np.random.Generator, label_deal: str = "blocks"):
-    """BHerd Sec. V-A3 Case 2 (NOTES.md): the first half of the (shuffled) samples IID over the first ceil(n/2)
-    clients; the second half split by label so that the remaining clients hold disjoint label sets, each label on
-    exactly one client, labels dealt as evenly as possible (``blocks``: contiguous label ranges; ``round_robin``)."""
+def bherd_case2(labels: np.ndarray, n: int, rng: np.random.Generator, label_deal: str = "blocks",
+                split: str = "samples", task_labels: np.ndarray | None = None):
+    """BHerd Sec. V-A3 Case 2 (NOTES.md): the first half of the data IID over the first ceil(n/2) clients, the
+    second half by label over the others, so that each of them holds its own labels.
+
+    ``split`` says what "the first half of data samples" is: ``samples``, half of the shuffled samples (every label
+    in both halves), or ``labels``, the samples whose label lies in the lower half of the label range (Wang et al.'s
+    Case 4, JSAC 2019, the prototype BHerd builds on: digits 0-4 IID over clients 1-3, digits 5-9 by label).
+    ``label_deal`` says how the second half's labels are dealt: ``blocks`` (contiguous label ranges),
+    ``round_robin``, or ``task``: by the label the model predicts (``task_labels``, e.g. even/odd for the SVM), so
+    with two such clients one holds every even digit and the other every odd one. When there are more clients than
+    task labels, the clients take the task labels in turn and share a label's samples evenly."""
     n_iid = math.ceil(n / 2)
-    order = rng.permutation(len(labels))
     if n == n_iid:
         return iid(labels, n, rng)
-    first, second = order[: len(order) // 2], order[len(order) // 2 :]
-    out = [np.sort(ix) for ix in np.array_split(first, n_iid)]
+    order = rng.permutation(len(labels))
     classes = np.unique(labels)
-    m = n - n_iid
-    if label_deal == "blocks":
-        groups = np.array_split(classes, m)
-    elif label_deal == "round_robin":
-        groups = [classes[j::m] for j in range(m)]
+    if split == "samples":
+        first, second = order[: len(order) // 2], order[len(order) // 2 :]
+    elif split == "labels":
+        low = labels[order] < (classes.min() + classes.max()) / 2
+        first, second = order[low], order[~low]
     else:
-        raise ConfigError([f"partition.label_deal={label_deal!r}: use blocks or round_robin"])
-    for g in groups:
-        out.append(np.sort(second[np.isin(labels[second], g)]))
-    return out
+        raise ConfigError([f"partition.split={split!r}: use samples or labels"])
+    out = [np.sort(ix) for ix in np.array_split(first, n_iid)]
+    m = n - n_iid
+    if label_deal == "task":
+        task = labels if task_labels is None else task_labels
+        kinds = np.unique(task[second])
+        owners = [[j for j in range(m) if j % len(kinds) == t] for t in range(len(kinds))]
+        parts: list[list[np.ndarray]] = [[] for _ in range(m)]
+        for t, kind in enumerate(kinds):
+            for j, chunk in zip(owners[t], np.array_split(second[task[second] == kind], len(owners[t]))):
+                parts[j].append(chunk)
+        return out + [np.sort(np.concatenate(p)) if p else np.empty(0, np.int64) for p in parts]
+    held = np.unique(labels[second])
+    if label_deal == "blocks":
+        groups = np.array_split(held, m)
+    elif label_deal == "round_robin":
+        groups = [held[j::m] for j in range(m)]
+    else:
+        raise ConfigError([f"partition.label_deal={label_deal!r}: use blocks, round_robin or task"])
+    return out + [np.sort(second[np.isin(labels[second], g)]) for g in groups]
 
 
 def natural(users: np.ndarray | None, n: int) -> list[np.ndarray]:
@@ -160,8 +182,10 @@ def natural(users: np.ndarray | None, n: int) -> list[np.ndarray]:
     return [np.flatnonzero(users == u) for u in ids[:n]]
 
 
-def make_partition(cfg, labels: np.ndarray, users: np.ndarray | None, num_clients: int, seed: int) -> Partition:
-    """Build the partition named by ``cfg.name`` with its parameters; the seed makes it reproducible."""
+def make_partition(cfg, labels: np.ndarray, users: np.ndarray | None, num_clients: int, seed: int,
+                   task_labels: np.ndarray | None = None) -> Partition:
+    """Build the partition named by ``cfg.name`` with its parameters; the seed makes it reproducible.
+    ``task_labels``: each sample's class as the model predicts it, when that is not its label (the even/odd SVM)."""
     rng = np.random.default_rng([seed, 0x9A27])
     name = cfg.name
     if name in ("iid", "case1"):
@@ -176,9 +200,10 @@ def make_partition(cfg, labels: np.ndarray, users: np.ndarray | None, num_client
         return Partition(classes_per_client(labels, num_clients, rng, cfg.classes_per_client),
                          f"classes(k={cfg.classes_per_client})")
     if name in ("case2", "case3"):
-        deal = cfg.get("label_deal", "blocks")
-        layout = f"case2(label_deal={deal})" + (" [case3 is an alias of case2]" if name == "case3" else "")
-        return Partition(bherd_case2(labels, num_clients, rng, deal), layout)
+        deal, split = cfg.get("label_deal", "blocks"), cfg.get("split", "samples")
+        layout = f"case2(split={split}, label_deal={deal})" + (" [case3 is an alias of case2]" if name == "case3"
+                                                               else "")
+        return Partition(bherd_case2(labels, num_clients, rng, deal, split, task_labels), layout)
     if name == "natural":
         return Partition(natural(users, num_clients), "natural")
     raise ConfigError([f"partition={name!r} is unknown; use one of {PARTITIONS}"])

@@ -15,7 +15,7 @@ from .base import Aggregator, ClientContext, LocalRule, ServerOptimizer
 from .fsvrg import FSVRG
 from .local_sgd import FedDecorr, FedDyn, LocalSGD, Scaffold
 from .perfedavg import PerFedAvg
-from .selection import GraB, Herd
+from .selection import GraB, Herd, RandomSubset
 from .variance_reduced import LoSAC, MimeSVRG
 from .server_opt import ServerAdaptive, ServerMomentum, ServerSGD
 from .harmonize import DGT, FedGH
@@ -36,6 +36,7 @@ SELECTORS = {
     "all": lambda c: AllSteps(),
     "herd": lambda c: Herd(c.get("alpha", 0.5), c.get("local_epochs", 1.0)),
     "grab": lambda c: GraB(c.get("alpha", 0.5), c.get("local_epochs", 1.0)),
+    "random": lambda c: RandomSubset(c.get("alpha", 0.5), c.get("local_epochs", 1.0), c.get("seed", 0)),
 }
 HARMONIZERS = {
     "none": lambda c: NoHarmonizer(),
@@ -55,7 +56,7 @@ SERVER_OPTIMIZERS = {
        for kind in ("adagrad", "adam", "yogi")},
 }
 SCHEDULES = {
-    "fixed": lambda c: FixedSchedule(c.get("tau")),
+    "fixed": lambda c: FixedSchedule(c.get("tau"), c.get("switch_round"), c.get("switch_tau")),
     "gift": lambda c: GIFT(c.get("tau0", 100), c.get("beta", 0.9), c.get("patience", 2), c.get("factor", 2),
                            c.get("relax", False), c.get("relax_after", 10), c.get("relax_step", 5),
                            c.get("warmup", 0)),
@@ -80,7 +81,7 @@ PARTS = {"local": LOCAL_RULES, "selector": SELECTORS, "harmonizer": HARMONIZERS,
 class Algorithm:
     name: str
     local: LocalRule
-    selector: AllSteps | Herd | GraB
+    selector: AllSteps | Herd | GraB | RandomSubset
     harmonizer: NoHarmonizer | FedGH | DGT
     aggregator: Aggregator
     server_opt: ServerOptimizer

@@ -12,7 +12,7 @@ class AllSteps:
     name = "all"
     records_steps = False
 
-    def __call__(self, updates: torch.Tensor, steps, plans, uploads: dict, lr: float):
+    def __call__(self, updates: torch.Tensor, steps, plans, uploads: dict, ctx):
         return updates, uploads, {}
 
 

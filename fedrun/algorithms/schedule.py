@@ -40,12 +40,15 @@ class RoundFeedback:
 
 class FixedSchedule:
     """Each client takes tau_i = floor(E |D_i| / B) local steps every round, at least 1 (BHerd Sec. III-A), or
-    ``tau`` steps when it is given (FedAvg with a fixed number of local iterations, GIFT Table 1's baseline)."""
+    ``tau`` steps when it is given (FedAvg with a fixed number of local iterations, GIFT Table 1's baseline). With
+    ``switch_round``, every client takes ``switch_tau`` steps from that round on (GIFT Fig. 3: tau 500, then 1 once
+    the run has stagnated)."""
 
     name = "fixed"
 
-    def __init__(self, tau: int | None = None):
-        self.tau = tau
+    def __init__(self, tau: int | None = None, switch_round: int | None = None, switch_tau: int | None = None):
+        self.tau, self.switch_round, self.switch_tau = tau, switch_round, switch_tau
+        self.rounds = 0  # rounds observed so far
 
     def local_steps(self, num_samples: int, epochs: float, batch_size: int) -> int:
         if self.tau is not None:
@@ -53,7 +56,12 @@ class FixedSchedule:
         return max(1, math.floor(epochs * num_samples / batch_size + 1e-9))
 
     def observe(self, feedback: RoundFeedback) -> dict[str, float]:
-        return {}
+        if self.switch_round is None:
+            return {}
+        self.rounds += 1
+        if self.rounds + 1 >= self.switch_round:
+            self.tau = int(self.switch_tau)
+        return {} if self.tau is None else {"next_tau": float(self.tau)}
 
 
 def gradient_consistency(positive: torch.Tensor, negative: torch.Tensor) -> float:

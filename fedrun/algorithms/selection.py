@@ -14,34 +14,48 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
+
+
+# Greedy scores within this fraction of the largest squared deviation of the minimum count as tied: exact ties (a
+# client with two steps has two opposite centred gradients) are then settled by the lowest index, as Algorithm 2's
+# "iterate through sigma_i" does, not by rounding.
+TIE_RTOL = 1e-9
 
 
 def centred_gram(z: torch.Tensor, centre: torch.Tensor, block: int | None = None,
                  device: torch.device | None = None) -> torch.Tensor:
-    """Gram matrix (float64) of the rows of z (tau x d) minus ``centre`` (d,), computed on ``device`` over column
-    blocks of ``block`` coordinates (all at once when None)."""
+    """Gram matrix of the rows of z (tau x d) minus ``centre`` (d,), centred and multiplied in float64 (so that the
+    deviations of nearly equal gradients keep their digits), on ``device``, over column blocks of ``block``
+    coordinates (by default as many as keep a block near 2^24 numbers)."""
     device = device or z.device
-    width = block or z.shape[1]
+    width = block or max(1, (1 << 24) // max(1, len(z)))
     gram = torch.zeros(len(z), len(z), dtype=torch.float64, device=device)
     for start in range(0, z.shape[1], width):
-        c = z[:, start : start + width].to(device) - centre[start : start + width].to(device)
-        gram += (c @ c.T).double()
+        c = (z[:, start : start + width].to(device, torch.float64)
+             - centre[start : start + width].to(device, torch.float64))
+        gram += c @ c.T
     return gram
+
+
+def first_minimum(score: torch.Tensor, scale: float) -> int:
+    """The lowest index whose score is within TIE_RTOL * ``scale`` of the minimum."""
+    return int(torch.nonzero(score <= score.min() + TIE_RTOL * scale)[0])
 
 
 def herd_order(z: torch.Tensor, k: int, block: int | None = None, device: torch.device | None = None) -> list[int]:
     """BHerd Algorithm 2: centre z (tau x d) by its mean, then k times pick argmin_{j not chosen} ||s + z_j|| and add
     it to s. With G the Gram matrix of the centred z, ||s + z_j||^2 = ||s||^2 + 2 (s . z_j) + G_jj, and s . z_j is
-    the running sum of G's chosen rows. Ties go to the lowest index."""
-    gram = centred_gram(z, z.mean(dim=0), block, device)
+    the running sum of G's chosen rows. Ties (within TIE_RTOL of the largest G_jj) go to the lowest index."""
+    gram = centred_gram(z, z.double().mean(dim=0), block, device)
     diag = torch.diagonal(gram)
+    scale = float(diag.max()) if len(diag) else 0.0
     s_dot = torch.zeros_like(diag)
     taken = torch.zeros(len(diag), dtype=torch.bool, device=gram.device)
     order = []
     for _ in range(k):
-        score = (2 * s_dot + diag).masked_fill(taken, math.inf)
-        j = int(torch.argmin(score))
+        j = first_minimum((2 * s_dot + diag).masked_fill(taken, math.inf), scale)
         order.append(j)
         taken[j] = True
         s_dot += gram[j]
@@ -89,25 +103,29 @@ class Herd:
     def __init__(self, alpha: float, local_epochs: float, block: int | None = None):
         self.alpha, self.epochs, self.block = float(alpha), float(local_epochs), block
 
-    def order(self, z: torch.Tensor, client: int, k: int, device: torch.device) -> list[int]:
+    def order(self, z: torch.Tensor, client: int, rnd: int, k: int, device: torch.device) -> list[int]:
         return herd_order(z, k, self.block, device)
 
-    def __call__(self, updates, steps, plans, uploads, lr):
-        """(updates to send, uploads, diagnostics): ``g`` (K, d) the selected sums g_i of eq. 5 and ``distance``
-        (K,) = ||g_i / (alpha tau_i) - mu_i|| (Fig. 6). The steps may live in host memory (see the module doc);
-        what is sent is on the updates' device."""
-        scale = self.epochs / self.alpha
-        out, sums, distances, counts = [], [], [], []
+    def __call__(self, updates, steps, plans, uploads, ctx):
+        """(updates to send, uploads, diagnostics): ``g`` (K, d) the selected sums g_i of eq. 5, ``distance``
+        (K,) = ||g_i / (alpha tau_i) - mu_i|| (Fig. 6) and ``residual`` (K,) = ||g_i / alpha - sum_l z_l|| /
+        ||sum_l z_l||: how far the step the client asks for is from FedAvg's (0 when every step is selected). The
+        steps may live in host memory (see the module doc); what is sent is on the updates' device."""
+        scale, lr = self.epochs / self.alpha, ctx.lr
+        out, sums, distances, residuals, counts = [], [], [], [], []
         for update, z, plan in zip(updates, steps, plans):
             k = num_selected(self.alpha, plan.tau)
-            g = z[self.order(z, plan.id, k, update.device)[:k]].sum(dim=0).to(update.device)
+            g = z[self.order(z, plan.id, ctx.round, k, update.device)[:k]].sum(dim=0).to(update.device)
+            total = z.sum(dim=0).to(update.device)
             sums.append(g)
-            distances.append(torch.linalg.vector_norm(g / k - z.mean(dim=0).to(update.device)))
+            distances.append(torch.linalg.vector_norm(g / k - total / len(z)))
+            residuals.append(torch.linalg.vector_norm(g / self.alpha - total) / torch.linalg.vector_norm(total))
             counts.append(k)
             out.append(update * scale if k == plan.tau else -lr * scale * g)
         if "a" in uploads:
             uploads = {**uploads, "a": torch.tensor(counts, dtype=uploads["a"].dtype, device=uploads["a"].device)}
-        return torch.stack(out), uploads, {"g": torch.stack(sums), "distance": torch.stack(distances)}
+        return torch.stack(out), uploads, {"g": torch.stack(sums), "distance": torch.stack(distances),
+                                           "residual": torch.stack(residuals)}
 
 
 class GraB(Herd):
@@ -121,7 +139,25 @@ class GraB(Herd):
         super().__init__(alpha, local_epochs, block)
         self.stale_means: dict[int, torch.Tensor] = {}
 
-    def order(self, z, client, k, device):
+    def order(self, z, client, rnd, k, device):
         order = grab_order(z, self.stale_means.get(client, torch.zeros_like(z[0])), self.block, device)
         self.stale_means[client] = z.mean(dim=0)
         return order
+
+
+class RandomSubset(Herd):
+    """The control for BHerd's selection: the same eqs. 5-6 (alpha*tau_i steps summed, server step eta E / alpha)
+    with the steps drawn uniformly at random, without replacement, from (seed, round, client). What BHerd gains over
+    it is what herding's choice adds; what both lose to FedAvg is the cost of sending a subset of the steps."""
+
+    name = "random"
+
+    def __init__(self, alpha: float, local_epochs: float, seed: int, block: int | None = None):
+        super().__init__(alpha, local_epochs, block)
+        self.seed = int(seed)
+
+    def order(self, z, client, rnd, k, device):
+        return np.random.default_rng([self.seed, _RANDOM_SUBSET, rnd, client]).permutation(len(z)).tolist()
+
+
+_RANDOM_SUBSET = 0x5E1EC7

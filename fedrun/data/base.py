@@ -6,14 +6,14 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-from ..errors import IntegrityError, DataMissingError
+from ..errors import ConfigError, IntegrityError, DataMissingError
 
 INPUT_KINDS = ("image", "vector", "tokens", "sequence")
 
@@ -55,6 +55,17 @@ class FedDataset:
         if self.sequence_targets:
             return np.zeros(len(self.y_train), dtype=np.int64), 1
         return self.y_train.cpu().numpy(), self.num_classes
+
+    def test_subset(self, size: int, seed: int) -> "FedDataset":
+        """The dataset with its test set cut to ``size`` samples drawn without replacement from the run's seed,
+        in their original order (BHerd's Table II counts accuracy on about 2,500 test samples; NOTES.md)."""
+        if not 1 <= size <= len(self.y_test):
+            raise ConfigError([f"eval.test_subset={size}: must be in [1, {len(self.y_test)}] (the test set of "
+                               f"{self.name}). Fix: eval.test_subset=2500, or null for the whole test set"])
+        keep = np.sort(np.random.default_rng([seed, 0x7E57]).choice(len(self.y_test), size, replace=False))
+        ix = torch.as_tensor(keep, device=self.y_test.device)
+        users = None if self.test_users is None else self.test_users[keep]
+        return replace(self, x_test=self.x_test[ix], y_test=self.y_test[ix], test_users=users)
 
     @property
     def input_shape(self) -> tuple[int, ...]:

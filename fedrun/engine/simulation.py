@@ -91,20 +91,25 @@ class Simulation:
         self.device = resolve_device(cfg.hardware.device)
         self.dtype = getattr(torch, cfg.hardware.get("dtype", "float32"))
         self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
+        if cfg.eval.get("test_subset") is not None:
+            self.data = self.data.test_subset(int(cfg.eval.test_subset), cfg.seed)
         self.labels, self.label_classes = self.data.class_labels()
         self.train_inputs = training_inputs(self.data, cfg.data, cfg.seed)
         self.algo = build_algorithm(cfg.algo)
-        partition = make_partition(cfg.partition, self.labels, self.data.train_users, cfg.fl.num_clients, cfg.seed)
-        if self.algo.pooled:  # centralized SGD: one client holding every training sample
-            partition = Partition([np.arange(len(self.labels))], f"pooled (centralized; {partition.layout} ignored)")
-        self.partition = partition
-        self.num_clients = len(partition.indices)
 
         torch.manual_seed(cfg.seed)
         kind = get_spec(cfg.data.name).meta(cfg.data)[0]
         module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
         self.model = FunctionalModel(module.to(self.device, self.dtype), objective)
         self.params, self.buffers = self.model.init_params(), self.model.init_buffers()
+
+        task = objective.task_class(self.labels) if objective.task_class is not None else None
+        partition = make_partition(cfg.partition, self.labels, self.data.train_users, cfg.fl.num_clients, cfg.seed,
+                                   task)
+        if self.algo.pooled:  # centralized SGD: one client holding every training sample
+            partition = Partition([np.arange(len(self.labels))], f"pooled (centralized; {partition.layout} ignored)")
+        self.partition = partition
+        self.num_clients = len(partition.indices)
         refuse_single_sample_batches(self.model, self.params, self.buffers, self.data.x_train, partition,
                                      cfg.model.name)
         self.server_state = self.algo.server_opt.init(self.params)
@@ -275,7 +280,7 @@ class Simulation:
         else:
             sizes = torch.tensor([p.num_samples for p in plans], dtype=torch.float64)
         weights = (sizes / sizes.sum()).to(device=self.device, dtype=self.params.dtype)
-        updates, uploads, selection = algo.selector(result.updates, result.steps, plans, result.uploads, ctx.lr)
+        updates, uploads, selection = algo.selector(result.updates, result.steps, plans, result.uploads, ctx)
         clients = [p.id for p in plans]
         sent = updates  # what the schedule sees (GIFT uses nothing else)
         diagnostics = {}
@@ -494,13 +499,15 @@ def simulated_times(taus: list[int], train_s: float, last_report: float, model_b
 
 def selection_diagnostics(selection: dict, plans: list[ClientPlan], weights: torch.Tensor) -> dict[str, float]:
     """BHerd's Figs. 5b and 6: mean and variance of the entries of the aggregated selected gradient sum_i p_i g_i,
-    and each client's ||g_i / (alpha tau_i) - mu_i|| (mean, max, and per client id when there are few clients)."""
+    each client's ||g_i / (alpha tau_i) - mu_i|| (mean, max, and per client id when there are few clients), and
+    ``herd_residual``, the p_i-weighted distance of the clients' steps from FedAvg's relative to FedAvg's."""
     if not selection:
         return {}
     g = weights.to(selection["g"].dtype) @ selection["g"]
     dist = selection["distance"]
     out = {"agg_grad_mean": float(g.mean()), "agg_grad_var": float(g.var()),
-           "herd_dist_mean": float(dist.mean()), "herd_dist_max": float(dist.max())}
+           "herd_dist_mean": float(dist.mean()), "herd_dist_max": float(dist.max()),
+           "herd_residual": float(weights.to(selection["residual"].dtype) @ selection["residual"])}
     if len(plans) <= 20:
         out |= {f"herd_dist_c{p.id}": float(d) for p, d in zip(plans, dist)}
     out["steps_mb"] = selection["steps_bytes"] / 2**20  # memory of the stored step gradients
