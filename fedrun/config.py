@@ -68,6 +68,9 @@ def validate(cfg) -> None:
     every = diag.get("similarity_every", 0)
     need(_is_int(every) and every >= 0, "diagnostics.similarity_every", every, "must be an integer >= 0",
          "diagnostics.similarity_every=10")
+    track = diag.get("track_params", 0)
+    need(_is_int(track) and track >= 0, "diagnostics.track_params", track, "must be an integer >= 0 (coordinates)",
+         "diagnostics.track_params=2")
 
     ev = cfg.eval
     need(_is_int(ev.every) and ev.every >= 1, "eval.every", ev.every, "must be an integer >= 1", "eval.every=1")

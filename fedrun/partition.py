@@ -135,8 +135,9 @@ def bherd_case2(labels: np.ndarray, n: int, rng: np.random.Generator, label_deal
     Case 4, JSAC 2019, the prototype BHerd builds on: digits 0-4 IID over clients 1-3, digits 5-9 by label).
     ``label_deal`` says how the second half's labels are dealt: ``blocks`` (contiguous label ranges),
     ``round_robin``, or ``task``: by the label the model predicts (``task_labels``, e.g. even/odd for the SVM), so
-    with two such clients one holds every even digit and the other every odd one. When there are more clients than
-    task labels, the clients take the task labels in turn and share a label's samples evenly."""
+    with two such clients one holds every even digit and the other every odd one. With more task labels than
+    clients they are dealt round robin; with more clients than task labels, the clients take the task labels in
+    turn and share a label's samples evenly."""
     n_iid = math.ceil(n / 2)
     if n == n_iid:
         return iid(labels, n, rng)
@@ -154,7 +155,8 @@ def bherd_case2(labels: np.ndarray, n: int, rng: np.random.Generator, label_deal
     if label_deal == "task":
         task = labels if task_labels is None else task_labels
         kinds = np.unique(task[second])
-        owners = [[j for j in range(m) if j % len(kinds) == t] for t in range(len(kinds))]
+        owners = [[j for j in range(m) if j % len(kinds) == t] if len(kinds) < m else [t % m]
+                  for t in range(len(kinds))]
         parts: list[list[np.ndarray]] = [[] for _ in range(m)]
         for t, kind in enumerate(kinds):
             for j, chunk in zip(owners[t], np.array_split(second[task[second] == kind], len(owners[t]))):

@@ -46,6 +46,71 @@ def test_alpha_tau_rounds_half_up_and_keeps_at_least_one(alpha, tau, k):
     assert num_selected(alpha, tau) == k
 
 
+def test_exact_ties_go_to_the_lowest_index_however_rounding_falls():
+    # two steps: their centred gradients are opposite, so the first pick is an exact tie, whatever the values
+    for seed in range(20):
+        z = torch.randn(2, 300, generator=torch.Generator().manual_seed(seed)) * 10 ** (seed % 5 - 2)
+        assert herd_order(z, 1) == [0]
+    # the identity: every centred row has the same norm, and every next pick ties among the rest. Algorithm 2 in
+    # exact rational arithmetic takes them in index order; in floating point the direct loop does not
+    eye = torch.eye(6)
+    assert herd_order(eye, 6) == exact_algorithm2([[int(i == j) for j in range(6)] for i in range(6)], 6)
+    assert herd_order(eye, 6) == [0, 1, 2, 3, 4, 5]
+    two = torch.tensor([[3.0, -1.0], [1.0, 2.0]])
+    assert herd_order(two, 1) == exact_algorithm2([[3, -1], [1, 2]], 1) == [0]
+
+
+def exact_algorithm2(rows: list[list[int]], k: int) -> list[int]:
+    """Algorithm 2 on integer rows in exact rational arithmetic: ties are true ties, taken at the lowest index."""
+    from fractions import Fraction
+
+    tau, d = len(rows), len(rows[0])
+    mean = [Fraction(sum(r[i] for r in rows), tau) for i in range(d)]
+    c = [[Fraction(r[i]) - mean[i] for i in range(d)] for r in rows]
+    s, remaining, order = [Fraction(0)] * d, list(range(tau)), []
+    for _ in range(k):
+        norms = [sum((s[i] + c[j][i]) ** 2 for i in range(d)) for j in remaining]
+        j = remaining[norms.index(min(norms))]
+        order.append(j)
+        remaining.remove(j)
+        s = [s[i] + c[j][i] for i in range(d)]
+    return order
+
+
+def test_near_ties_beyond_the_tolerance_pick_the_true_minimum():
+    # rows 0 and 1 are equally far from the mean but for 1e-6 of row 0's squared norm: far beyond the tolerance
+    z = torch.tensor([[1.0 + 1e-6, 0.0], [0.0, -1.0], [-1.0 - 1e-6, 1.0]], dtype=torch.float64)
+    c = z - z.mean(0)
+    assert herd_order(z, 1) == [int(torch.argmin((c * c).sum(1)))] == direct_algorithm2(z.numpy(), 1)
+
+
+def test_the_random_control_sends_a_seeded_uniform_subset_scaled_as_bherd(cfg_factory):
+    common = ["data=digits", "model=logreg", "algo=bherd", "algo/selector=random", "fl.clients_per_round=3",
+              "fl.batch_size=16", "hardware.executor=loop"]
+    sim = Simulation(cfg_factory(*common))
+    assert sim.algo.selector.name == "random" and sim.cfg.fl.reshuffle is False
+    orders = {r: sim.algo.selector.order(torch.zeros(20, 3), 4, r, 10, "cpu") for r in (1, 2)}
+    assert sorted(orders[1]) == list(range(20)) and orders[1] != orders[2], "a fresh permutation every round"
+    assert orders[1] == Simulation(cfg_factory(*common)).algo.selector.order(torch.zeros(20, 3), 4, 1, 10, "cpu")
+    w0 = sim.params.clone()
+    out = sim.run_round(1)
+    expected = torch.zeros_like(w0)
+    for plan, p in zip(out.plans, out.weights):
+        w, steps = w0.clone(), []
+        for batch in plan.batches:
+            _, g = sim.model.loss_and_grad(w, {}, sim.data.x_train[batch], sim.data.y_train[batch])
+            steps.append(g)
+            w = w - sim.cfg.fl.lr * g
+        z = torch.stack(steps)
+        k = num_selected(0.5, plan.tau)
+        expected += p * z[sim.algo.selector.order(z, plan.id, 1, k, "cpu")[:k]].sum(0)
+    torch.testing.assert_close(sim.params, w0 - sim.cfg.fl.lr * 2.0 * expected, rtol=1e-5, atol=1e-6)
+    # the residual: how far each client's asked-for step is from FedAvg's, 0 when every step is selected
+    assert out.diagnostics["herd_residual"] > 0
+    full = Simulation(cfg_factory(*common, "algo.selector.alpha=1.0")).run_round(1)
+    assert full.diagnostics["herd_residual"] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_one_selected_step_is_the_one_closest_to_the_mean():
     z = np.random.default_rng(3).normal(size=(15, 4))
     closest = int(np.argmin(np.linalg.norm(z - z.mean(axis=0), axis=1)))

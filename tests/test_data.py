@@ -19,7 +19,7 @@ from fedrun.data.fixtures import (write_cifar, write_imdb, write_leaf, write_spe
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.data.text import build_vocabulary, encode, words
-from fedrun.errors import DataMissingError
+from fedrun.errors import ConfigError, DataMissingError
 
 EMPTY = OmegaConf.create({"download": False})
 
@@ -544,3 +544,18 @@ def test_cache_built_by_two_jobs_at_once_is_written_by_both(tmp_path, monkeypatc
     assert not errors and len(results) == 2
     assert np.array_equal(load_or_build(path, lambda: pytest.fail("rebuilt"))["a"], np.arange(3))
     assert [p.name for p in path.parent.iterdir()] == ["x.npz"]  # no temporary file left behind
+
+
+def test_a_test_subset_is_seeded_fixed_and_of_the_asked_size(cfg_factory):
+    from fedrun.engine.simulation import Simulation
+
+    full = DATASETS["digits"].load(None, EMPTY)
+    a, b = full.test_subset(100, seed=3), full.test_subset(100, seed=3)
+    assert len(a.y_test) == 100 and torch.equal(a.x_test, b.x_test) and torch.equal(a.y_train, full.y_train)
+    assert not torch.equal(full.test_subset(100, seed=4).x_test, a.x_test)
+    rows = {tuple(r.flatten().tolist()) for r in full.x_test}
+    assert all(tuple(r.flatten().tolist()) in rows for r in a.x_test), "drawn from the test set"
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "eval.test_subset=100", "seed=3"))
+    assert torch.equal(sim.data.y_test, a.y_test), "the run scores on the seeded subset"
+    with pytest.raises(ConfigError, match="eval.test_subset=10000"):
+        full.test_subset(10_000, seed=0)

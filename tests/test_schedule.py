@@ -279,3 +279,72 @@ def test_the_kws_lstm_presets_run_on_a_speech_commands_fixture(tmp_path, cfg_fac
     assert (summary["model"], summary["data"], summary["status"]) == ("lstm", "speech_commands", "finished")
     assert cfg_factory("experiment=gift_fig6_lstm_kws").timing.budget_s == 7200
     assert cfg_factory("experiment=gift_fig7_lstm_kws").algo.schedule.tau0 == 10
+
+
+def test_fixed_schedule_switches_tau_from_its_round_on(cfg_factory):
+    from fedrun.engine.simulation import Simulation
+
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=2", "fl.clients_per_round=2",
+                                 "algo.schedule.tau=5", "algo.schedule.switch_round=3", "algo.schedule.switch_tau=1"))
+    taus = [sim.run_round(r).plans[0].tau for r in (1, 2, 3, 4)]
+    assert taus == [5, 5, 1, 1]
+    assert FixedSchedule(tau=5).observe(feedback()) == {}, "no switch: nothing to log"
+
+
+def test_gift_logs_the_round_consistency_beside_the_smoothed_one():
+    gift = GIFT(beta=0.9)
+    first = gift.observe(feedback(torch.tensor([[1.0, -2.0], [-1.0, 2.1]])))
+    assert first["gift_C"] == pytest.approx(first["gift_C_round"]), "one round: the EMA's ratio is the round's"
+    second = gift.observe(feedback(torch.tensor([[1.0, 1.0], [2.0, 1.0]])))
+    assert second["gift_C_round"] == pytest.approx(1.0) and second["gift_C"] < 1.0
+
+
+def test_two_gaussian_points_are_balanced_and_placed_as_configured():
+    from fedrun.data.synthetic import two_gaussians
+
+    a = two_gaussians(num_train=50_000, num_test=10_000, dim=2, separation=3.0, center=4.0, spreads=(1.0, 2.0))
+    assert a["x_train"].shape == (50_000, 2) and a["x_test"].shape == (10_000, 2)
+    assert np.bincount(a["y_train"]).tolist() == [25_000, 25_000] and np.bincount(a["y_test"]).tolist() == [5000] * 2
+    e = np.full(2, 1 / np.sqrt(2))
+    for c, (offset, spread) in enumerate(((5.5, 1.0), (2.5, 2.0))):
+        x = a["x_train"][a["y_train"] == c]
+        np.testing.assert_allclose(x.mean(0), offset * e, atol=0.05)
+        np.testing.assert_allclose(x.std(0), spread, rtol=0.02)
+    # separable as described: the Bayes rule of the two Gaussians is quadratic; the best threshold along the
+    # diagonal (what a linear SVM can do) leaves the overlap of N(5.5, 1) and N(2.5, 2): about 84% correct
+    proj = a["x_test"] @ e
+    accs = [np.mean((proj >= t) == (a["y_test"] == 0)) for t in np.linspace(2, 6, 401)]
+    assert 0.82 < max(accs) < 0.87
+    again = two_gaussians(num_train=50_000, num_test=10_000)
+    assert np.array_equal(again["x_train"], a["x_train"]), "generated from its seed"
+
+
+def test_track_params_logs_the_global_value_and_each_clients_update_there(tmp_path, cfg_factory):
+    run_experiment(cfg_factory("experiment=gift_fig3a_svm", "data.num_train=2000", "data.num_test=400",
+                               "fl.rounds=3", "algo.schedule.tau=20", "algo.schedule.switch_round=3",
+                               "eval.every=1"), tmp_path / "run")
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["tau"]) for r in rows] == [20, 20, 1]
+    for prev, row in zip([None, *rows], rows):
+        for j in range(3):  # w_1, w_2, b of the 2-d SVM: every parameter tracked
+            before = 0.0 if prev is None else float(prev[f"param_{j}"])
+            mean_update = (float(row[f"update_c0_{j}"]) + float(row[f"update_c1_{j}"])) / 2  # equal-sized clients
+            assert float(row[f"param_{j}"]) == pytest.approx(before + mean_update, abs=1e-6)
+    assert float(rows[0]["update_c0_2"]) * float(rows[0]["update_c1_2"]) < 0, "one class each: intercepts pulled apart"
+
+
+def test_gift_figure_presets_run_two_rounds_from_the_cli(tmp_path, cfg_factory):
+    from conftest import run_cli
+
+    for preset, extra in (("gift_fig3a_svm", ["algo.schedule.tau=5"]),
+                          ("gift_fig3b_lenet5_mnist", ["algo.schedule.tau=2", "eval.test_subset=500"])):
+        run_dir = tmp_path / preset
+        run_cli(f"experiment={preset}", *extra, "fl.rounds=2", "eval.every=1", "progress=false",
+                f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        with open(run_dir / "metrics.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert [int(r["num_clients"]) for r in rows] == [2, 2]
+        assert any(k.startswith("param_") for k in rows[0]) and any(k.startswith("update_c1_") for k in rows[0])
+    fig3b = cfg_factory("experiment=gift_fig3b_lenet5_mnist")
+    assert (fig3b.partition.classes_per_client, fig3b.fl.num_clients, fig3b.algo.schedule.tau) == (5, 2, 500)

@@ -109,7 +109,8 @@ class GIFT:
         self.negative = self.beta * self.negative + (1 - self.beta) * neg
         c = gradient_consistency(self.positive, self.negative)
         self.advance(c)
-        return {"gift_C": c, "next_tau": float(self.tau)}
+        # gift_C_round: this round's updates alone, without the EMA (what the smoothing smooths)
+        return {"gift_C": c, "gift_C_round": gradient_consistency(pos, neg), "next_tau": float(self.tau)}
 
     def advance(self, c: float) -> int:
         """The tau rule on this round's C_r (the halving and relaxation counters); returns the next round's tau."""

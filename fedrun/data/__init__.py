@@ -14,7 +14,8 @@ from .base import DatasetSpec, FedDataset, default_root, resolve_root
 DATASETS: dict[str, DatasetSpec] = {
     s.name: s
     for s in (mnist.SPEC, fashion_mnist.SPEC, cifar.CIFAR10, cifar.CIFAR100, digits.SPEC, imdb.SPEC,
-              speech_commands.SPEC, synthetic.LEAF, synthetic.FEDPROX, tiny_imagenet.SPEC, twitter.SPEC,
+              speech_commands.SPEC, synthetic.LEAF, synthetic.FEDPROX, synthetic.TWO_GAUSSIANS,
+              tiny_imagenet.SPEC, twitter.SPEC,
               shakespeare_plays.SPEC,
               *leaf.SPECS.values(), hog_spec(mnist.SPEC, 28, 28, "004 Sec. V-A"),
               hog_spec(cifar.CIFAR10, 32, 32, "004 Sec. V-A"))

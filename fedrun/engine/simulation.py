@@ -127,6 +127,9 @@ class Simulation:
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.buffers)
         self.step_store = self._step_store() if self.algo.selector.records_steps else None
         self.sim_time = 0.0  # simulated seconds so far (timing=simulated)
+        track = int((cfg.get("diagnostics") or {}).get("track_params", 0))
+        self.tracked = np.sort(np.random.default_rng([cfg.seed, 0x7AC4ED]).choice(
+            self.model.dim, min(track, self.model.dim), replace=False)) if track else None
 
     def _step_store(self) -> torch.device:
         """Where a selector (BHerd, GraB) keeps the round's step gradients (``hardware.step_store``): on the compute
@@ -318,6 +321,8 @@ class Simulation:
         if result.steps is not None:
             selection["steps_bytes"] = sum(nbytes(z) for z in result.steps)
         diagnostics |= selection_diagnostics(selection, plans, weights)
+        if self.tracked is not None:
+            diagnostics |= tracked_values(self.tracked, self.params, sent, plans)
         return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity)
 
     def run_bank_round(self, rnd: int) -> RoundOutput:
@@ -511,6 +516,16 @@ def selection_diagnostics(selection: dict, plans: list[ClientPlan], weights: tor
     if len(plans) <= 20:
         out |= {f"herd_dist_c{p.id}": float(d) for p, d in zip(plans, dist)}
     out["steps_mb"] = selection["steps_bytes"] / 2**20  # memory of the stored step gradients
+    return out
+
+
+def tracked_values(coords: np.ndarray, params: torch.Tensor, updates: torch.Tensor, plans: list[ClientPlan]
+                   ) -> dict[str, float]:
+    """GIFT Figs. 3-4: the global model's value at each tracked coordinate j after the round (``param_j``) and, for
+    up to 20 clients, the update each sent there (``update_c<id>_j``: w_i - w_t, GIFT's accumulated "gradient")."""
+    out = {f"param_{j}": float(params[j]) for j in coords}
+    if len(plans) <= 20:
+        out |= {f"update_c{p.id}_{j}": float(u[j]) for p, u in zip(plans, updates) for j in coords}
     return out
 
 
