@@ -218,7 +218,7 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     record = device if "herd" in addons else None
     weights = torch.full((len(plans),), 1.0 / len(plans), device=device)
     clients = [p.id for p in plans]
-    run = {"herd": lambda r: Herd(alpha=0.5, local_epochs=1.0)(r.updates, r.steps, plans, r.uploads, ctx.lr),
+    run = {"herd": lambda r: Herd(alpha=0.5, local_epochs=1.0)(r.updates, r.steps, plans, r.uploads, ctx),
            "fedgh": lambda r: FedGH(0)(r.updates, weights, clients, 1),
            "dgt": lambda r: DGT(0.5)(r.updates, weights, clients, 1),
            "gift": lambda r: (gift.observe(RoundFeedback(r.updates, lambda: r.updates, ctx.params, ctx.params,

@@ -110,7 +110,13 @@ class AugmentedImages:
 def minibatch(inputs, idx: torch.Tensor, step: int) -> torch.Tensor:
     """What local step ``step`` trains on: ``inputs[idx]``, augmented when the inputs are :class:`AugmentedImages`.
     Every executor gathers through here, so augmentation never depends on how clients are batched."""
-    return inputs.gather(idx, step) if isinstance(inputs, AugmentedImages) else inputs[idx]
+    return inputs.gather(idx, step) if isinstance(inputs, AugmentedImages) else rows(inputs, idx)
+
+
+def rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``t[idx]`` for an integer index tensor of any shape, through index_select (several times faster than
+    advanced indexing on the CPU for a step's minibatch; the same values)."""
+    return t.index_select(0, idx.reshape(-1)).view(*idx.shape, *t.shape[1:])
 
 
 MASK32 = 0xFFFFFFFF

@@ -23,7 +23,7 @@ from torch import nn
 from torch.func import vmap
 
 from ..algorithms.base import ClientContext, LocalRule, State
-from ..data.augment import minibatch
+from ..data.augment import minibatch, rows
 from ..errors import ConfigError
 from ..functional import FunctionalModel
 from . import tree
@@ -68,7 +68,7 @@ class LoopExecutor:
             loss_sum = torch.zeros((), device=x.device, dtype=ctx.params.dtype)
             steps = []
             for t, batch in enumerate(plan.batches):
-                state, loss = rule.client_step(model, ctx, state, minibatch(x, batch, t), y[batch])
+                state, loss = rule.client_step(model, ctx, state, minibatch(x, batch, t), rows(y, batch))
                 loss_sum = loss_sum + loss.detach()
                 if record is not None:
                     steps.append(state["direction"].to(record, non_blocking=True))
@@ -137,12 +137,12 @@ class VmapExecutor:
             k = sum(tau > t for tau in taus)  # active clients: a prefix of the stack
             if self.compile:  # the whole stack steps; clients k .. k_before - 1 have just finished
                 tree.copy_rows(finished, stacked, k, k_before)
-                new, loss = step(ctx, stacked, minibatch(x, batches[:, t], t), y[batches[:, t]])
+                new, loss = step(ctx, stacked, minibatch(x, batches[:, t], t), rows(y, batches[:, t]))
                 stacked = new
             else:
                 idx = batches[:k, t]
                 active = stacked if k == k_all else tree.tree_map(lambda a: a[:k], stacked)
-                new, loss = step(ctx, active, minibatch(x, idx, t), y[idx])
+                new, loss = step(ctx, active, minibatch(x, idx, t), rows(y, idx))
                 if k == k_all:
                     stacked = new
                 else:
