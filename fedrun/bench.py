@@ -219,8 +219,8 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     weights = torch.full((len(plans),), 1.0 / len(plans), device=device)
     clients = [p.id for p in plans]
     run = {"herd": lambda r: Herd(alpha=0.5, local_epochs=1.0)(r.updates, r.steps, plans, r.uploads, ctx),
-           "fedgh": lambda r: FedGH(0)(r.updates, weights, clients, 1),
-           "dgt": lambda r: DGT(0.5)(r.updates, weights, clients, 1),
+           "fedgh": lambda r: FedGH(0)(r.updates, weights, clients, 1)[0],
+           "dgt": lambda r: DGT(0.5)(r.updates, weights, clients, 1)[0],
            "gift": lambda r: (gift.observe(RoundFeedback(r.updates, lambda: r.updates, ctx.params, ctx.params,
                                                          weights, None, ctx.lr, ctx.lr)),
                               simulated_times([p.tau for p in plans], 1.0, 0.5, 4 * len(ctx.params), {}))}

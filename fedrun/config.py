@@ -10,6 +10,7 @@ import numbers
 import torch
 
 from .algorithms import check_parts
+from .algorithms.harmonize import DGT_MODES
 from .data import DATASETS
 from .data.augment import AUGMENTS, POLICIES
 from .data.base import NORMALIZATIONS
@@ -149,6 +150,13 @@ def validate(cfg) -> None:
             problems.append(f"{why}. Fix: choose a model that fits (model=...)")
 
     problems += [f"{msg}. Fix: pick a listed part" for msg in check_parts(cfg.algo)]
+    harmonizer = cfg.algo.get("harmonizer") or {}
+    if harmonizer.get("name") == "dgt":
+        need(harmonizer.get("mode", "calibrate") in DGT_MODES, "algo.harmonizer.mode", harmonizer.get("mode"),
+             f"must be one of {DGT_MODES} (norm_only: the base's updates at DGT's aggregate length, the control)",
+             "algo.harmonizer.mode=calibrate")
+        need(_is_num(harmonizer.get("momentum")) and 0 <= harmonizer.get("momentum") < 1, "algo.harmonizer.momentum",
+             harmonizer.get("momentum"), "must be in [0, 1) (eq. 8's a)", "algo.harmonizer.momentum=0.5")
     selector = cfg.algo.get("selector") or {}
     if selector.get("name") in ("herd", "grab", "random"):
         need(_is_num(selector.get("alpha")) and 0 < selector.get("alpha") <= 1, "algo.selector.alpha",

@@ -41,7 +41,7 @@ SELECTORS = {
 HARMONIZERS = {
     "none": lambda c: NoHarmonizer(),
     "fedgh": lambda c: FedGH(c.get("seed", 0)),
-    "dgt": lambda c: DGT(c.get("momentum", 0.5)),
+    "dgt": lambda c: DGT(c.get("momentum", 0.5), c.get("mode", "calibrate")),
 }
 AGGREGATORS = {
     "mean": lambda c: WeightedMean(c.get("weighting", "samples")),

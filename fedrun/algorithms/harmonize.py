@@ -1,4 +1,5 @@
-"""Server-side harmonisers: they act on the round's stacked client updates (K, d) before aggregation.
+"""Server-side harmonisers: they act on the round's stacked client updates (K, d) before aggregation and return
+(harmonised updates, diagnostics for metrics.csv).
 
 Both work on the Gram matrix G = U U^T of the round's updates (one K x d by d x K product) and express each
 harmonised update as a combination of the original ones, so the d-dimensional work is two matrix products however
@@ -50,14 +51,15 @@ class FedGH:
     def __init__(self, seed: int = 0):
         self.seed = seed
 
-    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int) -> torch.Tensor:
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
+                 ) -> tuple[torch.Tensor, dict[str, float]]:
         gram = (updates @ updates.T).double()
         orders = []
         for k, client in enumerate(clients):
             others = [j for j in range(len(clients)) if j != k]
             rng = np.random.default_rng([self.seed, 0xF6, rnd, client])
             orders.append([others[i] for i in rng.permutation(len(others))])
-        return fedgh_coefficients(gram, orders).to(updates.dtype) @ updates
+        return fedgh_coefficients(gram, orders).to(updates.dtype) @ updates, {}
 
 
 def dgt_coefficients(gram: torch.Tensor, baselines: torch.Tensor, momentum: float
@@ -88,20 +90,38 @@ def dgt_coefficients(gram: torch.Tensor, baselines: torch.Tensor, momentum: floa
 
 class DGT:
     """DGT: rotates each update toward the pre-aggregated update of the others when its similarity fell below the
-    client's running baseline; baselines persist across the rounds a client sits out (start at 0)."""
+    client's running baseline; baselines persist across the rounds a client sits out (start at 0).
+
+    Calibrating adds a component along POP_k, which also changes the length of the aggregate. ``dgt_norm_ratio``
+    (logged every round) is ||sum_k p_k g_k'|| / ||sum_k p_k g_k||. ``mode=norm_only`` is the control that separates
+    the two effects: the same calibration is computed (baselines included), but the clients' own updates are sent,
+    each scaled by that round's ratio, so the server takes the base algorithm's direction with DGT's step length."""
 
     name = "dgt"
 
-    def __init__(self, momentum: float = 0.5):
-        self.momentum = float(momentum)
+    def __init__(self, momentum: float = 0.5, mode: str = "calibrate"):
+        if mode not in DGT_MODES:
+            raise ValueError(f"algo.harmonizer.mode={mode!r}: must be one of {DGT_MODES}")
+        self.momentum, self.mode = float(momentum), mode
         self.baselines: dict[int, float] = {}
 
-    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int) -> torch.Tensor:
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
+                 ) -> tuple[torch.Tensor, dict[str, float]]:
         gram = (updates @ updates.T).double()
         base = torch.tensor([self.baselines.get(c, 0.0) for c in clients], dtype=gram.dtype, device=gram.device)
-        coef, _, new = dgt_coefficients(gram, base, self.momentum)
+        coef, phi, new = dgt_coefficients(gram, base, self.momentum)
         self.baselines.update({c: float(v) for c, v in zip(clients, new)})
-        return coef.to(updates.dtype) @ updates
+        p = weights.to(gram.dtype)
+        mixed = p @ coef  # the aggregate of the calibrated updates is (p A) U
+        plain_sq, calibrated_sq = p @ gram @ p, mixed @ gram @ mixed
+        ratio = float((calibrated_sq / plain_sq).clamp_min(0).sqrt()) if plain_sq > 0 else 1.0
+        info = {"dgt_norm_ratio": ratio, "dgt_calibrated": float((coef.diagonal() != coef.sum(1)).double().mean())}
+        if self.mode == "norm_only":
+            return updates * ratio, info
+        return coef.to(updates.dtype) @ updates, info
+
+
+DGT_MODES = ("calibrate", "norm_only")
 
 
 def conflict_statistics(updates: torch.Tensor) -> dict[str, float]:
@@ -128,4 +148,4 @@ def cosine_matrix(updates: torch.Tensor) -> np.ndarray:
     return (gram / (norms[:, None] * norms[None, :]).clamp_min(1e-12)).cpu().numpy()
 
 
-__all__ = ["DGT", "FedGH", "conflict_statistics", "cosine_matrix", "dgt_coefficients", "fedgh_coefficients"]
+__all__ = ["DGT", "DGT_MODES", "FedGH", "conflict_statistics", "cosine_matrix", "dgt_coefficients", "fedgh_coefficients"]

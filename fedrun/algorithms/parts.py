@@ -21,5 +21,6 @@ class NoHarmonizer:
 
     name = "none"
 
-    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int) -> torch.Tensor:
-        return updates
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
+                 ) -> tuple[torch.Tensor, dict[str, float]]:
+        return updates, {}

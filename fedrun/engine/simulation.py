@@ -290,7 +290,8 @@ class Simulation:
         conflicts = bool(self.cfg.get("diagnostics", {}).get("conflicts", False))
         if conflicts:
             diagnostics |= {f"pre_{k}": v for k, v in conflict_statistics(updates).items()}
-        harmonized = algo.harmonizer(updates, weights, clients, rnd)
+        harmonized, info = algo.harmonizer(updates, weights, clients, rnd)
+        diagnostics |= info
         if conflicts and algo.harmonizer.name != "none":
             diagnostics |= {f"post_{k}": v for k, v in conflict_statistics(harmonized).items()}
         similarity = None
