@@ -148,4 +148,5 @@ def cosine_matrix(updates: torch.Tensor) -> np.ndarray:
     return (gram / (norms[:, None] * norms[None, :]).clamp_min(1e-12)).cpu().numpy()
 
 
-__all__ = ["DGT", "DGT_MODES", "FedGH", "conflict_statistics", "cosine_matrix", "dgt_coefficients", "fedgh_coefficients"]
+__all__ = ["DGT", "DGT_MODES", "FedGH", "conflict_statistics", "cosine_matrix", "dgt_coefficients",
+           "fedgh_coefficients"]
