@@ -57,6 +57,7 @@ class RoundOutput:
     bytes_up: int  # what the clients sent: updates, buffers and uploads (SCAFFOLD's dc_i, Mime's full gradients)
     diagnostics: dict[str, float]  # extra metrics.csv columns of the round
     similarity: dict | None = None  # the round's cosine matrices, before and after harmonising, when saved
+    start: torch.Tensor | None = None  # the model the round's clients started from (one global model)
 
     @property
     def train_loss(self) -> float:
@@ -324,7 +325,7 @@ class Simulation:
         diagnostics |= selection_diagnostics(selection, plans, weights)
         if self.tracked is not None:
             diagnostics |= tracked_values(self.tracked, self.params, sent, plans)
-        return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity)
+        return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity, old_params)
 
     def run_bank_round(self, rnd: int) -> RoundOutput:
         """A round of MA-/GA-FSVRG after the threshold (004 Procedures 1-4; see :mod:`fedrun.algorithms.bank`)."""
@@ -407,12 +408,11 @@ class Simulation:
             grads.append(g + wd * w)
         return torch.stack(losses), torch.stack(grads)
 
-    def evaluate(self) -> dict[str, float]:
-        """``test_acc`` and ``test_loss`` of the global model on the pooled test set, and with natural (user)
-        clients ``local_acc``: the mean over users of its accuracy on each user's own test split (LEAF's metric,
-        FedGH's Acc_l; ``test_acc`` is Acc_g). With a bank of models (MA-/GA-FSVRG) every model is tested:
-        ``bank{c}_acc``, their mean ``bank_mean_acc``, and ``test_acc``/``test_loss`` are the best model's.
-        ``eval.class_metrics`` adds macro and micro precision, recall and F1 (of the best model)."""
+    def evaluate(self, step: RoundOutput | None = None) -> dict[str, float]:
+        """``test_acc`` and ``test_loss`` of the global model on the pooled test set. With a bank of models
+        (MA-/GA-FSVRG) every model is tested: ``bank{c}_acc``, their mean ``bank_mean_acc``, and
+        ``test_acc``/``test_loss`` are the best model's. ``eval.class_metrics`` adds macro and micro precision,
+        recall and F1 (of the best model). With natural (user) clients, the readings of :meth:`user_accuracies`."""
         models = self.algo.bank.models if self.algo.bank.models is not None else self.params[None]
         scores = [self.model.evaluate_hits(w, self.buffers, self.data.x_test, self.data.y_test,
                                            self.cfg.eval.batch_size) for w in models]
@@ -428,11 +428,45 @@ class Simulation:
             out |= {k: v for k, v in classification_metrics(pred, self.data.y_test, self.data.num_classes).items()
                     if k != "accuracy"}
         if self.cfg.partition.name == "natural" and self.data.test_users is not None:
-            users = torch.as_tensor(np.unique(self.data.test_users, return_inverse=True)[1], device=hits.device)
-            per_user = torch.zeros(2, int(users.max()) + 1, dtype=torch.float64, device=hits.device)
-            per_user.index_add_(1, users, torch.stack([hits, units]).double())
-            scored = per_user[1] > 0
-            out["local_acc"] = float((per_user[0, scored] / per_user[1, scored]).mean())
+            out |= self.user_accuracies(hits, units, step)
+        return out
+
+    def user_accuracies(self, hits: torch.Tensor, units: torch.Tensor, step: RoundOutput | None) -> dict[str, float]:
+        """FedGH's Acc_l ("the mean accuracy of local clients", after LEAF), read every way its wording allows, each
+        beside ``test_acc`` (Acc_g; the sample-weighted mean over all users of the global model equals it):
+        ``local_acc``: the global model on each user's own test split, the mean over all users; ``local_acc_round``
+        and ``local_acc_round_samples``: the same over the round's clients only, the mean over them and weighted by
+        their test samples; ``local_model_acc`` and ``local_model_acc_samples``: each of the round's clients'
+        model after its local training (before the server's aggregation) on its own test split, the two means."""
+        values, index = np.unique(self.data.test_users, return_inverse=True)
+        users = torch.as_tensor(index, device=hits.device)
+        per_user = torch.zeros(2, len(values), dtype=torch.float64, device=hits.device)
+        per_user.index_add_(1, users, torch.stack([hits, units]).double())
+        scored = per_user[1] > 0
+        out = {"local_acc": float((per_user[0, scored] / per_user[1, scored]).mean())}
+        if step is None:
+            return out
+        train_ids = np.unique(self.data.train_users)
+        position = {v: i for i, v in enumerate(values)}
+        rows = [(k, position[train_ids[p.id]]) for k, p in enumerate(step.plans) if train_ids[p.id] in position]
+        rows = [(k, u) for k, u in rows if per_user[1, u] > 0]
+        if not rows:
+            return out
+        mine = torch.tensor([u for _, u in rows], device=hits.device)
+        counts = per_user[1, mine]
+        out["local_acc_round"] = float((per_user[0, mine] / counts).mean())
+        out["local_acc_round_samples"] = float(per_user[0, mine].sum() / counts.sum())
+        if step.start is not None:
+            own = []
+            for k, u in rows:
+                ix = torch.as_tensor(np.flatnonzero(index == u), device=self.data.x_test.device)
+                h, n, _ = self.model.evaluate_hits(step.start + step.result.updates[k], self.buffers,
+                                                   self.data.x_test[ix], self.data.y_test[ix],
+                                                   self.cfg.eval.batch_size)
+                own.append((float(h.sum()), float(n.sum())))
+            own = np.array(own)
+            out["local_model_acc"] = float((own[:, 0] / own[:, 1]).mean())
+            out["local_model_acc_samples"] = float(own[:, 0].sum() / own[:, 1].sum())
         return out
 
     @torch.no_grad()
@@ -599,7 +633,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             spent = budget is not None and "sim_round_s" in step.diagnostics and sim.sim_time >= budget
             row = None
             if rnd % cfg.eval.every == 0 or rnd == rounds or diverged or spent:
-                row = {"round": rnd, **sim.evaluate(), "train_loss": step.train_loss,
+                row = {"round": rnd, **sim.evaluate(step), "train_loss": step.train_loss,
                        "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
                        "bytes_down": bytes_down}
