@@ -75,6 +75,10 @@ def validate(cfg) -> None:
 
     ev = cfg.eval
     need(_is_int(ev.every) and ev.every >= 1, "eval.every", ev.every, "must be an integer >= 1", "eval.every=1")
+    holdout = ev.get("holdout", 0.0)
+    need(_is_num(holdout) and 0 <= holdout < 1, "eval.holdout", holdout,
+         "must be in [0, 1) (the fraction of each client's samples held out as its own test samples)",
+         "eval.holdout=0.2 or 0")
     subset = ev.get("test_subset")
     need(subset is None or (_is_int(subset) and subset >= 1), "eval.test_subset", subset,
          "must be null (the whole test set) or an integer >= 1 (a seeded subset of that many test samples)",

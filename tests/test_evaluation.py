@@ -65,3 +65,55 @@ def test_a_natural_run_logs_every_reading(monkeypatch, cfg_factory, tmp_path):
                 "local_model_acc_samples"):
         assert 0 <= float(row[key]) <= 1, key
     assert float(row["local_acc_round_samples"]) == pytest.approx(float(row["test_acc"])), "every user took part"
+
+
+def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch, cfg_factory):
+    """Client 0 holds only class 0, client 1 only class 1; model A always says 0, model B always says 1. Each
+    owner prefers the model that is right on its data (eq. 18), so every held-out sample scored by its owner's model
+    is right, while either model alone is right on half of the pooled test set; the oracle is right everywhere."""
+    x = np.array([[1.0, 0.0]] * 10 + [[0.0, 1.0]] * 10, dtype=np.float32)
+    y = np.array([0] * 10 + [1] * 10)
+    register_tiny(monkeypatch, "owners", x, y, classes=2, users=np.repeat([0, 1], 10))
+    cfg = cfg_factory("algo=mafsvrg", "model=logreg", "partition=natural", "fl.num_clients=2",
+                      "fl.clients_per_round=2", "eval.holdout=0.3", "eval.personalized=true", "algo.bank.models=2")
+    cfg.data = {"name": "owners", "root": None}
+    sim = Simulation(cfg)
+    assert [len(ix) for ix in sim.holdout] == [3, 3] and [len(ix) for ix in sim.partition.indices] == [7, 7]
+    assert not set(np.concatenate(sim.holdout)) & set(np.concatenate(sim.partition.indices)), "held out of training"
+    bank = sim.algo.bank
+    bank.start(sim.params, sim.num_clients)
+    always = lambda c: torch.tensor([0.0, 0.0, 0.0, 0.0, 3.0 * (c == 0), 3.0 * (c == 1)])  # noqa: E731
+    bank.models = torch.stack([always(0), always(1)])
+    assert sim.preferred_models().tolist() == [0, 1]
+    out = sim.evaluate()
+    assert out["test_acc"] == pytest.approx(0.5) and out["bank_mean_acc"] == pytest.approx(0.5)
+    assert out["oracle_acc"] == pytest.approx(1.0)
+    assert out["owner_acc"] == pytest.approx(1.0)
+    assert sim.evaluate_personalized(1) == pytest.approx(1.0)
+    bank.models = torch.stack([always(1), always(0)])  # swapped: the preferences follow the models
+    assert sim.preferred_models().tolist() == [1, 0] and sim.evaluate()["owner_acc"] == pytest.approx(1.0)
+    # one global model: each owner's held-out samples are scored by it
+    cfg = cfg_factory("algo=fsvrg", "model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2",
+                      "eval.holdout=0.3")
+    cfg.data = {"name": "owners", "root": None}
+    single = Simulation(cfg)
+    single.params = always(0)
+    assert "oracle_acc" not in single.evaluate()
+    assert single.evaluate()["owner_acc"] == pytest.approx(0.5)
+
+
+def test_a_bank_with_another_loss_evaluates_its_preferences_through_that_loss(tmp_path):
+    """004's eq. 18 exists once: the preferences a personalised evaluation reads are the training's, for any loss
+    (the SVM's squared hinge here; a cross-entropy copy raised IndexError at the bank's first evaluation)."""
+    import json
+
+    from conftest import run_cli
+
+    run_cli("algo=mafsvrg", "algo.local.scaling=none", "model=svm", "data=digits", "eval.personalized=true",
+            "eval.holdout=0.2", "algo.bank.threshold=1", "fl.rounds=3", "fl.num_clients=8", "fl.clients_per_round=4",
+            "partition=classes", "partition.classes_per_client=2", "progress=false",
+            f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished"
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
+    assert {"personal_acc", "owner_acc", "oracle_acc"} <= set(header.split(","))

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..algorithms import PARTS, ClientContext, aggregate_buffers, build_algorithm
 from ..algorithms.bank import preferences
@@ -109,7 +108,7 @@ class Simulation:
                                    task)
         if self.algo.pooled:  # centralized SGD: one client holding every training sample
             partition = Partition([np.arange(len(self.labels))], f"pooled (centralized; {partition.layout} ignored)")
-        self.partition = partition
+        self.partition, self.holdout = held_out(partition, float(cfg.eval.get("holdout") or 0.0), cfg.seed)
         self.num_clients = len(partition.indices)
         refuse_single_sample_batches(self.model, self.params, self.buffers, self.data.x_train, partition,
                                      cfg.model.name)
@@ -427,9 +426,29 @@ class Simulation:
             pred = self.predict(models[best], self.data.x_test)
             out |= {k: v for k, v in classification_metrics(pred, self.data.y_test, self.data.num_classes).items()
                     if k != "accuracy"}
+        if len(models) > 1:  # an upper bound, not a model: a sample counts when any model of the bank gets it right
+            out["oracle_acc"] = float(torch.stack([h for h, _, _ in scores]).amax(0).sum() / units.sum())
+        if self.holdout is not None:
+            out["owner_acc"] = self.owner_accuracy()
         if self.cfg.partition.name == "natural" and self.data.test_users is not None:
             out |= self.user_accuracies(hits, units, step)
         return out
+
+    def owner_accuracy(self) -> float:
+        """Accuracy over every client's held-out samples (``eval.holdout``), each scored by its owner's model: the
+        global model, or with a bank the model the owner prefers (eq. 18 on its training data)."""
+        bank = self.algo.bank.models
+        preferred = self.preferred_models() if bank is not None else None
+        hits = units = 0.0
+        for c, ix in enumerate(self.holdout):
+            if len(ix) == 0:
+                continue
+            w = self.params if preferred is None else bank[int(preferred[c])]
+            ix = torch.as_tensor(ix, device=self.device)
+            h, u, _ = self.model.evaluate_hits(w, self.buffers, self.data.x_train[ix], self.data.y_train[ix],
+                                               self.cfg.eval.batch_size)
+            hits, units = hits + float(h.sum()), units + float(u.sum())
+        return hits / max(1.0, units)
 
     def user_accuracies(self, hits: torch.Tensor, units: torch.Tensor, step: RoundOutput | None) -> dict[str, float]:
         """FedGH's Acc_l ("the mean accuracy of local clients", after LEAF), read every way its wording allows, each
@@ -478,21 +497,10 @@ class Simulation:
 
     @torch.no_grad()
     def preferred_models(self) -> torch.Tensor:
-        """Each client's preferred model of the bank now: argmin over models of its full local objective (eq. 18)."""
-        bank, wd = self.algo.bank, float(self.cfg.fl.weight_decay)
-        owner = torch.empty(len(self.labels), dtype=torch.long, device=self.device)
-        for c, ix in enumerate(self.partition.indices):
-            owner[torch.as_tensor(ix, device=self.device)] = c
-        self.model.set_training(False)
-        totals = torch.zeros(len(bank.models), self.num_clients, dtype=torch.float64, device=self.device)
-        b = self.cfg.eval.batch_size
-        for m, w in enumerate(bank.models):
-            for s in range(0, len(self.labels), b):
-                out = self.model.forward(w, self.buffers, self.data.x_train[s : s + b])
-                totals[m].index_add_(0, owner[s : s + b], F.cross_entropy(out, self.data.y_train[s : s + b],
-                                                                          reduction="none").double())
-        sizes = torch.tensor([len(ix) for ix in self.partition.indices], dtype=torch.float64, device=self.device)
-        return preferences((totals / sizes).T, bank.models.double(), wd)
+        """Each client's preferred model of the bank now: eq. 18 on its whole local training data, the same
+        computation (losses and :func:`preferences`) as a bank round's, for every client and any loss."""
+        losses, _ = self.full_losses_and_gradients(self.algo.bank.models, range(self.num_clients))
+        return preferences(losses, self.algo.bank.models, float(self.cfg.fl.weight_decay))
 
     @property
     def personalized(self) -> bool:
@@ -520,6 +528,22 @@ class Simulation:
                                          self.cfg.eval.batch_size)
             accs.append(acc)
         return float(np.mean(accs))
+
+
+def held_out(partition: Partition, fraction: float, seed: int) -> tuple[Partition, list[np.ndarray] | None]:
+    """``eval.holdout``: each client keeps floor(fraction n_i) of its samples (drawn from the seed) out of training
+    as its own test samples, so that a test sample has an owner (004's bank scored by its owners' preferences).
+    Returns the partition of the training samples left and the held-out samples per client (None when 0)."""
+    if fraction <= 0:
+        return partition, None
+    rng = np.random.default_rng([seed, 0x401D])
+    kept, held = [], []
+    for ix in partition.indices:
+        order = rng.permutation(len(ix))
+        cut = int(fraction * len(ix))
+        held.append(np.sort(ix[order[:cut]]))
+        kept.append(np.sort(ix[order[cut:]]))
+    return Partition(kept, f"{partition.layout}, {fraction:g} of each client held out"), held
 
 
 def simulated_times(taus: list[int], train_s: float, last_report: float, model_bytes: int, timing
