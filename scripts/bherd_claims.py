@@ -42,9 +42,9 @@ from fedrun.reproduce import provenance, run_jobs  # noqa: E402
 READINGS = {  # name -> (overrides, what it is)
     "case1": (["partition=case1"], "Case 1: IID"),
     "case2": (["partition=case2"], "Case 2 as fedrun had it: half the samples IID, digit labels in blocks"),
-    "case2_task": (["partition=case2", "partition.label_deal=task"],
+    "case2_task": (["partition=case2_task"],
                    "Case 2, task labels: half the samples IID; client 4 every even digit, client 5 every odd one"),
-    "case2_labels": (["partition=case2", "partition.split=labels", "partition.label_deal=task"],
+    "case2_labels": (["partition=case2_wang"],
                      "Case 2 as Wang et al.'s Case 4: digits 0-4 IID over clients 1-3; {6, 8} and {5, 7, 9}"),
 }
 METHODS = {  # name -> overrides
