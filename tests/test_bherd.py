@@ -229,3 +229,16 @@ def test_fig5a_sweep_preset_runs_its_grid(tmp_path):
                              "10,50,100,500,1000"), ("fig8c", "fl.num_clients", "1,5,10,15")]:
         hydra = run_cli(f"experiment=bherd_{fig}", "--cfg", "hydra", cwd=tmp_path).stdout
         assert f"{key}: {values}" in hydra and "partition: case1,case2" in hydra
+
+
+def test_bherd_control_preset_runs_its_grid_and_case2_readings_compose(tmp_path, cfg_factory):
+    sweep = tmp_path / "control"
+    run_cli("-m", "experiment=bherd_control", "fl.rounds=2", "fl.batch_size=6000", "progress=false",
+            f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    configs = [OmegaConf.load(p) for p in sorted(sweep.glob("*/config.yaml"))]
+    assert {(c.algo.selector.name, c.fl.lr) for c in configs} == {(s, lr) for s in ("all", "herd", "random")
+                                                                   for lr in (2e-4, 0.01, 0.05)}
+    assert all((c.partition.split, c.partition.label_deal) == ("labels", "task") for c in configs)
+    assert all(len(_rows(p.parent / "metrics.csv")) == 2 for p in sweep.glob("*/config.yaml"))
+    task = cfg_factory("experiment=bherd_svm_mnist", "partition=case2_task").partition
+    assert (task.name, task.split, task.label_deal) == ("case2", "samples", "task")

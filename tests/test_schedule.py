@@ -348,3 +348,29 @@ def test_gift_figure_presets_run_two_rounds_from_the_cli(tmp_path, cfg_factory):
         assert any(k.startswith("param_") for k in rows[0]) and any(k.startswith("update_c1_") for k in rows[0])
     fig3b = cfg_factory("experiment=gift_fig3b_lenet5_mnist")
     assert (fig3b.partition.classes_per_client, fig3b.fl.num_clients, fig3b.algo.schedule.tau) == (5, 2, 500)
+
+
+def test_the_stagnation_preset_runs_two_rounds_from_the_cli_under_each_schedule(tmp_path, cfg_factory):
+    from conftest import run_cli
+
+    from fedrun.data.idx import write_idx
+
+    d = tmp_path / "data" / "fashion_mnist"
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 400), ("t10k", 40)):
+        write_idx(d / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)))
+        write_idx(d / f"{split}-labels-idx1-ubyte.gz", np.arange(n) % 10)
+    cfg = cfg_factory("experiment=gift_stagnation_lenet5_fashion_mnist")
+    assert (cfg.partition.alpha, cfg.fl.batch_size, cfg.algo.schedule.name, cfg.participation.name) == (0.1, 10,
+                                                                                                       "gift", "earliest")
+    assert cfg.timing.budget_s > 0 and cfg.fl.rounds > 1000, "the budget, not the rounds, ends the run"
+    run_cli("experiment=gift_stagnation_lenet5_fashion_mnist", "algo.schedule.tau0=2", "fl.rounds=2", "eval.every=1",
+            f"data.root={d.parent}", "progress=false", f"hydra.run.dir={tmp_path / 'gift'}", cwd=tmp_path)
+    assert json.loads((tmp_path / "gift" / "summary.json").read_text())["status"] == "finished"
+    for schedule in (["algo/schedule=fixed", "algo.schedule.tau=2"], ["algo/schedule=adacomm", "algo.schedule.tau0=2"],
+                     ["algo/schedule=afl", "algo.schedule.tau_max=2"]):
+        summary = run_experiment(cfg_factory("experiment=gift_stagnation_lenet5_fashion_mnist", *schedule,
+                                             "fl.rounds=2", "eval.every=1", f"data.root={d.parent}"),
+                                 tmp_path / schedule[0].split("=")[1])
+        assert summary["status"] == "finished" and summary["rounds_completed"] == 2, schedule
