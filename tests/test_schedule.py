@@ -362,8 +362,8 @@ def test_the_stagnation_preset_runs_two_rounds_from_the_cli_under_each_schedule(
         write_idx(d / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)))
         write_idx(d / f"{split}-labels-idx1-ubyte.gz", np.arange(n) % 10)
     cfg = cfg_factory("experiment=gift_stagnation_lenet5_fashion_mnist")
-    assert (cfg.partition.alpha, cfg.fl.batch_size, cfg.algo.schedule.name, cfg.participation.name) == (0.1, 10,
-                                                                                                       "gift", "earliest")
+    setting = (cfg.partition.alpha, cfg.fl.batch_size, cfg.algo.schedule.name, cfg.participation.name)
+    assert setting == (0.1, 10, "gift", "earliest")
     assert cfg.timing.budget_s > 0 and cfg.fl.rounds > 1000, "the budget, not the rounds, ends the run"
     run_cli("experiment=gift_stagnation_lenet5_fashion_mnist", "algo.schedule.tau0=2", "fl.rounds=2", "eval.every=1",
             f"data.root={d.parent}", "progress=false", f"hydra.run.dir={tmp_path / 'gift'}", cwd=tmp_path)
