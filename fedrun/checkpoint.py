@@ -20,7 +20,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from .errors import ConfigError
-from .results import EXECUTION_SETTINGS
+from .results import EXECUTION_SETTINGS, config_differences
 
 log = logging.getLogger("fedrun")
 PREFIX = "checkpoint_"
@@ -51,15 +51,33 @@ def check_resumable(saved: dict, cfg, run_dir: Path) -> int:
         started = (yaml.safe_load(config.read_text()) or {}).get("fl", {}).get("rounds")
     started = int(started if started is not None else cfg.fl.rounds)
     if saved["config_fingerprint"] != config_fingerprint(cfg, rounds=started):
-        raise ConfigError([f"resume=true: the checkpoint in {run_dir} is of a different experiment (config "
-                           f"{saved['config_fingerprint']}, now {config_fingerprint(cfg, rounds=started)}). "
-                           f"Fix: resume with the overrides the run was started with (see {config}; only fl.rounds "
-                           f"may grow), or start it in a new directory"])
+        differences = changed_settings(config, cfg, started)
+        if differences or differences is None:
+            named = (f": {'; '.join(differences[:5])}" + (f" and {len(differences) - 5} more" if len(differences) > 5
+                                                            else "")) if differences else ""
+            raise ConfigError([f"resume=true: the checkpoint in {run_dir} is of a different experiment{named}. "
+                               f"Fix: resume with the settings the run was started with (see {config}; only "
+                               f"fl.rounds may grow), or start it in a new directory"])
+        log.info("resume: the run was made before some of today's settings existed; none it holds has changed")
     if saved["round"] > cfg.fl.rounds:
         raise ConfigError([f"resume=true: the checkpoint in {run_dir} is of round {saved['round']}, past "
                            f"fl.rounds={cfg.fl.rounds}. Fix: fl.rounds={started} (as the run was started), or start "
                            f"it in a new directory"])
     return started
+
+
+def changed_settings(config: Path, cfg, started: int) -> list[str] | None:
+    """The settings of the run's config.yaml that ``cfg`` changes (fl.rounds taken as ``started``), named as
+    ``key: value there, value asked``; None when the run has no config.yaml to compare with. Settings only one of
+    them holds (added to fedrun after the run was made) and execution settings do not count."""
+    if not config.exists():
+        return None
+    wanted = OmegaConf.to_container(cfg, resolve=True)
+    wanted["fl"] = wanted["fl"] | {"rounds": started}
+    there = yaml.safe_load(config.read_text()) or {}
+    if isinstance(there.get("fl"), dict):
+        there["fl"] = there["fl"] | {"rounds": started}
+    return config_differences(there, wanted)
 
 
 def earlier_work(saved: dict, run_dir: Path) -> tuple[list[str], float | None]:

@@ -11,8 +11,11 @@ directory continues it, and with more ``fl.rounds`` extends a finished run (a sw
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -22,7 +25,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from .engine.simulation import run_experiment
-from .errors import FedrunError, StaleRunError
+from .checkpoint import checkpoints
+from .errors import FedrunError, OverwriteError, StaleRunError
 from .results import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
 from .sweeps import FAILED_JOBS
 
@@ -36,6 +40,7 @@ def _main(cfg: DictConfig) -> float | None:
     run_dir = Path(hc.runtime.output_dir)
     if hc.mode != RunMode.MULTIRUN:
         try:
+            keep_earlier_run(run_dir, cfg)
             summary = run_experiment(cfg, run_dir)
         except FedrunError as e:
             print(f"fedrun: {e}", file=sys.stderr)
@@ -74,6 +79,36 @@ def _main(cfg: DictConfig) -> float | None:
         log.warning("sweep stopped at job %s (checkpointed); resubmit it with resume=true to continue", hc.job.num)
         sys.exit(128 + int(summary["signal"]))
     return summary.get("final_test_acc")
+
+
+def keep_earlier_run(run_dir: Path, cfg) -> None:
+    """A single run never replaces a run its directory already holds without being told to. A finished, diverged,
+    interrupted or killed run (status running), or any run with checkpoints, is refused (OverwriteError, exit 2)
+    unless ``resume=true`` (continue or extend it) or ``overwrite=true`` (start over: the earlier files move to a
+    sibling folder ``<dir>.previous-<time>``, never deleted). A failed run without checkpoints is moved aside the
+    same way and the new run starts."""
+    summary_file = run_dir / SUMMARY_FILE
+    summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
+    held = checkpoints(run_dir)
+    if summary is None and not held:
+        return
+    if cfg.get("resume", False):
+        return
+    status = (summary or {}).get("status", "unknown")
+    if not cfg.get("overwrite", False) and (held or status != "failed"):
+        what = {"running": "a run that was killed (status running)", "interrupted": "an interrupted run"}.get(
+            status, f"a {status} run")
+        saved = f" with checkpoints up to round {int(held[0].stem.removeprefix('checkpoint_'))}" if held else ""
+        raise OverwriteError(f"{run_dir} holds {what}{saved}. Add resume=true to continue it (with more fl.rounds, "
+                             f"to extend it), or overwrite=true to start over (its files are kept in "
+                             f"{run_dir.name}.previous-<time>/ beside it), or choose another hydra.run.dir")
+    aside = run_dir.with_name(f"{run_dir.name}.previous-{time.strftime('%Y%m%d-%H%M%S')}")
+    aside.mkdir()
+    for path in sorted(run_dir.iterdir()):
+        if path.name in (".hydra",) or path.suffix == ".log":  # Hydra's own files of this invocation
+            continue
+        shutil.move(str(path), aside / path.name)
+    log.warning("the earlier %s run in %s was moved to %s", status, run_dir, aside)
 
 
 def main() -> None:

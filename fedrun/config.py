@@ -263,5 +263,8 @@ def validate(cfg) -> None:
          "must be an integer >= 1", "checkpoint.keep=2")
     need(isinstance(cfg.get("resume", False), bool), "resume", cfg.get("resume"),
          "must be true or false (point hydra.run.dir at the run directory to resume)", "resume=true")
+    need(isinstance(cfg.get("overwrite", False), bool), "overwrite", cfg.get("overwrite"),
+         "must be true or false (true: start over in a folder that holds a run, keeping its files aside)",
+         "overwrite=true")
     if problems:
         raise ConfigError(problems)

@@ -24,3 +24,7 @@ class IntegrityError(FedrunError):
 
 class StaleRunError(FedrunError):
     """A run folder holds a finished run of another config than the one asked for there."""
+
+
+class OverwriteError(FedrunError):
+    """A single run would replace the run its directory holds; the message says how to continue it or start over."""

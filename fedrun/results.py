@@ -99,7 +99,7 @@ def _fmt(v):
 
 
 # How a run executes or is logged, and where its data files are: not what it computes
-EXECUTION_SETTINGS = ("hardware", "progress", "checkpoint", "resume", "logger", "data.root")
+EXECUTION_SETTINGS = ("hardware", "progress", "checkpoint", "resume", "overwrite", "logger", "data.root")
 
 
 def config_differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:

@@ -187,9 +187,48 @@ def test_resume_refuses_a_checkpoint_past_the_rounds_asked(tmp_path, cfg_factory
 
 def test_resume_refuses_a_checkpoint_of_another_experiment(tmp_path, cfg_factory):
     run_experiment(cfg_factory(*BASE, "fl.rounds=3"), tmp_path)
-    with pytest.raises(ConfigError, match="resume=true: the checkpoint"):
+    with pytest.raises(ConfigError, match=r"different experiment: fl.lr: 0.05 there, 0.2 asked\. Fix"):
         run_experiment(cfg_factory(*BASE, "fl.rounds=3", "fl.lr=0.2", "resume=true"), tmp_path)
     assert os.path.exists(tmp_path / "checkpoint_0000002.pt")  # refused before anything was touched
+
+
+def test_resume_accepts_a_run_made_before_a_setting_existed(tmp_path, cfg_factory, monkeypatch):
+    """A setting fedrun adds after a run was made changes the config's fingerprint but nothing the run computed."""
+    run_experiment(cfg_factory(*BASE, "fl.rounds=3"), tmp_path)
+    import fedrun.checkpoint
+
+    real = fedrun.checkpoint.config_fingerprint
+    monkeypatch.setattr(fedrun.checkpoint, "config_fingerprint", lambda cfg, rounds=None: "new" + real(cfg, rounds))
+    summary = run_experiment(cfg_factory(*BASE, "fl.rounds=5", "resume=true"), tmp_path)
+    assert summary["status"] == "finished" and summary["extended_from_rounds"] == 3
+
+
+@pytest.mark.parametrize("how", ["interrupted", "killed", "finished"])
+def test_rerunning_a_run_directory_without_resume_refuses_and_overwrite_keeps_the_old_files(tmp_path, how):
+    from conftest import run_cli
+
+    overrides = [*BASE, "fl.rounds=30", "checkpoint.every=1", "progress=false"]
+    run_dir = tmp_path / "run"
+    if how == "finished":
+        run_cli(*overrides, "fl.rounds=3", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    else:
+        proc = start_cli(run_dir, overrides)
+        wait_for_rows(proc, run_dir, rows=3)
+        proc.send_signal(signal.SIGTERM if how == "interrupted" else signal.SIGKILL)
+        proc.communicate(timeout=120)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.suffix != ".log"}
+    status = json.loads(before["summary.json"])["status"]
+    assert status == {"interrupted": "interrupted", "killed": "running", "finished": "finished"}[how]
+    again = run_cli(*overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path, check=False)
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert "resume=true" in again.stderr and "overwrite=true" in again.stderr and "Traceback" not in again.stderr
+    after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.suffix != ".log"}
+    assert after == before, "every file left in place"
+    run_cli(*overrides, "fl.rounds=2", "overwrite=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert json.loads((run_dir / "summary.json").read_text())["rounds_completed"] == 2
+    (aside,) = tmp_path.glob("run.previous-*")
+    kept = {p.name: p.read_bytes() for p in aside.iterdir() if p.is_file()}
+    assert kept == before, "the earlier run's files, moved aside unchanged"
 
 
 def test_sigterm_stops_a_sweep_and_resubmitting_with_resume_finishes_it(tmp_path):
