@@ -68,7 +68,7 @@ def _main(cfg: DictConfig) -> float | None:
     except Exception as e:  # one bad job must not end the sweep
         stamp = summary_file.stat().st_mtime_ns if summary_file.exists() else None
         if stamp == earlier:  # refused before it started (a bad value at this grid point): say so now
-            (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg))
+            (run_dir / CONFIG_FILE).write_text(resolved_yaml(cfg))
             write_json(run_dir / SUMMARY_FILE, base_summary(cfg) | {"status": "failed",
                                                                     "error": f"{type(e).__name__}: {e}"})
         log.error("job %s failed (%s: %s); recorded in %s, the sweep goes on", hc.job.num, type(e).__name__, e,
@@ -79,6 +79,15 @@ def _main(cfg: DictConfig) -> float | None:
         log.warning("sweep stopped at job %s (checkpointed); resubmit it with resume=true to continue", hc.job.num)
         sys.exit(128 + int(summary["signal"]))
     return summary.get("final_test_acc")
+
+
+def resolved_yaml(cfg) -> str:
+    """The config as a run directory records it: resolved, so that reports compare values, not interpolations (the
+    unresolved text only when an interpolation itself is what failed)."""
+    try:
+        return OmegaConf.to_yaml(cfg, resolve=True)
+    except Exception:  # noqa: BLE001
+        return OmegaConf.to_yaml(cfg)
 
 
 def keep_earlier_run(run_dir: Path, cfg) -> None:

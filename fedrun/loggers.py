@@ -8,6 +8,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
+from .algorithms import method_name
+
 log = logging.getLogger("fedrun")
 
 
@@ -37,7 +39,7 @@ class WandbLogger:
 
             kwargs = dict(project=wcfg.project, entity=wcfg.entity, group=wcfg.group or sweep_group,
                           tags=list(wcfg.tags or []), config=OmegaConf.to_container(cfg, resolve=True),
-                          dir=str(run_dir), name=f"{cfg.algo.name}-{cfg.data.name}-s{cfg.seed}", reinit=True)
+                          dir=str(run_dir), name=f"{method_name(cfg.algo)}-{cfg.data.name}-s{cfg.seed}", reinit=True)
             if wcfg.mode:
                 kwargs["mode"] = wcfg.mode
             self.run = wandb.init(**kwargs)

@@ -1,12 +1,12 @@
 """``fedrun-report``: collect run directories into one table (mean and std over seeds) and accuracy curves.
 
     fedrun-report multirun/2026-11-21/12-00-00            # a sweep directory (searched recursively)
-    fedrun-report RUN_A RUN_B --by algo.name,fl.local_epochs --out report/
+    fedrun-report RUN_A RUN_B --by method,fl.local_epochs --out report/
 
-Rows are grouped by the config keys given with --by, or by default by every key whose value differs between the
-runs (the seed excepted), so a sweep reports what it swept. Runs that did not finish are listed after the table:
-failed (with the error), diverged (with the round), interrupted (checkpointed by SIGTERM/Ctrl-C), running (still
-going, or killed) and missing (no summary).
+Rows are grouped by the config keys given with --by, or by default by the method (``fedavg+fedgh``, ...) and every
+other key whose value differs between the runs (the seed excepted), so a sweep reports what it swept. Runs that did
+not finish are listed after the table: failed (with the error), diverged (with the round), interrupted
+(checkpointed by SIGTERM/Ctrl-C), running (still going, or killed) and missing (no summary).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from .results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 
 IGNORED_KEYS = {"seed", "data.root", "progress"}
 VALUE_COLUMNS = ["final_test_acc", "best_test_acc", "rounds_to_target", "wall_time_s"]
+NAME_KEYS = ("algo.name", "algo.local.name", "algo.selector.name", "algo.harmonizer.name", "algo.aggregator.name",
+             "algo.server_opt.name", "algo.schedule.name", "algo.bank.name")  # what ``method`` already says
 STATUS_COLUMNS = ["status", "error", "diverged_round", "rounds_completed"]
 
 
@@ -52,17 +54,48 @@ def load_runs(run_dirs: list[Path]) -> pd.DataFrame:
     for d in run_dirs:
         cfg = _flatten(yaml.safe_load((d / CONFIG_FILE).read_text()) or {})
         summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {"status": "missing"}
-        rows.append({"run_dir": str(d), **cfg, **{k: summary.get(k) for k in VALUE_COLUMNS + STATUS_COLUMNS}})
+        method = summary.get("method") or _method(cfg)
+        rows.append({"run_dir": str(d), "method": method, **cfg,
+                     **{k: summary.get(k) for k in VALUE_COLUMNS + STATUS_COLUMNS}})
     return pd.DataFrame(rows)
 
 
+def _method(flat: dict) -> str | None:
+    """The method of a run whose summary does not name it (made before fedrun recorded it), from its config."""
+    from omegaconf import OmegaConf
+
+    from .algorithms import method_name
+
+    algo = {k.removeprefix("algo."): v for k, v in flat.items() if k.startswith("algo.")}
+    try:
+        return method_name(OmegaConf.create(_unflatten(algo)))
+    except Exception:  # noqa: BLE001 - a config too old or partial to name: group by its keys instead
+        return None
+
+
+def _unflatten(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        node = out
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
 def varying_keys(df: pd.DataFrame) -> list[str]:
+    """The keys whose value differs between the runs: the method first, then the others (not the part names the
+    method already says, nor the seed)."""
     skip = set(VALUE_COLUMNS) | set(STATUS_COLUMNS) | {"run_dir"} | IGNORED_KEYS
+    if "method" in df and df["method"].notna().all():
+        skip |= set(NAME_KEYS)
     keys = []
     for col in df.columns:
         if col in skip or col.startswith("hydra."):
             continue
-        if df[col].astype(str).nunique(dropna=False) > 1:
+        values = df[col].dropna()  # a key only some runs have (a part's own setting) is not a difference
+        if values.astype(str).nunique() > 1:
             keys.append(col)
     return keys
 
@@ -75,9 +108,28 @@ def summarize(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     grouped = work.groupby(by, dropna=False, sort=True) if by else work.assign(group="all runs").groupby("group")
     table = grouped[VALUE_COLUMNS].agg(["mean", "std"])
     table.columns = [f"{a}_{b}" for a, b in table.columns]
-    table.insert(0, "runs", grouped.size())
-    table.insert(1, "seeds", grouped["seed"].nunique() if "seed" in work else 1)
+    table.insert(0, "runs", grouped.size().astype(int))
+    table.insert(1, "seeds", (grouped["seed"].nunique() if "seed" in work else 1))
     return table.reset_index()
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The table as Markdown: counts as integers, a value that does not exist (one seed's std, a target never
+    reached) as a dash."""
+    shown = table.copy().astype(object)
+    for col in shown.columns:
+        if col in ("runs", "seeds"):
+            shown[col] = [str(int(v)) for v in table[col]]
+        elif pd.api.types.is_float_dtype(table[col]):
+            shown[col] = ["–" if pd.isna(v) else f"{v:.4f}" for v in table[col]]
+        else:
+            shown[col] = ["–" if v is None or (isinstance(v, float) and pd.isna(v)) else cell(v) for v in table[col]]
+    return shown.to_markdown(index=False, disable_numparse=True)
+
+
+def cell(value) -> str:
+    """A value as one Markdown table cell: one line, with its pipes escaped."""
+    return " ".join(str(value).split()).replace("|", "\\|")
 
 
 def unfinished(df: pd.DataFrame) -> str:
@@ -85,7 +137,7 @@ def unfinished(df: pd.DataFrame) -> str:
     bad = df[df["status"] != "finished"]
     if bad.empty:
         return ""
-    lines = [f"\n## {len(bad)} of {len(df)} runs did not finish\n", "| run | status | detail |", "|---|---|---|"]
+    lines = [f"\n\n## {len(bad)} of {len(df)} runs did not finish\n", "| run | status | detail |", "|---|---|---|"]
     for _, r in bad.iterrows():
         detail = (f"diverged at round {int(r['diverged_round'])}" if r["status"] == "diverged"
                   else r["error"] if isinstance(r["error"], str) else
@@ -93,15 +145,16 @@ def unfinished(df: pd.DataFrame) -> str:
                   f"interrupted after round {int(r['rounds_completed'])}, checkpointed: resume=true continues it"
                   if r["status"] == "interrupted" else "still running, or killed (resume=true continues from its "
                   "last checkpoint)")
-        lines.append(f"| {r['run_dir']} | {r['status']} | {detail} |")
+        lines.append(f"| {r['run_dir']} | {r['status']} | {cell(detail)} |")
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(df: pd.DataFrame, by: list[str], path: Path) -> None:
+def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     groups = df.groupby(by, dropna=False, sort=True) if by else [("all", df)]
@@ -116,7 +169,9 @@ def plot_curves(df: pd.DataFrame, by: list[str], path: Path) -> None:
         ax.plot(mean.index, mean.values, label=f"{label} (n={len(curves)})")
         ax.fill_between(mean.index, (mean - std).values, (mean + std).values, alpha=0.2)
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("test accuracy")
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -148,15 +203,15 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     table = summarize(df, by)
-    markdown = table.to_markdown(index=False, floatfmt=".4f") + unfinished(df)
+    text = markdown(table) + unfinished(df)
     print(f"{len(runs)} runs, grouped by {by or 'nothing'}\n")
-    print(markdown)
+    print(text)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "report.md").write_text(f"{len(runs)} runs from {', '.join(args.paths)}\n\n{markdown}\n")
+        (out / "report.md").write_text(f"{len(runs)} runs from {', '.join(args.paths)}\n\n{text}\n")
         table.to_csv(out / "report.csv", index=False)
-        plot_curves(df, by, out / "curves.png")
+        plot_curves(df, by, out / "curves.png", f"{', '.join(args.paths)}: mean test accuracy (±1 std over seeds)")
         print(f"\nwrote {out / 'report.md'}, {out / 'report.csv'}, {out / 'curves.png'}")
     return 0
 

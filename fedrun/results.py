@@ -156,5 +156,7 @@ def finished_summary(run_dir: str | Path, cfg=None) -> dict | None:
 
 
 def base_summary(cfg) -> dict:
+    from .algorithms import method_name
+
     return {"fedrun_version": __version__, "git_commit": git_commit(), "seed": int(cfg.seed),
-            "algo": cfg.algo.name, "data": cfg.data.name, "model": cfg.model.name}
+            "algo": cfg.algo.name, "method": method_name(cfg.algo), "data": cfg.data.name, "model": cfg.model.name}

@@ -17,18 +17,45 @@ def test_report_groups_two_runs_and_draws_curves(tmp_path, cfg_factory, capsys):
     out = tmp_path / "report"
     assert report_main([str(tmp_path / "runs"), "--out", str(out)]) == 0
     table = pd.read_csv(out / "report.csv")
-    assert list(table["algo.name"]) == ["centralized", "fedavg"]  # the varying key, found without --by
-    assert list(table["seeds"]) == [2, 2]
+    assert list(table["method"]) == ["centralized", "fedavg"]  # the varying key, found without --by
+    assert list(table["seeds"]) == [2, 2] and "algo.name" not in table, "the method says what the part names say"
     for _, row in table.iterrows():
-        accs = [summaries[(row["algo.name"], s)]["final_test_acc"] for s in (0, 1)]
+        accs = [summaries[(row["method"], s)]["final_test_acc"] for s in (0, 1)]
         assert abs(row["final_test_acc_mean"] - sum(accs) / 2) < 1e-12
         assert abs(row["final_test_acc_std"] - pd.Series(accs).std()) < 1e-12
     assert (out / "curves.png").stat().st_size > 1000
-    assert "| algo.name" in (out / "report.md").read_text()
+    assert "| method" in (out / "report.md").read_text()
     assert report_main([str(tmp_path / "runs"), "--by", "algo.name,seed"]) == 0
     assert "4 runs, grouped by ['algo.name', 'seed']" in capsys.readouterr().out
     assert report_main([str(tmp_path / "runs"), "--by", "nonsense.key"]) == 2
     assert json.loads((tmp_path / "runs" / "fedavg-0" / "summary.json").read_text())["status"] == "finished"
+
+
+def test_report_on_a_sweep_with_a_failed_job_and_the_full_method_names(tmp_path, capsys):
+    """A sweep over harmonisers where one job fails: its config.yaml is resolved (no interpolation passes for a
+    value), its two-line error stays in one Markdown row, counts print as integers and a missing value as a dash."""
+    from conftest import run_cli
+
+    sweep = tmp_path / "sweep"
+    proc = run_cli("-m", "data=digits", "model=logreg", "fl.rounds=2", "algo/harmonizer=none,fedgh,dgt",
+                   "fl.lr=0.1,-1", "progress=false", f"hydra.sweep.dir={sweep}", cwd=tmp_path, check=False)
+    assert proc.returncode == 1  # fl.lr=-1 is refused: three failed jobs
+    for config in sweep.glob("*/config.yaml"):
+        assert "${" not in config.read_text(), config
+    methods = {json.loads(p.read_text()).get("method") for p in sweep.glob("*/summary.json")}
+    assert methods == {"fedavg", "fedavg+fedgh", "fedavg+dgt"}
+    capsys.readouterr()
+    assert report_main([str(sweep), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    table, _, failures = text.partition("did not finish")
+    assert "nan" not in text and "algo.harmonizer.momentum" not in table, "a part's own setting is no difference"
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines() if line.startswith("| fedavg")]
+    assert len(rows) == 6 and len({len(r) for r in rows}) == 1
+    header = [c.strip() for c in table.splitlines()[2].split("|")[1:-1]]
+    assert all(r[header.index("runs")] == "1" and r[header.index("seeds")] == "1" for r in rows), "integer counts"
+    assert all(r[header.index("final_test_acc_std")] == "–" for r in rows), "one seed: no std, a dash"
+    failed = [line for line in failures.splitlines() if "| failed |" in line]
+    assert len(failed) == 3 and all("fl.lr=-1" in line and line.count("|") == 4 for line in failed)
 
 
 def test_report_says_how_each_unfinished_run_ended(tmp_path):

@@ -132,15 +132,34 @@ def check_parts(algo_cfg) -> list[str]:
     return problems
 
 
+def method_name(algo_cfg) -> str:
+    """The full method a run trains, for the console, summary.json, W&B and reports: the preset's name, plus each
+    paper's part it does not already name (``fedavg+fedgh``, ``fedavg+gift``, ``bherd+random``, ``scaffold+dgt``)."""
+    name = str(algo_cfg.name)
+    parts = []
+    selector = algo_cfg.selector.name
+    if selector != "all" and not (selector == "herd" and "bherd" in name or selector == "grab" and "grab" in name):
+        parts.append(selector)
+    harmonizer = algo_cfg.harmonizer
+    if harmonizer.name != "none":
+        parts.append(harmonizer.name + ("-norm" if harmonizer.get("mode") == "norm_only" else ""))
+    if algo_cfg.schedule.name != "fixed":
+        parts.append(algo_cfg.schedule.name)
+    if algo_cfg.bank.name != "none" and not name.startswith(algo_cfg.bank.name):
+        parts.append(f"{algo_cfg.bank.name}-bank")
+    return "+".join([name, *parts])
+
+
 def build_algorithm(algo_cfg) -> Algorithm:
     problems = check_parts(algo_cfg)
     if problems:
         raise ConfigError(problems)
     return Algorithm(
-        name=algo_cfg.name,
+        name=method_name(algo_cfg),
         **{part: PARTS[part][algo_cfg[part].name](algo_cfg[part]) for part in PARTS},
         pooled=bool(algo_cfg.get("pooled", False)),
     )
 
 
-__all__ = ["PARTS", "Algorithm", "ClientContext", "LocalRule", "aggregate_buffers", "build_algorithm", "check_parts"]
+__all__ = ["PARTS", "Algorithm", "ClientContext", "LocalRule", "aggregate_buffers", "build_algorithm", "check_parts",
+           "method_name"]
