@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from .engine.simulation import run_experiment
 from .checkpoint import checkpoints
-from .errors import FedrunError, OverwriteError, StaleRunError
+from .errors import ConfigError, FedrunError, OverwriteError, StaleRunError
+from .overrides import check_overrides
 from .results import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
 from .sweeps import FAILED_JOBS
 
@@ -121,6 +122,10 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
 
 
 def main() -> None:
+    problems = check_overrides(sys.argv[1:], CONF_DIR)
+    if problems:
+        print("fedrun: " + str(ConfigError(problems)), file=sys.stderr)
+        sys.exit(2)
     _main()
     if FAILED_JOBS:
         print(f"fedrun: {len(FAILED_JOBS)} job(s) failed: {', '.join(FAILED_JOBS)} (see their summary.json, or "

@@ -37,6 +37,8 @@ def validate(cfg) -> None:
 
     def need(ok: bool, key: str, value, rule: str, fix: str) -> None:
         if not ok:
+            if isinstance(value, str) and rule.startswith(("must be >", "must be in", "must be null or >")):
+                rule = rule.replace("must be ", "must be a number ", 1)  # fl.lr=fast: not a number at all
             problems.append(f"{key}={value!r}: {rule}. Fix: {fix}")
 
     fl = cfg.fl

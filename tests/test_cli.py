@@ -108,6 +108,15 @@ def test_bad_value_exits_with_the_message_before_any_work(tmp_path):
     assert not (run / "metrics.csv").exists() and not (run / "summary.json").exists()
 
 
+def test_an_unknown_option_exits_2_with_the_choices_and_the_method_names_itself(tmp_path):
+    proc = run_cli("algo=fedgs", f"hydra.run.dir={tmp_path / 'x'}", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "Did you mean fedgh?" in proc.stderr and "Config search path" not in proc.stderr
+    run = tmp_path / "gift"
+    proc = run_cli(*SMALL, "algo=gift", "algo.schedule.tau0=2", f"hydra.run.dir={run}", cwd=tmp_path)
+    assert "fedavg+gift on digits" in proc.stdout + proc.stderr
+    assert json.loads((run / "summary.json").read_text())["method"] == "fedavg+gift"
+
+
 def test_cfg_job_and_help(tmp_path):
     job = run_cli("--cfg", "job", "algo=centralized", "fl.lr=0.3", cwd=tmp_path).stdout
     assert "lr: 0.3" in job and "name: centralized" in job

@@ -23,6 +23,15 @@ from fedrun.errors import ConfigError
     (["partition=classes", "partition.classes_per_client=11"], ["partition.classes_per_client=11", "[1, 10]"]),
     (["partition=natural"], ["partition=natural", "has no users"]),
     (["hardware.executor=threads"], ["hardware.executor='threads'"]),
+    (["fl.lr=fast"], ["fl.lr='fast'", "must be a number > 0"]),
+    (["eval.test_subset=0"], ["eval.test_subset=0", "null (the whole test set) or an integer >= 1"]),
+    (["eval.holdout=1.5"], ["eval.holdout=1.5", "[0, 1)"]),
+    (["partition=case2", "partition.split=halves"], ["partition.split='halves'", "samples", "labels"]),
+    (["algo=bherd", "algo.selector.alpha=-1"], ["algo.selector.alpha=-1", "(0, 1]"]),
+    (["algo/harmonizer=dgt", "algo.harmonizer.mode=rotate"], ["algo.harmonizer.mode='rotate'", "norm_only"]),
+    (["algo.schedule.switch_round=1", "algo.schedule.switch_tau=1"], ["algo.schedule.switch_round=1", ">= 2"]),
+    (["diagnostics.track_params=-2"], ["diagnostics.track_params=-2", ">= 0"]),
+    (["overwrite=maybe"], ["overwrite='maybe'", "true or false"]),
 ])
 def test_bad_value_is_refused_with_key_range_and_fix(cfg_factory, overrides, expected):
     with pytest.raises(ConfigError) as err:
@@ -53,3 +62,51 @@ def test_defaults_are_valid_and_presets_compose(cfg_factory):
     assert cfg.model.name == "svm" and cfg.partition.name == "case2"
     validate(cfg)
     assert cfg_factory("algo=centralized").algo.pooled is True
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["algo=afl"], ["algo=afl: algo has no option 'afl'", "afl is a schedule: algo/schedule=afl, on any base"]),
+    (["data=svhn"], ["data=svhn", "its options are", "mnist"]),
+    (["logger=foo"], ["logger=foo", "csv, none, wandb"]),
+    (["algo=fedavgg"], ["Did you mean fedavg?"]),
+    (["fl.round=3"], ["fl.round: no such setting. Did you mean fl.rounds?"]),
+    (["+fl.round=3"], ["+fl.round: nothing in fedrun reads this key", "did you mean fl.rounds?"]),
+    (["+fl.lr=3"], ["+fl.lr: the key exists", "Fix: fl.lr=3"]),
+    (["algo.harmonizer.mode=norm_only"], ["algo/harmonizer=none has no such setting", "algo/harmonizer=dgt"]),
+    (["-m", "algo=fedavg,fedgs"], ["algo=fedgs", "Did you mean fedgh?"]),
+])
+def test_overrides_hydra_cannot_compose_are_refused_with_the_valid_choices(overrides, expected):
+    from fedrun.cli import CONF_DIR
+    from fedrun.overrides import check_overrides
+
+    problems = check_overrides(overrides, CONF_DIR)
+    assert len(problems) == 1
+    for part in expected:
+        assert part in problems[0]
+
+
+def test_overrides_that_compose_pass_the_check():
+    from fedrun.cli import CONF_DIR
+    from fedrun.overrides import check_overrides
+
+    for ok in (["algo=fedgh", "fl.lr=0.2"], ["-m", "algo=fedavg,bherd", "fl.lr=0.1,0.2"], ["hydra.run.dir=x"],
+               ["experiment=bherd_svm_mnist", "partition=case2_wang"], ["algo/harmonizer=dgt",
+                                                                        "algo.harmonizer.mode=norm_only"],
+               ["partition=classes", "+partition.min_size=2"], ["--cfg", "job"]):
+        assert check_overrides(ok, CONF_DIR) == [], ok
+
+
+def test_presets_named_after_a_method_run_it_and_every_paper_has_an_algo(cfg_factory):
+    from fedrun.algorithms import method_name
+
+    for preset, part, name in (("fedgh_synthetic", "harmonizer", "fedgh"), ("fedgh_cifar10", "harmonizer", "fedgh"),
+                               ("dgt_mnist", "harmonizer", "dgt"), ("dgt_fashion_mnist", "harmonizer", "dgt"),
+                               ("gift_lenet5_mnist", "schedule", "gift")):
+        cfg = cfg_factory(f"experiment={preset}")
+        assert cfg.algo[part].name == name, preset
+        assert method_name(cfg.algo) == f"fedavg+{name}"
+        assert method_name(cfg_factory(f"experiment={preset}", "algo=fedprox").algo) == f"fedprox+{name}"
+    for algo, method in (("fedgh", "fedavg+fedgh"), ("dgt", "fedavg+dgt"), ("gift", "fedavg+gift"),
+                         ("bherd_scaffold", "bherd_scaffold"), ("mafsvrg", "mafsvrg")):
+        assert method_name(cfg_factory(f"algo={algo}").algo) == method
+    assert method_name(cfg_factory("algo=bherd", "algo/selector=random").algo) == "bherd+random"

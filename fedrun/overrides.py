@@ -1,0 +1,148 @@
+"""Command-line overrides checked before Hydra composes them, so that a wrong option or key gets fedrun's form of
+error (one line per problem, the valid choices, the nearest match, exit status 2) instead of Hydra's trace.
+
+Three kinds of mistakes are caught: an option a config group does not have (``data=svhn``; a method that is a part
+of an algorithm, ``algo=afl``, is told where it plugs in), a key the composed config does not have (``fl.round=3``,
+a part's setting while another part is chosen), and a key added with ``+`` that nothing in fedrun reads.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+# What each algorithm part is called when its option is asked for in the wrong group
+PART_WORDS = {"local": "local rule", "selector": "selector", "harmonizer": "harmonizer", "aggregator": "aggregator",
+              "server_opt": "server optimiser", "schedule": "schedule", "bank": "model bank"}
+
+
+@cache
+def group_options(conf_dir: str) -> dict[str, list[str]]:
+    """Every config group under ``conf_dir`` (``data``, ``algo/harmonizer``, ...) and its options."""
+    root = Path(conf_dir)
+    out = {}
+    for folder in sorted(p for p in root.rglob("*") if p.is_dir()):
+        group = folder.relative_to(root).as_posix()
+        if group.startswith("hydra"):
+            continue
+        options = sorted(p.stem for p in folder.glob("*.yaml"))
+        if options:
+            out[group] = options
+    return out
+
+
+@cache
+def known_keys(conf_dir: str) -> frozenset[str]:
+    """Every dotted key that some config file of fedrun sets (a key read with a default is set in at least one)."""
+    root = Path(conf_dir)
+    keys = set()
+    for path in root.rglob("*.yaml"):
+        group = path.parent.relative_to(root).as_posix()
+        if group.startswith("hydra") or group == "experiment":
+            continue
+        node = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+        node.pop("defaults", None)
+        node.pop("hydra", None)
+        prefix = "" if group == "." else group.replace("/", ".") + "."
+        keys |= {prefix + k for k in _flat(node)}
+    return frozenset(keys)
+
+
+def _flat(node: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in node.items():
+        out.append(prefix + str(k))
+        if isinstance(v, dict):
+            out += _flat(v, f"{prefix}{k}.")
+    return out
+
+
+def nearest(word: str, choices) -> str:
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return f" Did you mean {match[0]}?" if match else ""
+
+
+def check_overrides(args: list[str], conf_dir: str) -> list[str]:
+    """The problems of the command line's overrides, each one line naming the override, what is valid and the
+    nearest match; empty when Hydra can compose them."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    words = [a for a in args if "=" in a and not a.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(words)
+    except HydraException as e:
+        return [f"cannot read the overrides: {str(e).splitlines()[0]}"]
+    groups, problems, choices, values = group_options(conf_dir), [], [], []
+    for o in parsed:
+        key = o.key_or_group
+        if key.startswith("hydra") or o.is_delete():
+            continue
+        if key in groups or (key.startswith("+") and key[1:] in groups):
+            asked = list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(o.value())]
+            for option in asked:
+                if option not in groups[key]:
+                    problems.append(unknown_option(key, option, groups))
+            choices.append(f"{key}={asked[0]}")
+        else:
+            values.append(o)
+    if problems:
+        return problems
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+            composed = compose("config", overrides=choices)
+    except HydraException:
+        return []  # a defaults-list problem of the presets themselves: Hydra says it best
+    finally:
+        GlobalHydra.instance().clear()
+    present = set(_flat(OmegaConf.to_container(composed, resolve=False)))
+    everywhere = known_keys(conf_dir)
+    for o in values:
+        key = o.key_or_group
+        if o.is_add():
+            if key in present:
+                value = o.input_line.split("=", 1)[1]
+                problems.append(f"+{key}: the key exists, so it is set, not added. Fix: {key}={value}")
+            elif key not in everywhere:
+                problems.append(f"+{key}: nothing in fedrun reads this key, so the run would ignore it. Fix: drop it"
+                                f"{nearest(key, everywhere).replace(' Did you mean', '; did you mean')}")
+        elif key not in present:
+            problems.append(unknown_key(key, composed, present, everywhere, groups, conf_dir))
+    return problems
+
+
+def unknown_option(group: str, option: str, groups: dict[str, list[str]]) -> str:
+    elsewhere = [g for g, opts in groups.items() if option in opts and g != group]
+    where = ""
+    if elsewhere:
+        part = elsewhere[0]
+        word = PART_WORDS.get(part.split("/")[-1], part)
+        where = (f" {option} is a {word}: {part}={option}, on any base (e.g. algo=fedavg {part}={option})"
+                 if part.startswith("algo/") else f" {option} is an option of {part}: {part}={option}.")
+    return (f"{group}={option}: {group} has no option {option!r}; its options are {', '.join(groups[group])}."
+            f"{where or nearest(option, groups[group])}")
+
+
+def unknown_key(key: str, composed, present: set[str], everywhere: frozenset[str], groups: dict[str, list[str]],
+                conf_dir: str) -> str:
+    if key in everywhere:  # a setting of another option of its group (algo.harmonizer.mode with harmonizer none)
+        parent = key.rsplit(".", 1)[0]
+        owner = parent.replace(".", "/")
+        holders = [opt for opt in groups.get(owner, []) if _option_sets(conf_dir, owner, opt, key)]
+        chosen = OmegaConf.select(composed, f"{parent}.name")
+        belongs = f"; it belongs to {owner}={'|'.join(holders)}" if holders else ""
+        return (f"{key}: {owner}={chosen} has no such setting{belongs}. Fix: choose that option, or drop the "
+                f"override")
+    return f"{key}: no such setting.{nearest(key, present)} (fedrun --cfg job prints every setting)"
+
+
+@cache
+def _option_sets(conf_dir: str, group: str, option: str, key: str) -> bool:
+    node = OmegaConf.to_container(OmegaConf.load(Path(conf_dir) / group / f"{option}.yaml"), resolve=False) or {}
+    return key.split(".")[-1] in node
