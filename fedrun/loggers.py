@@ -39,7 +39,8 @@ class WandbLogger:
 
             kwargs = dict(project=wcfg.project, entity=wcfg.entity, group=wcfg.group or sweep_group,
                           tags=list(wcfg.tags or []), config=OmegaConf.to_container(cfg, resolve=True),
-                          dir=str(run_dir), name=f"{method_name(cfg.algo)}-{cfg.data.name}-s{cfg.seed}", reinit=True)
+                          dir=str(run_dir), name=f"{method_name(cfg.algo)}-{cfg.data.name}-s{cfg.seed}",
+                          reinit="create_new")  # a new run per fedrun run, also several in one process (scripts)
             if wcfg.mode:
                 kwargs["mode"] = wcfg.mode
             self.run = wandb.init(**kwargs)

@@ -128,8 +128,14 @@ def test_cfg_job_and_help(tmp_path):
 
 def test_wandb_offline_run_logs_every_round(tmp_path):
     run = tmp_path / "wb"
-    run_cli(*SMALL, "logger=wandb", "logger.tags=[smoke]", f"hydra.run.dir={run}", cwd=tmp_path,
-            env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    proc = run_cli(*SMALL, "logger=wandb", "logger.tags=[smoke]", "hydra.run.dir=wb", cwd=tmp_path,
+                   env={"WANDB_MODE": "offline"})
+    said = proc.stdout + proc.stderr
+    assert "deprecat" not in said.lower(), said[-2000:]
+    for line in said.splitlines():  # every path W&B prints is one a user can open
+        if "Find logs at:" in line or "wandb sync " in line:
+            path = line.split("Find logs at:")[-1].split("wandb sync ")[-1].strip()
+            assert (tmp_path / path).exists(), line
     files = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     logged = wandb_reader.history(files[0])

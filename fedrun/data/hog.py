@@ -83,6 +83,8 @@ def hog_spec(base: DatasetSpec, height: int, width: int, paper: str) -> DatasetS
                           pixels.y_test, num_classes=pixels.num_classes, input_kind="vector",
                           source=f"{pixels.source} (HOG)")
 
-    return DatasetSpec(name=name, description=f"{base.name} as HOG vectors ({paper}), 576 features for 28x28",
+    features = num_features(height, width, 7, 3, 9)
+    return DatasetSpec(name=name, description=f"{base.name} as HOG vectors ({paper}), {features} features for "
+                                              f"{height}x{width} (7x7 blocks, stride 3, 9 bins)",
                        meta=meta, load=load, is_present=base.is_present, how_to_get=base.how_to_get, fetch=base.fetch)
 
