@@ -111,6 +111,14 @@ def test_the_random_control_sends_a_seeded_uniform_subset_scaled_as_bherd(cfg_fa
     assert full.diagnostics["herd_residual"] == pytest.approx(0.0, abs=1e-6)
 
 
+def test_herding_non_finite_steps_does_not_crash_and_the_run_stops_as_diverged(tmp_path, cfg_factory):
+    z = torch.tensor([[float("nan"), 1.0], [2.0, float("inf")], [1.0, 1.0]])
+    assert sorted(herd_order(z, 3)) == [0, 1, 2]
+    summary = run_experiment(cfg_factory("data=digits", "model=svm", "algo=bherd", "fl.lr=1e3", "fl.rounds=10",
+                                         "fl.clients_per_round=3"), tmp_path / "run")
+    assert summary["status"] == "diverged"
+
+
 def test_one_selected_step_is_the_one_closest_to_the_mean():
     z = np.random.default_rng(3).normal(size=(15, 4))
     closest = int(np.argmin(np.linalg.norm(z - z.mean(axis=0), axis=1)))

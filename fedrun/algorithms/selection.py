@@ -39,9 +39,13 @@ def centred_gram(z: torch.Tensor, centre: torch.Tensor, block: int | None = None
     return gram
 
 
-def first_minimum(score: torch.Tensor, scale: float) -> int:
-    """The lowest index whose score is within TIE_RTOL * ``scale`` of the minimum."""
-    return int(torch.nonzero(score <= score.min() + TIE_RTOL * scale)[0])
+def first_minimum(score: torch.Tensor, scale: float, taken: torch.Tensor) -> int:
+    """The lowest index whose score is within TIE_RTOL * ``scale`` of the minimum; when no score is finite (the
+    steps' gradients are not: the run is diverging and will stop as such), the lowest index not taken yet."""
+    finite = torch.isfinite(score)
+    if not bool(finite.any()):
+        return int(torch.nonzero(~taken)[0])
+    return int(torch.nonzero(finite & (score <= score[finite].min() + TIE_RTOL * scale))[0])
 
 
 def herd_order(z: torch.Tensor, k: int, block: int | None = None, device: torch.device | None = None) -> list[int]:
@@ -50,12 +54,12 @@ def herd_order(z: torch.Tensor, k: int, block: int | None = None, device: torch.
     the running sum of G's chosen rows. Ties (within TIE_RTOL of the largest G_jj) go to the lowest index."""
     gram = centred_gram(z, z.double().mean(dim=0), block, device)
     diag = torch.diagonal(gram)
-    scale = float(diag.max()) if len(diag) else 0.0
+    scale = float(diag.nan_to_num(0.0, posinf=0.0).max()) if len(diag) else 0.0
     s_dot = torch.zeros_like(diag)
     taken = torch.zeros(len(diag), dtype=torch.bool, device=gram.device)
     order = []
     for _ in range(k):
-        j = first_minimum((2 * s_dot + diag).masked_fill(taken, math.inf), scale)
+        j = first_minimum((2 * s_dot + diag).masked_fill(taken, math.inf), scale, taken)
         order.append(j)
         taken[j] = True
         s_dot += gram[j]
