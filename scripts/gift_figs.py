@@ -132,13 +132,14 @@ def fig5(args, settings, out, command, extra) -> None:
         c = gift["gift_C"].to_numpy()
         r0 = int(gift["round"].iloc[0])
         share, base = burst_share(c, cuts, r0)
-        # the EMAs (beta) start at zero: over their first 1/(1 - beta) rounds C_r can rise because they are filling
+        # the first 1/(1 - beta) rounds: the updates of a model leaving its initialisation can grow more consistent
+        # (results/gift/claims.md), so a stall there is not yet the stagnation the rule looks for
         filling = round(1 / (1 - float(load_config(dirs["gift"][0]).algo.schedule.beta)))
         settled = [r for r in cuts if r > filling]
         report += [f"\n## {setting}" + (f" - {notes[setting]}" if notes[setting] else "") + "\n",
                    f"- tau: {int(gift['tau'].iloc[0])} -> {int(gift['next_tau'].iloc[-1])}, halved after rounds "
-                   f"{cuts or 'none'}, each after 2 rounds of non-decreasing C_r (the rule); halvings after the EMAs' "
-                   f"first {filling} rounds, when a stall is stagnation rather than the EMAs filling: "
+                   f"{cuts or 'none'}, each after 2 rounds of non-decreasing C_r (the rule); halvings after the "
+                   f"first {filling} rounds, when a stall is stagnation rather than the start-up: "
                    f"{settled or 'none'} (tau halves when C_r stagnates: {verdict(bool(settled))}).",
                    f"- C_r starts at {c[0]:.3f}, ends at "
                    f"{c[-1]:.3f} (min {c.min():.3f}); " + (

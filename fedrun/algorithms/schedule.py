@@ -78,8 +78,10 @@ class GIFT:
     at 0), and computes the Gradient Consistency C_r = ||P_r + N_r|| / (||P_r|| + ||N_r||). When C_r has not decreased
     for ``patience`` consecutive rounds, tau <- max(1, floor(tau / factor)) and the count restarts. With ``relax``
     (Sec. 6.4), tau <- tau + relax_step once C_r has decreased for ``relax_after`` consecutive rounds, only until the
-    first halving. ``warmup`` rounds pass before C_r is compared at all (0, the paper's rule: the EMAs start at zero
-    and C_r may rise while they fill, which counts as not decreasing)."""
+    first halving. ``warmup`` rounds pass before C_r is compared at all (0, the paper's rule). The EMAs' zero start
+    does not bias C_r (P_r and N_r carry the same (1 - beta) factors, which cancel in the ratio); what can make C_r
+    rise over the first rounds, and so halve tau early, is the updates themselves growing more consistent while the
+    model leaves its initialisation (``gift_C_round``, the ratio of each round's updates alone, shows it)."""
 
     name = "gift"
 
