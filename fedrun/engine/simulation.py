@@ -498,9 +498,15 @@ class Simulation:
     @torch.no_grad()
     def preferred_models(self) -> torch.Tensor:
         """Each client's preferred model of the bank now: eq. 18 on its whole local training data, the same
-        computation (losses and :func:`preferences`) as a bank round's, for every client and any loss."""
-        losses, _ = self.full_losses_and_gradients(self.algo.bank.models, range(self.num_clients))
-        return preferences(losses, self.algo.bank.models, float(self.cfg.fl.weight_decay))
+        computation (losses and :func:`preferences`) as a bank round's, for every client and any loss. Computed
+        once per state of the bank (the evaluations of a round share it)."""
+        models = self.algo.bank.models
+        held = getattr(self, "_preferred", None)  # (the models tensor itself, its version, the preferences)
+        if held is None or held[0] is not models or held[1] != models._version:
+            losses, _ = self.full_losses_and_gradients(models, range(self.num_clients))
+            held = self._preferred = (models, models._version, preferences(losses, models,
+                                                                           float(self.cfg.fl.weight_decay)))
+        return held[2]
 
     @property
     def personalized(self) -> bool:
