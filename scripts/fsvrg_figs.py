@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                      *(f"{k}={v}" for k, v in changes.items())]
         if algo in BASELINES:
             overrides += [f"fl.lr={args.baseline_lr}"]
+        if algo in PROPOSED and "algo.bank.form" not in changes:  # these figures are 004 as printed (eq. 64 too)
+            overrides += ["algo.bank.form=paper"]
         jobs.setdefault(key, [([*overrides, f"seed={seed}"], str(Path(args.runs) / args.dataset / f"seed{seed}" / name))
                               for seed in seeds])
         return key

@@ -70,7 +70,7 @@ BANKS = {kind: (lambda k: lambda c: ModelBank(k, c.get("models", 4), c.get("thre
                                                c.get("beta1", 0.0), c.get("beta2", 0.999), c.get("eps", 1e-8),
                                                c.get("kmeans_eps", 1e-4), c.get("kmeans_max_iter", 100),
                                                c.get("center_seeds", False), c.get("ga_step"),
-                                               c.get("form", "paper"), c.get("grouping", "kmeans")))(kind)
+                                               c.get("form", "adam"), c.get("grouping", "kmeans")))(kind)
          for kind in ("none", "ma", "ga")}
 
 PARTS = {"local": LOCAL_RULES, "selector": SELECTORS, "harmonizer": HARMONIZERS, "aggregator": AGGREGATORS,
