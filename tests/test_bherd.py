@@ -84,6 +84,16 @@ def test_near_ties_beyond_the_tolerance_pick_the_true_minimum():
     assert herd_order(z, 1) == [int(torch.argmin((c * c).sum(1)))] == direct_algorithm2(z.numpy(), 1)
 
 
+def step_gradients(sim, plan, w0) -> torch.Tensor:
+    """A client's local SGD from w0 over its plan's batches, written out: its step gradients z_1..z_tau (tau, d)."""
+    w, steps = w0.clone(), []
+    for batch in plan.batches:
+        _, g = sim.model.loss_and_grad(w, {}, sim.data.x_train[batch], sim.data.y_train[batch])
+        steps.append(g)
+        w = w - sim.cfg.fl.lr * g
+    return torch.stack(steps)
+
+
 def test_the_random_control_sends_a_seeded_uniform_subset_scaled_as_bherd(cfg_factory):
     common = ["data=digits", "model=logreg", "algo=bherd", "algo/selector=random", "fl.clients_per_round=3",
               "fl.batch_size=16", "hardware.executor=loop"]
@@ -96,12 +106,7 @@ def test_the_random_control_sends_a_seeded_uniform_subset_scaled_as_bherd(cfg_fa
     out = sim.run_round(1)
     expected = torch.zeros_like(w0)
     for plan, p in zip(out.plans, out.weights):
-        w, steps = w0.clone(), []
-        for batch in plan.batches:
-            _, g = sim.model.loss_and_grad(w, {}, sim.data.x_train[batch], sim.data.y_train[batch])
-            steps.append(g)
-            w = w - sim.cfg.fl.lr * g
-        z = torch.stack(steps)
+        z = step_gradients(sim, plan, w0)
         k = num_selected(0.5, plan.tau)
         expected += p * z[sim.algo.selector.order(z, plan.id, 1, k, "cpu")[:k]].sum(0)
     torch.testing.assert_close(sim.params, w0 - sim.cfg.fl.lr * 2.0 * expected, rtol=1e-5, atol=1e-6)
@@ -166,12 +171,7 @@ def test_bherd_sends_the_herded_sum_scaled_by_e_over_alpha(cfg_factory):
     out = sim.run_round(1)
     expected = torch.zeros_like(w0)
     for plan, p in zip(out.plans, out.weights):
-        w, steps = w0.clone(), []
-        for batch in plan.batches:
-            _, g = sim.model.loss_and_grad(w, {}, sim.data.x_train[batch], sim.data.y_train[batch])
-            steps.append(g)
-            w = w - sim.cfg.fl.lr * g
-        z = torch.stack(steps)
+        z = step_gradients(sim, plan, w0)
         k = num_selected(0.5, plan.tau)
         g_i = z[herd_order(z, k)].sum(0)  # eq. 5
         expected += p * g_i
