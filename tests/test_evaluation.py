@@ -80,6 +80,7 @@ def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch,
     sim = Simulation(cfg)
     assert [len(ix) for ix in sim.holdout] == [3, 3] and [len(ix) for ix in sim.partition.indices] == [7, 7]
     assert not set(np.concatenate(sim.holdout)) & set(np.concatenate(sim.partition.indices)), "held out of training"
+    assert [float(sim.client_states[c]["n"]) for c in (0, 1)] == [7, 7], "FSVRG's n_i: the training samples only"
     bank = sim.algo.bank
     bank.start(sim.params, sim.num_clients)
     always = lambda c: torch.tensor([0.0, 0.0, 0.0, 0.0, 3.0 * (c == 0), 3.0 * (c == 1)])  # noqa: E731

@@ -108,7 +108,9 @@ class Simulation:
                                    task)
         if self.algo.pooled:  # centralized SGD: one client holding every training sample
             partition = Partition([np.arange(len(self.labels))], f"pooled (centralized; {partition.layout} ignored)")
-        self.partition, self.holdout = held_out(partition, float(cfg.eval.get("holdout") or 0.0), cfg.seed)
+        # a client's held-out samples (eval.holdout) leave its training data: everything below sees the rest
+        partition, self.holdout = held_out(partition, float(cfg.eval.get("holdout") or 0.0), cfg.seed)
+        self.partition = partition
         self.num_clients = len(partition.indices)
         refuse_single_sample_batches(self.model, self.params, self.buffers, self.data.x_train, partition,
                                      cfg.model.name)
