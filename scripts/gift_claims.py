@@ -1,7 +1,8 @@
 """GIFT's claims tested where its premise holds (issue #22): premature stagnation, gradient bifurcation, and the
 frequency tuning that gets out of it.
 
-    python scripts/gift_claims.py [--seeds K] [--budget S] [--workers P] [--runs DIR] [--out DIR]
+    python scripts/gift_claims.py [--seeds K] [--budget S] [--alphas A,...] [--compare-alpha A] [--workers P]
+                                  [--runs DIR] [--out DIR]
 
 Three experiments, each a preset:
 
@@ -12,12 +13,13 @@ Three experiments, each a preset:
   holding five classes each; tau = 500 until round 40, then 1, against tau = 500 throughout; two seeded parameters
   of the global model and both clients' updates there (Fig. 4), and the cosine between the two updates.
 - Table 1 and Figs. 5-7 (``experiment=gift_stagnation_lenet5_fashion_mnist``, SUBSTITUTE: Fashion-MNIST for
-  CIFAR-10, labels ~ Dirichlet(0.1)): FedAvg with tau = 100, GIFT, GIFT with relaxation (Fig. 7), AdaComm and AFL,
-  each until the same simulated time budget (``--budget``); FedAvg and GIFT over ``--seeds`` seeds.
+  CIFAR-10): FedAvg with tau = 100 and GIFT at each Dirichlet concentration of ``--alphas``, and at
+  ``--compare-alpha`` also GIFT with relaxation (Fig. 7), AdaComm and AFL, each until the same simulated time budget
+  (``--budget``); FedAvg and GIFT over ``--seeds`` seeds.
 
 Also the first rounds of GIFT on the setting of results/gift/README.md (MNIST, Dirichlet(1)), to say why its tau
 halved at round 3 there. Writes <out>/claims.md (one row per claim: reading, verdict, numbers, command) and the
-plots claims_fig3.png, claims_fig4.png, claims_fig5.png, claims_fig6.png, claims_fig7.png. Finished runs under
+plots claims_fig3.png, claims_fig4.png, claims_fig5_a<alpha>.png, claims_fig6.png, claims_fig7.png. Finished runs under
 --runs are reused.
 """
 
@@ -62,10 +64,15 @@ def jobs_for(args) -> dict[str, tuple[list[str], str]]:
                           "eval.every=1", "diagnostics.conflicts=false"], runs / "fig3b" / "tau500"),
         "startup": (["experiment=gift_lenet5_mnist", "fl.batch_size=10", "fl.rounds=8"], runs / "startup_mnist"),
     }
-    for name, (folder, overrides) in SCHEDULES.items():
-        for seed in range(args.seeds if name in SEEDED else 1):
-            jobs[f"stag/{name}/{seed}"] = ([f"experiment={STAGNATION}", *overrides, f"timing.budget_s={args.budget:g}",
-                                            f"seed={seed}"], runs / "stagnation" / folder / f"seed{seed}")
+    for alpha in args.alphas:
+        for name, (folder, overrides) in SCHEDULES.items():
+            if alpha != args.compare_alpha and name not in SEEDED:
+                continue
+            for seed in range(args.seeds if name in SEEDED else 1):
+                jobs[f"stag/{alpha:g}/{name}/{seed}"] = (
+                    [f"experiment={STAGNATION}", *overrides, f"partition.alpha={alpha:g}",
+                     f"timing.budget_s={args.budget:g}", f"seed={seed}"],
+                    runs / "stagnation" / f"a{alpha:g}" / folder / f"seed{seed}")
     return {k: (o, str(d)) for k, (o, d) in jobs.items()}
 
 
@@ -77,10 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--budget", type=float, default=900.0, help="simulated seconds of every stagnation run")
+    parser.add_argument("--alphas", default="0.01,0.1", help="Dirichlet concentrations of the stagnation runs")
+    parser.add_argument("--compare-alpha", type=float, default=0.01, help="where all five schedules run")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", default="outputs/gift_claims")
     parser.add_argument("--out", default="results/gift")
     args = parser.parse_args(argv)
+    args.alphas = [float(a) for a in args.alphas.split(",")]
+    if args.compare_alpha not in args.alphas:
+        parser.error(f"--compare-alpha {args.compare_alpha:g} must be one of --alphas {args.alphas}")
     jobs = jobs_for(args)
     names = list(jobs)
     summaries = dict(zip(names, run_jobs([jobs[n] for n in names], args.workers)))
@@ -96,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
              "far longer); the stagnation runs stop at a simulated budget of "
              f"{args.budget:g} s (about 150 rounds of FedAvg with tau = 100) instead of 1000 rounds or 2 hours.\n",
              "| claim (paper) | reading tested | verdict | numbers |", "|---|---|---|---|", *rows, "",
-             f"Re-run: `{command}`. Plots: claims_fig3.png, claims_fig4.png, claims_fig5.png, claims_fig6.png, "
-             "claims_fig7.png.", ""]
+             f"Re-run: `{command}`. Plots: claims_fig3.png, claims_fig4.png, claims_fig5_a<alpha>.png (each "
+             "alpha), claims_fig6.png, claims_fig7.png.", ""]
     (out / "claims.md").write_text("\n".join(lines))
     print(f"wrote {out / 'claims.md'}")
     return 0
@@ -206,12 +218,30 @@ def fig4(runs, out: Path, note: str) -> list[str]:
             f"rounds 1-{int(tau500['round'].iloc[-1])}) -> {last:.3f} (last quarter); {signs} |"]
 
 
+def halvings(frame: pd.DataFrame) -> list[int]:
+    """The rounds after which tau was cut: within a logged round (next_tau below tau) or between two logged rounds
+    (the later one's tau below the earlier one's next_tau; the earlier round is named)."""
+    rounds, tau, nxt = frame["round"].tolist(), frame["tau"].tolist(), frame["next_tau"].tolist()
+    cut = {rounds[i] for i in range(len(rounds)) if nxt[i] < tau[i]}
+    cut |= {rounds[i - 1] for i in range(1, len(rounds)) if tau[i] < nxt[i - 1]}
+    return sorted(cut)
+
+
 def stagnation(args, runs, out: Path, note: str) -> list[str]:
-    frames = {name: [metrics(runs[f"stag/{name}/{s}"]) for s in range(args.seeds if name in SEEDED else 1)]
-              for name in SCHEDULES}
+    rows = []
+    for alpha in args.alphas:
+        rows += stagnation_at(args, alpha, runs, out, note)
+    return rows
+
+
+def stagnation_at(args, alpha: float, runs, out: Path, note: str) -> list[str]:
+    names = [n for n in SCHEDULES if alpha == args.compare_alpha or n in SEEDED]
+    frames = {name: [metrics(runs[f"stag/{alpha:g}/{name}/{s}"]) for s in range(args.seeds if name in SEEDED else 1)]
+              for name in names}
     fedavg, gift = frames["FedAvg (tau = 100)"], frames["GIFT"]
     final = {name: [100 * f["test_acc"].cummax().iloc[-1] for f in fs] for name, fs in frames.items()}
     target = 0.95 * min(np.mean(v) for v in final.values()) / 100  # 95% of the worst method's best accuracy
+    reading = f"`experiment={STAGNATION} partition.alpha={alpha:g}` (SUBSTITUTE), {args.seeds} seed(s)"
     rows = []
     # Fig. 5: tau, C_r, accuracy over rounds, FedAvg vs GIFT (seed 0)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
@@ -227,27 +257,28 @@ def stagnation(args, runs, out: Path, note: str) -> list[str]:
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("GIFT Fig. 5 where FedAvg stagnates (Fashion-MNIST, SUBSTITUTE, Dirichlet(0.1)), seed 0", fontsize=10)
+    fig.suptitle(f"GIFT Fig. 5, Fashion-MNIST (SUBSTITUTE), Dirichlet({alpha:g}), seed 0", fontsize=10)
     fig.text(0.01, 0.005, note[:200], fontsize=5)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(out / "claims_fig5.png", dpi=110)
+    fig.savefig(out / f"claims_fig5_a{alpha:g}.png", dpi=110)
     plt.close(fig)
-    cuts = [[int(r) for r, t, n in zip(f["round"], f["tau"], f["next_tau"]) if n < t] for f in gift]
-    rows.append(f"| Fig. 5: tau halves each time C_r stops decreasing, after the premature stagnation | "
-                f"`experiment={STAGNATION}` (SUBSTITUTE), {args.seeds} seed(s) | "
+    cuts = [halvings(f) for f in gift]
+    rows.append(f"| Fig. 5: tau halves each time C_r stops decreasing, after the premature stagnation | {reading} | "
                 f"{'holds' if all(len(c) >= 2 for c in cuts) else 'does not hold'} | halvings after rounds "
                 + "; ".join(f"seed {s}: {c or 'none'} (tau {int(gift[s]['tau'].iloc[0])} -> "
-                            f"{int(gift[s]['next_tau'].iloc[-1])})" for s, c in enumerate(cuts)) + " |")
+                            f"{int(gift[s]['next_tau'].iloc[-1])}; C_r {gift[s]['gift_C'].iloc[0]:.3f} -> "
+                            f"{gift[s]['gift_C'].iloc[-1]:.3f})" for s, c in enumerate(cuts)) + " |")
     bursts, others = [], []
     for f, c in zip(gift, cuts):
         conc = f.set_index("round")["gift_C"]
         for r in conc.index[:-3]:
             rise = conc.loc[r:].iloc[1:4].max() > conc.loc[r]
             (bursts if r in c else others).append(rise)
-    rows.append(f"| Fig. 5: C_r bursts after each halving | same runs | "
-                f"{'holds' if bursts and np.mean(bursts) > np.mean(others) else 'does not hold'} | C_r rises within "
-                f"3 evaluations after {100 * np.mean(bursts) if bursts else float('nan'):.0f}% of the halvings vs "
-                f"{100 * np.mean(others):.0f}% of other evaluations |")
+    if bursts:
+        rows.append(f"| Fig. 5: C_r bursts after each halving | same runs | "
+                    f"{'holds' if np.mean(bursts) > np.mean(others) else 'does not hold'} | C_r rises within 3 "
+                    f"evaluations after {100 * np.mean(bursts):.0f}% of the halvings vs "
+                    f"{100 * np.mean(others):.0f}% of other evaluations |")
     # Table 1 at equal synchronisations: FedAvg's last round, GIFT's accuracy and time there
     t1 = []
     for fa, gi in zip(fedavg, gift):
@@ -258,10 +289,12 @@ def stagnation(args, runs, out: Path, note: str) -> list[str]:
     t1 = np.array(t1)
     more = t1[:, 1] - t1[:, 0]
     rows.append(f"| Table 1: after the same number of synchronisations GIFT is more accurate and takes less time "
-                f"| same runs, at FedAvg's last round ({', '.join(str(int(r)) for r in t1[:, 4])}) | "
+                f"| {reading}, at FedAvg's last round ({', '.join(str(int(r)) for r in t1[:, 4])}) | "
                 f"{'holds' if (more > 0).all() and (t1[:, 3] < t1[:, 2]).all() else 'does not hold'} | best accuracy "
                 f"FedAvg {mean_sd(t1[:, 0])}% vs GIFT {mean_sd(t1[:, 1])}% (GIFT - FedAvg {mean_sd(more)}); simulated "
                 f"time {t1[:, 2].mean():.0f} s vs {t1[:, 3].mean():.0f} s |")
+    if alpha != args.compare_alpha:
+        return rows
     # Fig. 6: the four schedules under the budget
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     table = []
@@ -277,7 +310,7 @@ def stagnation(args, runs, out: Path, note: str) -> list[str]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[1].set_yscale("log")
-    fig.suptitle(f"GIFT Fig. 6 where FedAvg stagnates: every schedule until {args.budget:g} simulated seconds",
+    fig.suptitle(f"GIFT Fig. 6, Dirichlet({alpha:g}): every schedule until {args.budget:g} simulated seconds",
                  fontsize=10)
     fig.text(0.01, 0.005, note[:200], fontsize=5)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
@@ -286,8 +319,8 @@ def stagnation(args, runs, out: Path, note: str) -> list[str]:
     best = max(table, key=lambda t: np.mean(t[1]))[0]
     fastest = min(table, key=lambda t: np.nanmean(t[2]) if not np.isnan(t[2]).all() else np.inf)[0]
     cells = "; ".join(f"{n}: {mean_sd(a)}%, {np.nanmean(t):.0f} s to {100 * target:.1f}%" for n, a, t in table)
-    rows.append(f"| Fig. 6: under a time budget GIFT is the most accurate and reaches the target first | same "
-                f"preset, `algo/schedule=fixed|gift|adacomm|afl` | "
+    rows.append(f"| Fig. 6: under a time budget GIFT is the most accurate and reaches the target first | {reading}, "
+                f"`algo/schedule=fixed|gift|adacomm|afl` | "
                 f"{'holds' if best == fastest == 'GIFT' else f'most accurate: {best}; first: {fastest}'}"
                 f" | {cells} (best-ever accuracy within the budget; target = 95% of the lowest method's) |")
     # Fig. 7: relaxation against rounds
@@ -299,17 +332,18 @@ def stagnation(args, runs, out: Path, note: str) -> list[str]:
     ax.set_title("best-ever test accuracy (%)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.suptitle("GIFT Fig. 7 where FedAvg stagnates: frequency relaxation", fontsize=10)
+    fig.suptitle(f"GIFT Fig. 7, Dirichlet({alpha:g}): frequency relaxation", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "claims_fig7.png", dpi=110)
     plt.close(fig)
-    grew = int((relax["next_tau"] > relax["tau"]).sum())
+    steps = relax["tau"].tolist()
+    grew = int((relax["next_tau"] > relax["tau"]).sum()) + sum(b > a for a, b in zip(steps, steps[1:]))
     common = min(int(relax["round"].iloc[-1]), int(plain["round"].iloc[-1]))
     early = common // 3
     acc = {n: f.set_index("round")["test_acc"].cummax() for n, f in (("relax", relax), ("plain", plain))}
     at = {n: 100 * float(c.loc[:early].iloc[-1]) for n, c in acc.items()}
     rows.append(f"| Fig. 7: relaxation (tau + 5 after 10 decreasing rounds, until the first halving) raises "
-                f"accuracy sooner | same preset, `algo.schedule.relax=true`, seed 0 | "
+                f"accuracy sooner | {reading}, `algo.schedule.relax=true`, seed 0 | "
                 f"{'holds' if grew and at['relax'] > at['plain'] + 0.5 else 'does not hold'} | tau raised {grew} "
                 f"time(s); best accuracy by round {early}: {at['relax']:.2f}% with vs {at['plain']:.2f}% without |")
     return rows
@@ -319,7 +353,7 @@ def startup(runs) -> list[str]:
     f = metrics(runs["startup"])
     first = f[f["round"] <= 5]
     c, raw = first["gift_C"].round(3).tolist(), first["gift_C_round"].round(3).tolist()
-    rose = raw[-1] > raw[0]
+    rose = max(raw[1:3]) > raw[0]
     return [f"| (results/gift/README.md) why tau halved at round 3 on MNIST, Dirichlet(1) | "
             f"`experiment=gift_lenet5_mnist fl.batch_size=10`, rounds 1-5 | the rise of C_r is "
             f"{'in the updates themselves' if rose else 'not in the single rounds'} | C_r (EMA) {c}; the same "
