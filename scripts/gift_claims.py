@@ -1,7 +1,7 @@
 """GIFT's claims tested where its premise holds (issue #22): premature stagnation, gradient bifurcation, and the
 frequency tuning that gets out of it.
 
-    python scripts/gift_claims.py [--seeds K] [--budget S] [--alphas A,...] [--compare-alpha A] [--workers P]
+    python scripts/gift_claims.py [--seeds K] [--budget S] [--settings NAME[:K],...] [--compare NAME] [--workers P]
                                   [--runs DIR] [--out DIR]
 
 Three experiments, each a preset:
@@ -12,14 +12,17 @@ Three experiments, each a preset:
 - Figs. 3b and 4 (``experiment=gift_fig3b_lenet5_mnist``, SUBSTITUTE: MNIST for CIFAR-10): LeNet-5, two clients
   holding five classes each; tau = 500 until round 40, then 1, against tau = 500 throughout; two seeded parameters
   of the global model and both clients' updates there (Fig. 4), and the cosine between the two updates.
-- Table 1 and Figs. 5-7 (``experiment=gift_stagnation_lenet5_fashion_mnist``, SUBSTITUTE: Fashion-MNIST for
-  CIFAR-10): FedAvg with tau = 100 and GIFT at each Dirichlet concentration of ``--alphas``, and at
-  ``--compare-alpha`` also GIFT with relaxation (Fig. 7), AdaComm and AFL, each until the same simulated time budget
-  (``--budget``); FedAvg and GIFT over ``--seeds`` seeds.
+- Table 1 and Figs. 5-7 in each stagnation setting of ``--settings``: ``two_clients``
+  (``experiment=gift_stagnation_two_clients_mnist``, SUBSTITUTE: MNIST for CIFAR-10; Fig. 3b's two clients under the
+  Sec. 6.1 schedule) and ``a<alpha>`` (``experiment=gift_stagnation_lenet5_fashion_mnist partition.alpha=<alpha>``,
+  SUBSTITUTE: Fashion-MNIST for CIFAR-10; the Sec. 6.1 protocol at that Dirichlet concentration): FedAvg with
+  tau = 100 and GIFT over ``--seeds`` seeds (K seeds for ``NAME:K``), and in the ``--compare`` setting also GIFT
+  with relaxation (Fig. 7), AdaComm and AFL, each until the same simulated time budget (the preset's, or
+  ``--budget``).
 
 Also the first rounds of GIFT on the setting of results/gift/README.md (MNIST, Dirichlet(1)), to say why its tau
 halved at round 3 there. Writes <out>/claims.md (one row per claim: reading, verdict, numbers, command) and the
-plots claims_fig3.png, claims_fig4.png, claims_fig5_a<alpha>.png, claims_fig6.png, claims_fig7.png. Finished runs under
+plots claims_fig3.png, claims_fig4.png, claims_fig5_<setting>.png, claims_fig6.png, claims_fig7.png. Finished runs under
 --runs are reused.
 """
 
@@ -35,10 +38,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
 
 from fedrun.reproduce import provenance, run_jobs  # noqa: E402
 
 STAGNATION = "gift_stagnation_lenet5_fashion_mnist"
+TWO_CLIENTS = "gift_stagnation_two_clients_mnist"
 SCHEDULES = {  # name -> (run folder, overrides of the stagnation preset)
     "FedAvg (tau = 100)": ("fedavg", ["algo/schedule=fixed", "algo.schedule.tau=100"]),
     "GIFT": ("gift", []),
@@ -47,6 +52,8 @@ SCHEDULES = {  # name -> (run folder, overrides of the stagnation preset)
     "AFL": ("afl", ["algo/schedule=afl"]),
 }
 SEEDED = ("FedAvg (tau = 100)", "GIFT")
+SETTING_TITLES = {"two_clients": "MNIST (SUBSTITUTE), two clients of 5 classes each",
+                  "a": "Fashion-MNIST (SUBSTITUTE), Dirichlet({})"}
 FIG3B_SWITCH = 41
 
 
@@ -64,16 +71,25 @@ def jobs_for(args) -> dict[str, tuple[list[str], str]]:
                           "eval.every=1", "diagnostics.conflicts=false"], runs / "fig3b" / "tau500"),
         "startup": (["experiment=gift_lenet5_mnist", "fl.batch_size=10", "fl.rounds=8"], runs / "startup_mnist"),
     }
-    for alpha in args.alphas:
+    budget = [] if args.budget is None else [f"timing.budget_s={args.budget:g}"]
+    for setting in args.settings:
         for name, (folder, overrides) in SCHEDULES.items():
-            if alpha != args.compare_alpha and name not in SEEDED:
+            if setting != args.compare and name not in SEEDED:
                 continue
-            for seed in range(args.seeds if name in SEEDED else 1):
-                jobs[f"stag/{alpha:g}/{name}/{seed}"] = (
-                    [f"experiment={STAGNATION}", *overrides, f"partition.alpha={alpha:g}",
-                     f"timing.budget_s={args.budget:g}", f"seed={seed}"],
-                    runs / "stagnation" / f"a{alpha:g}" / folder / f"seed{seed}")
+            for seed in range(args.settings[setting] if name in SEEDED else 1):
+                jobs[f"stag/{setting}/{name}/{seed}"] = (
+                    [*setting_overrides(setting), *overrides, *budget, f"seed={seed}"],
+                    runs / "stagnation" / setting / folder / f"seed{seed}")
     return {k: (o, str(d)) for k, (o, d) in jobs.items()}
+
+
+def setting_overrides(setting: str) -> list[str]:
+    """The overrides of a stagnation setting: ``two_clients``, or ``a<alpha>`` (ValueError for anything else)."""
+    if setting == "two_clients":
+        return [f"experiment={TWO_CLIENTS}"]
+    if not setting.startswith("a"):
+        raise ValueError(setting)
+    return [f"experiment={STAGNATION}", f"partition.alpha={float(setting[1:]):g}"]
 
 
 def metrics(run_dir: str) -> pd.DataFrame:
@@ -83,16 +99,29 @@ def metrics(run_dir: str) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--budget", type=float, default=900.0, help="simulated seconds of every stagnation run")
-    parser.add_argument("--alphas", default="0.01,0.1", help="Dirichlet concentrations of the stagnation runs")
-    parser.add_argument("--compare-alpha", type=float, default=0.01, help="where all five schedules run")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="simulated seconds of every stagnation run (default: each preset's)")
+    parser.add_argument("--settings", default="two_clients,a0.1",
+                        help="stagnation settings, each two_clients or a<alpha> (the Sec. 6.1 protocol at "
+                             "Dirichlet(alpha)) with an optional :<seeds> (default --seeds)")
+    parser.add_argument("--compare", default="two_clients",
+                        help="the setting where all five schedules run; none runs only FedAvg and GIFT everywhere")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", default="outputs/gift_claims")
     parser.add_argument("--out", default="results/gift")
     args = parser.parse_args(argv)
-    args.alphas = [float(a) for a in args.alphas.split(",")]
-    if args.compare_alpha not in args.alphas:
-        parser.error(f"--compare-alpha {args.compare_alpha:g} must be one of --alphas {args.alphas}")
+    settings = {}
+    for item in args.settings.split(","):
+        setting, _, seeds = item.partition(":")
+        try:
+            setting_overrides(setting)
+            settings[setting] = int(seeds or args.seeds)
+        except ValueError:
+            parser.error(f"--settings: unknown setting {item!r}; use two_clients or a<alpha>, each with an optional "
+                         ":<seeds>, e.g. two_clients:3,a0.1")
+    args.settings = settings
+    if args.compare not in (*args.settings, "none"):
+        parser.error(f"--compare {args.compare} must be one of --settings {args.settings}, or none")
     jobs = jobs_for(args)
     names = list(jobs)
     summaries = dict(zip(names, run_jobs([jobs[n] for n in names], args.workers)))
@@ -105,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# GIFT's claims, tested where its premise holds (issue #22)\n", note + "\n",
              "Every run is a preset (the first column says which); SUBSTITUTE marks real data standing in for the "
              "paper's CIFAR-10. Shortenings: Fig. 3b switches after 40 rounds of tau = 500 (the paper's LeNet-5 runs "
-             "far longer); the stagnation runs stop at a simulated budget of "
-             f"{args.budget:g} s (about 150 rounds of FedAvg with tau = 100) instead of 1000 rounds or 2 hours.\n",
+             "far longer); the stagnation runs stop at a simulated time budget (the column 'numbers' gives it; "
+             "about 150 rounds of FedAvg with tau = 100) instead of 1000 rounds or 2 hours.\n",
              "| claim (paper) | reading tested | verdict | numbers |", "|---|---|---|---|", *rows, "",
-             f"Re-run: `{command}`. Plots: claims_fig3.png, claims_fig4.png, claims_fig5_a<alpha>.png (each "
-             "alpha), claims_fig6.png, claims_fig7.png.", ""]
+             f"Re-run: `{command}`. Plots: claims_fig3.png, claims_fig4.png, claims_fig5_<setting>.png (each "
+             "setting), claims_fig6.png and claims_fig7.png (the --compare setting).", ""]
     (out / "claims.md").write_text("\n".join(lines))
     print(f"wrote {out / 'claims.md'}")
     return 0
@@ -229,27 +258,37 @@ def halvings(frame: pd.DataFrame) -> list[int]:
 
 def stagnation(args, runs, out: Path, note: str) -> list[str]:
     rows = []
-    for alpha in args.alphas:
-        rows += stagnation_at(args, alpha, runs, out, note)
+    for setting in args.settings:
+        rows += stagnation_at(args, setting, runs, out, note)
     return rows
 
 
-def stagnation_at(args, alpha: float, runs, out: Path, note: str) -> list[str]:
-    names = [n for n in SCHEDULES if alpha == args.compare_alpha or n in SEEDED]
-    frames = {name: [metrics(runs[f"stag/{alpha:g}/{name}/{s}"]) for s in range(args.seeds if name in SEEDED else 1)]
+def stagnation_at(args, setting: str, runs, out: Path, note: str) -> list[str]:
+    names = [n for n in SCHEDULES if setting == args.compare or n in SEEDED]
+    seeds = args.settings[setting]
+    frames = {name: [metrics(runs[f"stag/{setting}/{name}/{s}"]) for s in range(seeds if name in SEEDED else 1)]
               for name in names}
     fedavg, gift = frames["FedAvg (tau = 100)"], frames["GIFT"]
     final = {name: [100 * f["test_acc"].cummax().iloc[-1] for f in fs] for name, fs in frames.items()}
     target = 0.95 * min(np.mean(v) for v in final.values()) / 100  # 95% of the worst method's best accuracy
-    reading = f"`experiment={STAGNATION} partition.alpha={alpha:g}` (SUBSTITUTE), {args.seeds} seed(s)"
-    rows = []
+    budget = args.budget or yaml.safe_load((Path(runs[f"stag/{setting}/GIFT/0"]) / "config.yaml").read_text())[
+        "timing"]["budget_s"]
+    reading = f"`{' '.join(setting_overrides(setting))}` (SUBSTITUTE), {budget:g} simulated s, {seeds} seed(s)"
+    title = SETTING_TITLES["two_clients"] if setting == "two_clients" else SETTING_TITLES["a"].format(setting[1:])
+    half = [(100 * f.loc[f["round"] <= f["round"].iloc[-1] / 2, "test_acc"].max(), 100 * f["test_acc"].max(),
+             int(f["round"].iloc[-1])) for f in fedavg]
+    gains = np.array([end - mid for mid, end, _ in half])
+    rows = [f"| Premise (Fig. 1a): FedAvg with tau = 100 stagnates prematurely | {reading} | "
+            f"{'holds' if (gains < 1).all() else 'does not hold within the budget'} | best accuracy by half the run "
+            + "; ".join(f"{mid:.2f}% -> {end:.2f}% at round {r}" for mid, end, r in half)
+            + f" (gain in the second half {mean_sd(gains)} points) |"]
     # Fig. 5: tau, C_r, accuracy over rounds, FedAvg vs GIFT (seed 0)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for name in ("FedAvg (tau = 100)", "GIFT"):
         f = frames[name][0]
         axes[0].plot(f["round"], 100 * f["test_acc"].cummax(), label=name)
     g = gift[0]
-    axes[1].step(g["round"], g["tau"], where="post", color="C1")
+    axes[1].step(g["round"], g["tau"], where="post", color="C1", label="GIFT")
     axes[2].plot(g["round"], g["gift_C"], color="C1", label="C_r (EMA)")
     axes[2].plot(g["round"], g["gift_C_round"], color="C1", alpha=0.3, lw=0.7, label="this round's updates")
     for ax, title in zip(axes, ("best-ever test accuracy (%)", "GIFT's tau", "gradient consistency")):
@@ -257,10 +296,10 @@ def stagnation_at(args, alpha: float, runs, out: Path, note: str) -> list[str]:
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"GIFT Fig. 5, Fashion-MNIST (SUBSTITUTE), Dirichlet({alpha:g}), seed 0", fontsize=10)
+    fig.suptitle(f"GIFT Fig. 5, {title}, seed 0", fontsize=10)
     fig.text(0.01, 0.005, note[:200], fontsize=5)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(out / f"claims_fig5_a{alpha:g}.png", dpi=110)
+    fig.savefig(out / f"claims_fig5_{setting}.png", dpi=110)
     plt.close(fig)
     cuts = [halvings(f) for f in gift]
     rows.append(f"| Fig. 5: tau halves each time C_r stops decreasing, after the premature stagnation | {reading} | "
@@ -293,8 +332,9 @@ def stagnation_at(args, alpha: float, runs, out: Path, note: str) -> list[str]:
                 f"{'holds' if (more > 0).all() and (t1[:, 3] < t1[:, 2]).all() else 'does not hold'} | best accuracy "
                 f"FedAvg {mean_sd(t1[:, 0])}% vs GIFT {mean_sd(t1[:, 1])}% (GIFT - FedAvg {mean_sd(more)}); simulated "
                 f"time {t1[:, 2].mean():.0f} s vs {t1[:, 3].mean():.0f} s |")
-    if alpha != args.compare_alpha:
-        return rows
+    if setting != args.compare:
+        return rows + [f"| Figs. 6-7 (AdaComm, AFL, relaxation) | {reading} | not run in this setting | "
+                       f"`--compare {setting}` runs them |"]
     # Fig. 6: the four schedules under the budget
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     table = []
@@ -310,7 +350,7 @@ def stagnation_at(args, alpha: float, runs, out: Path, note: str) -> list[str]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[1].set_yscale("log")
-    fig.suptitle(f"GIFT Fig. 6, Dirichlet({alpha:g}): every schedule until {args.budget:g} simulated seconds",
+    fig.suptitle(f"GIFT Fig. 6, {title}: every schedule until {budget:g} simulated seconds",
                  fontsize=10)
     fig.text(0.01, 0.005, note[:200], fontsize=5)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
@@ -332,7 +372,7 @@ def stagnation_at(args, alpha: float, runs, out: Path, note: str) -> list[str]:
     ax.set_title("best-ever test accuracy (%)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.suptitle(f"GIFT Fig. 7, Dirichlet({alpha:g}): frequency relaxation", fontsize=10)
+    fig.suptitle(f"GIFT Fig. 7, {title}: frequency relaxation", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "claims_fig7.png", dpi=110)
     plt.close(fig)

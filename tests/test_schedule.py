@@ -350,6 +350,23 @@ def test_gift_figure_presets_run_two_rounds_from_the_cli(tmp_path, cfg_factory):
     assert (fig3b.partition.classes_per_client, fig3b.fl.num_clients, fig3b.algo.schedule.tau) == (5, 2, 500)
 
 
+def test_the_two_client_stagnation_preset_keeps_both_clients_under_the_time_model(tmp_path, cfg_factory):
+    from conftest import run_cli
+
+    cfg = cfg_factory("experiment=gift_stagnation_two_clients_mnist")
+    setting = (cfg.fl.num_clients, cfg.fl.clients_per_round, cfg.partition.classes_per_client, cfg.participation.name,
+               cfg.algo.schedule.name, cfg.algo.schedule.tau0, cfg.timing.step_time_s)
+    assert setting == (2, 2, 5, "uniform", "gift", 100, 0.05)
+    assert cfg.timing.budget_s > 0 and cfg.fl.rounds > 1000, "the budget, not the rounds, ends the run"
+    run_dir = tmp_path / "two"
+    run_cli("experiment=gift_stagnation_two_clients_mnist", "algo.schedule.tau0=2", "fl.rounds=2", "eval.every=1",
+            "eval.test_subset=500", "progress=false", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["num_clients"]) for r in rows] == [2, 2], "no report-delay cut: both clients every round"
+    assert float(rows[0]["sim_round_s"]) > 2 * 0.05, "two steps of 0.05 s plus the transfers"
+
+
 def test_the_stagnation_preset_runs_two_rounds_from_the_cli_under_each_schedule(tmp_path, cfg_factory):
     from conftest import run_cli
 
