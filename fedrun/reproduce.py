@@ -67,6 +67,9 @@ def run_jobs(jobs: list[Job], workers: int = 1, log=print) -> list[dict]:
         for n, i in enumerate(todo, 1):
             results[i] = run_job(jobs[i])
             log(_line(n, len(todo), jobs[i], results[i]))
+            if results[i].get("status") == "interrupted":  # SIGTERM or Ctrl-C: stop, do not start the next job
+                raise SystemExit(f"interrupted at {jobs[i][1]}; {len(todo) - n} job(s) not started. Run the same "
+                                 "command again to continue: finished runs are reused, this one resumes.")
         return results
     threads = max(1, torch.get_num_threads() // workers)
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:

@@ -1,8 +1,8 @@
 """GIFT's claims tested where its premise holds (issue #22): premature stagnation, gradient bifurcation, and the
 frequency tuning that gets out of it.
 
-    python scripts/gift_claims.py [--seeds K] [--budget S] [--settings NAME[:K],...] [--compare NAME] [--workers P]
-                                  [--runs DIR] [--out DIR]
+    python scripts/gift_claims.py [--seeds K] [--budget S] [--settings NAME[:K],...] [--compare NAME]
+                                  [--long-budget S] [--workers P] [--runs DIR] [--out DIR]
 
 Three experiments, each a preset:
 
@@ -80,6 +80,13 @@ def jobs_for(args) -> dict[str, tuple[list[str], str]]:
                 jobs[f"stag/{setting}/{name}/{seed}"] = (
                     [*setting_overrides(setting), *overrides, *budget, f"seed={seed}"],
                     runs / "stagnation" / setting / folder / f"seed{seed}")
+    if args.long_budget:
+        setting = args.compare if args.compare != "none" else next(iter(args.settings))
+        for name in SEEDED:
+            folder, overrides = SCHEDULES[name]
+            jobs[f"long/{name}"] = (
+                [*setting_overrides(setting), *overrides, f"timing.budget_s={args.long_budget:g}", "seed=0"],
+                runs / "stagnation" / setting / f"{folder}_{args.long_budget:g}s" / "seed0")
     return {k: (o, str(d)) for k, (o, d) in jobs.items()}
 
 
@@ -106,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
                              "Dirichlet(alpha)) with an optional :<seeds> (default --seeds)")
     parser.add_argument("--compare", default="two_clients",
                         help="the setting where all five schedules run; none runs only FedAvg and GIFT everywhere")
+    parser.add_argument("--long-budget", type=float, default=None,
+                        help="also GIFT (seed 0) in the --compare setting for this many simulated seconds: does C_r "
+                             "stop falling later?")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", default="outputs/gift_claims")
     parser.add_argument("--out", default="results/gift")
@@ -131,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     note = provenance(command, list(summaries.values()))
     runs = {n: jobs[n][1] for n in names}
     rows = fig3(runs, out, note) + fig4(runs, out, note) + stagnation(args, runs, out, note) + startup(runs)
+    if "long/GIFT" in jobs:
+        rows += long_run(jobs["long/GIFT"], jobs["long/FedAvg (tau = 100)"][1], out, note)
     lines = ["# GIFT's claims, tested where its premise holds (issue #22)\n", note + "\n",
              "Every run is a preset (the first column says which); SUBSTITUTE marks real data standing in for the "
              "paper's CIFAR-10. Shortenings: Fig. 3b switches after 40 rounds of tau = 500 (the paper's LeNet-5 runs "
@@ -256,6 +268,51 @@ def halvings(frame: pd.DataFrame) -> list[int]:
     return sorted(cut)
 
 
+def long_run(job, fedavg_dir: str, out: Path, note: str) -> list[str]:
+    """GIFT and FedAvg run past the comparison's budget: when (if ever) C_r stops falling, what the halvings do to
+    accuracy against FedAvg at the same simulated time, and the plot claims_fig5_long.png."""
+    overrides, run_dir = job
+    gift, fedavg = metrics(run_dir), metrics(fedavg_dir)
+    cuts = halvings(gift)
+    low = int(gift.loc[gift["gift_C"].idxmin(), "round"])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for f, label in ((fedavg, "FedAvg (tau = 100)"), (gift, "GIFT")):
+        axes[0].plot(f["sim_time_s"], 100 * f["test_acc"].cummax(), label=label)
+        axes[1].step(f["sim_time_s"], f["tau"], where="post", label=label)
+    axes[2].plot(gift["sim_time_s"], gift["gift_C"], color="C1", label="GIFT's C_r")
+    for ax, name in zip(axes, ("best-ever test accuracy (%)", "tau", "gradient consistency")):
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("simulated time (s)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylim(90, 100)
+    axes[1].set_yscale("log")
+    fig.suptitle(f"GIFT Fig. 5 over a longer budget: `{' '.join(overrides)}`", fontsize=9)
+    fig.text(0.01, 0.005, note[:200], fontsize=5)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(out / "claims_fig5_long.png", dpi=110)
+    plt.close(fig)
+    first = cuts[0] if cuts else None
+    at_cut = ""
+    if first is not None:
+        t = float(gift.loc[gift["round"] == first, "sim_time_s"].iloc[0])
+        fa = 100 * fedavg.loc[fedavg["sim_time_s"] <= t, "test_acc"].max()
+        at_cut = (f"; at the first halving (round {first}, {t:.0f} s) best accuracy {fa:.2f}% for FedAvg, whose "
+                  f"best by then grows {100 * fedavg['test_acc'].max() - fa:.2f} points more to the end")
+    seq = [int(gift["tau"].iloc[0])]
+    for tau in [*gift["tau"], gift["next_tau"].iloc[-1]]:
+        seq += [int(tau)] if int(tau) != seq[-1] else []
+    taus = " -> ".join(map(str, seq))
+    end = (100 * gift["test_acc"].max(), 100 * fedavg["test_acc"].max())
+    return [f"| Fig. 5 and Table 1 over a longer budget: C_r stops falling after the stagnation, tau halves, and GIFT "
+            f"ends more accurate than FedAvg | `{' '.join(overrides)}`, seed 0, FedAvg the same with "
+            f"`algo/schedule=fixed algo.schedule.tau=100` | "
+            f"{'holds' if cuts and end[0] > end[1] else 'does not hold'} | {len(cuts)} halving(s) (tau {taus}) "
+            f"after rounds {cuts or 'none'}; C_r {gift['gift_C'].iloc[0]:.3f} -> lowest {gift['gift_C'].min():.3f} "
+            f"at round {low}{at_cut}; best accuracy within {gift['sim_time_s'].iloc[-1]:.0f} s: GIFT {end[0]:.2f}%, "
+            f"FedAvg {end[1]:.2f}% |"]
+
+
 def stagnation(args, runs, out: Path, note: str) -> list[str]:
     rows = []
     for setting in args.settings:
@@ -274,7 +331,7 @@ def stagnation_at(args, setting: str, runs, out: Path, note: str) -> list[str]:
     budget = args.budget or yaml.safe_load((Path(runs[f"stag/{setting}/GIFT/0"]) / "config.yaml").read_text())[
         "timing"]["budget_s"]
     reading = f"`{' '.join(setting_overrides(setting))}` (SUBSTITUTE), {budget:g} simulated s, {seeds} seed(s)"
-    title = SETTING_TITLES["two_clients"] if setting == "two_clients" else SETTING_TITLES["a"].format(setting[1:])
+    where = SETTING_TITLES["two_clients"] if setting == "two_clients" else SETTING_TITLES["a"].format(setting[1:])
     half = [(100 * f.loc[f["round"] <= f["round"].iloc[-1] / 2, "test_acc"].max(), 100 * f["test_acc"].max(),
              int(f["round"].iloc[-1])) for f in fedavg]
     gains = np.array([end - mid for mid, end, _ in half])
@@ -296,7 +353,7 @@ def stagnation_at(args, setting: str, runs, out: Path, note: str) -> list[str]:
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"GIFT Fig. 5, {title}, seed 0", fontsize=10)
+    fig.suptitle(f"GIFT Fig. 5, {where}, seed 0", fontsize=10)
     fig.text(0.01, 0.005, note[:200], fontsize=5)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(out / f"claims_fig5_{setting}.png", dpi=110)
@@ -350,7 +407,7 @@ def stagnation_at(args, setting: str, runs, out: Path, note: str) -> list[str]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[1].set_yscale("log")
-    fig.suptitle(f"GIFT Fig. 6, {title}: every schedule until {budget:g} simulated seconds",
+    fig.suptitle(f"GIFT Fig. 6, {where}: every schedule until {budget:g} simulated seconds",
                  fontsize=10)
     fig.text(0.01, 0.005, note[:200], fontsize=5)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
@@ -372,7 +429,7 @@ def stagnation_at(args, setting: str, runs, out: Path, note: str) -> list[str]:
     ax.set_title("best-ever test accuracy (%)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.suptitle(f"GIFT Fig. 7, {title}: frequency relaxation", fontsize=10)
+    fig.suptitle(f"GIFT Fig. 7, {where}: frequency relaxation", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "claims_fig7.png", dpi=110)
     plt.close(fig)

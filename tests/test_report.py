@@ -147,3 +147,22 @@ def test_the_fsvrg_figures_set_fedrun_beside_004s_accuracy_as_fig_1_and_as_fig_3
     assert "at any round of these runs: 0.001)" in text
     readings = figs.readings_against_paper(table.assign(panel="Adam's step"), 0.10)
     assert "- Adam's step: MA-FSVRG fedrun 0.9600 (within 1 point of Fig. 1: no, of Fig. 3: yes); GA-FSVRG" in readings
+
+
+def test_a_script_stops_at_an_interrupted_run_and_starts_no_other(tmp_path, monkeypatch):
+    """SIGTERM or Ctrl-C interrupts the running job (it checkpoints, status interrupted); run_jobs must not go on to
+    the next job, which would leave a script running after its user stopped it."""
+    import fedrun.reproduce as reproduce
+
+    started = []
+
+    def fake_run(job):
+        started.append(job[1])
+        return {"status": "interrupted" if len(started) == 1 else "finished"}
+
+    monkeypatch.setattr(reproduce, "run_job", fake_run)
+    base = ["data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=1"]
+    jobs = [(base, str(tmp_path / name)) for name in "abc"]
+    with pytest.raises(SystemExit, match=r"interrupted at .*a; 2 job\(s\) not started"):
+        reproduce.run_jobs(jobs, log=lambda *_: None)
+    assert started == [str(tmp_path / "a")]
