@@ -64,6 +64,7 @@ HEADLINE = {  # `fedrun algo=bherd data=mnist` (LeNet-5, Dirichlet(0.5), 10 clie
     "FedAvg, lr 0.1": ["algo=fedavg"],
     "BHerd a=0.5, lr 0.1": ["algo=bherd"],
     "random a=0.5, lr 0.1": ["algo=bherd", "algo/selector=random"],
+    "BHerd a=0.5, lr 0.1, reshuffled": ["algo=bherd", "fl.reshuffle=true"],  # a fresh batch order every round
     "BHerd a=0.9, lr 0.1": ["algo=bherd", "algo.selector.alpha=0.9"],
     "FedAvg, lr 0.03": ["algo=fedavg", "fl.lr=0.03"],
     "BHerd a=0.5, lr 0.03": ["algo=bherd", "fl.lr=0.03"],
