@@ -32,10 +32,8 @@ from omegaconf import OmegaConf
 
 from . import __version__
 from .algorithms import ClientContext
-from .algorithms.local_sgd import LocalSGD
-from .algorithms.schedule import GIFT, FixedSchedule, RoundFeedback
-from .algorithms.harmonize import DGT, FedGH
-from .algorithms.selection import Herd
+from .algorithms.schedule import RoundFeedback
+from .algorithms.schema import make
 from .engine.cohort import plan_client
 from .engine.executor import EXECUTORS, LoopExecutor, VmapExecutor, flops_per_step, resolve_auto
 from .engine.simulation import simulated_times
@@ -151,7 +149,7 @@ def setup(w: Workload, device: torch.device, seed: int = 0):
     n = w.clients * w.samples
     x = (torch.randint(0, 1000, (n, *w.shape)) if w.kind == "tokens" else torch.randn(n, *w.shape)).to(device)
     y = torch.randint(0, w.classes, (n,), device=device)
-    tau = FixedSchedule().local_steps(w.samples, w.epochs, w.batch)
+    tau = make("schedule", "fixed").local_steps(w.samples, w.epochs, w.batch)
     plans = [plan_client(c, np.arange(c * w.samples, (c + 1) * w.samples), tau, w.batch, seed, 1, True, device)
              for c in range(w.clients)]
     ctx = ClientContext(1, model.init_params(), model.init_buffers(), lr=0.01)
@@ -195,7 +193,7 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float) -
     first = plans[0].batches[0]
     auto_name, why = resolve_auto(model, device, x[first], y[first])
     executors = {"loop": LoopExecutor(), "vmap": VmapExecutor(), "auto": EXECUTORS[auto_name]()}
-    seconds, memory = time_rounds(executors, LocalSGD(), model, ctx, plans, x, y, repeats)
+    seconds, memory = time_rounds(executors, make("local", "sgd"), model, ctx, plans, x, y, repeats)
     flops = flops_per_round(model, x, y, plans)
     best = min(seconds["loop"], seconds["vmap"])
     return {
@@ -218,13 +216,14 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     record = device if "herd" in addons else None
     weights = torch.full((len(plans),), 1.0 / len(plans), device=device)
     clients = [p.id for p in plans]
-    run = {"herd": lambda r: Herd(alpha=0.5, local_epochs=1.0)(r.updates, r.steps, plans, r.uploads, ctx),
-           "fedgh": lambda r: FedGH(0)(r.updates, weights, clients, 1)[0],
-           "dgt": lambda r: DGT(0.5)(r.updates, weights, clients, 1)[0],
+    herd = make("selector", "herd", alpha=0.5, local_epochs=1.0)
+    run = {"herd": lambda r: herd(r.updates, r.steps, plans, r.uploads, ctx),
+           "fedgh": lambda r: make("harmonizer", "fedgh", seed=0)(r.updates, weights, clients, 1)[0],
+           "dgt": lambda r: make("harmonizer", "dgt", momentum=0.5)(r.updates, weights, clients, 1)[0],
            "gift": lambda r: (gift.observe(RoundFeedback(r.updates, lambda: r.updates, ctx.params, ctx.params,
                                                          weights, None, ctx.lr, ctx.lr)),
                               simulated_times([p.tau for p in plans], 1.0, 0.5, 4 * len(ctx.params), {}))}
-    gift = GIFT()
+    gift = make("schedule", "gift")
 
     def timed(fn):
         sync(device)
@@ -235,7 +234,8 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
 
     best = {name: float("inf") for name in ("train", *addons)}
     for attempt in range(max(1, repeats) + 1):  # the first is a warm-up
-        t, result = timed(lambda: executor.run(LocalSGD(), model, ctx, plans, x, y, [None] * len(plans), record))
+        rule = make("local", "sgd")
+        t, result = timed(lambda: executor.run(rule, model, ctx, plans, x, y, [None] * len(plans), record))
         times = {"train": t} | {a: timed(lambda a=a: run[a](result))[0] for a in addons}  # noqa: B023
         if attempt:
             best = {k: min(best[k], times[k]) for k in best}

@@ -120,10 +120,24 @@ def load_latest(run_dir: str | os.PathLike) -> dict | None:
     return None
 
 
-def plain_state(obj) -> dict:
-    """An algorithm part's attributes that a checkpoint can hold (tensors, numbers, strings, and dicts, lists and
-    tuples of them): its constants and its evolving state (GIFT's EMAs and tau, DGT's baselines, AFL's estimates)."""
-    return {k: v for k, v in vars(obj).items() if _plain(v)}
+def part_state(part) -> dict:
+    """What rounds have changed in an algorithm part: the attributes its ``state_attrs`` names (GIFT's EMAs and tau,
+    DGT's baselines, AFL's estimates), each a tensor, number, string, or a dict, list or tuple of them. Its settings
+    are not saved: they come from the run's config, execution settings included (``hardware.gram_block``)."""
+    state = {k: getattr(part, k) for k in getattr(part, "state_attrs", ())}
+    unsaved = [k for k, v in state.items() if not _plain(v)]
+    if unsaved:
+        raise TypeError(f"{type(part).__name__}.{unsaved[0]} cannot be checkpointed: keep tensors, numbers, strings "
+                        "and containers of them")
+    return state
+
+
+def restore_part_state(part, state: dict) -> None:
+    """Set what :func:`part_state` saved; keys the part no longer declares (a checkpoint of an older fedrun that
+    saved every attribute, settings included) are ignored."""
+    for key in getattr(part, "state_attrs", ()):
+        if key in state:
+            setattr(part, key, state[key])
 
 
 def _plain(v) -> bool:

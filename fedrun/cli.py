@@ -24,8 +24,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from .engine.simulation import run_experiment
 from .checkpoint import checkpoints
+from .engine.simulation import run_experiment
 from .errors import ConfigError, FedrunError, OverwriteError, StaleRunError
 from .overrides import check_overrides
 from .results import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json

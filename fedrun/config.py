@@ -10,7 +10,6 @@ import numbers
 import torch
 
 from .algorithms import check_parts
-from .algorithms.harmonize import DGT_MODES
 from .data import DATASETS
 from .data.augment import AUGMENTS, POLICIES
 from .data.base import NORMALIZATIONS
@@ -85,6 +84,10 @@ def validate(cfg) -> None:
     need(subset is None or (_is_int(subset) and subset >= 1), "eval.test_subset", subset,
          "must be null (the whole test set) or an integer >= 1 (a seeded subset of that many test samples)",
          "eval.test_subset=2500")
+    every_s = ev.get("every_s")
+    need(every_s is None or (_is_num(every_s) and every_s > 0 and cfg.get("timing", {}).get("name") == "simulated"),
+         "eval.every_s", every_s, "must be null (evaluate every eval.every rounds) or > 0 seconds of simulated time "
+         "(with timing=simulated)", "eval.every_s=null, or timing=simulated eval.every_s=25")
     need(ev.target_acc is None or (_is_num(ev.target_acc) and 0 < ev.target_acc <= 1), "eval.target_acc",
          ev.target_acc, "must be null or an accuracy in (0, 1]", "eval.target_acc=0.95")
 
@@ -155,19 +158,7 @@ def validate(cfg) -> None:
         if why:
             problems.append(f"{why}. Fix: choose a model that fits (model=...)")
 
-    problems += [f"{msg}. Fix: pick a listed part" for msg in check_parts(cfg.algo)]
-    harmonizer = cfg.algo.get("harmonizer") or {}
-    if harmonizer.get("name") == "dgt":
-        need(harmonizer.get("mode", "calibrate") in DGT_MODES, "algo.harmonizer.mode", harmonizer.get("mode"),
-             f"must be one of {DGT_MODES} (norm_only: the base's updates at DGT's aggregate length, the control)",
-             "algo.harmonizer.mode=calibrate")
-        need(_is_num(harmonizer.get("momentum")) and 0 <= harmonizer.get("momentum") < 1, "algo.harmonizer.momentum",
-             harmonizer.get("momentum"), "must be in [0, 1) (eq. 8's a)", "algo.harmonizer.momentum=0.5")
-    selector = cfg.algo.get("selector") or {}
-    if selector.get("name") in ("herd", "grab", "random"):
-        need(_is_num(selector.get("alpha")) and 0 < selector.get("alpha") <= 1, "algo.selector.alpha",
-             selector.get("alpha"), "must be in (0, 1] (BHerd's share of local steps sent; 1 is FedAvg)",
-             "algo.selector.alpha=0.5")
+    problems += check_parts(cfg.algo)  # every part's ranges (its schema) and whether the parts fit together
     part = cfg.get("participation", {"name": "uniform"})
     need(part.get("name") in ("uniform", "earliest"), "participation", part.get("name"), "must be uniform or earliest",
          "participation=uniform")
@@ -193,50 +184,16 @@ def validate(cfg) -> None:
          "timing.budget_s=null")
     sched = cfg.algo.get("schedule", {})
     simulated = timing.get("name") == "simulated"
-    if sched.get("name") == "fixed":
-        tau = sched.get("tau")
-        need(tau is None or (_is_int(tau) and tau >= 1), "algo.schedule.tau", tau,
-             "must be null (tau_i = floor(E n_i / B)) or an integer >= 1", "algo.schedule.tau=null")
-        switch, switch_tau = sched.get("switch_round"), sched.get("switch_tau")
-        need(switch is None or (_is_int(switch) and switch >= 2), "algo.schedule.switch_round", switch,
-             "must be null (no switch) or the round (>= 2) from which every client takes switch_tau steps",
-             "algo.schedule.switch_round=null")
-        need(switch is None or (_is_int(switch_tau) and switch_tau >= 1), "algo.schedule.switch_tau", switch_tau,
-             "must be an integer >= 1 when switch_round is set (GIFT Fig. 3: 1)", "algo.schedule.switch_tau=1")
+    # each part's own ranges are its schema's (fedrun/algorithms/schema.py, via check_parts); here: what a schedule
+    # needs from other groups
     if sched.get("name") == "afl":
         need(simulated and timing.get("budget_s") is not None, "algo/schedule", "afl",
              "needs the time model and a budget (AFL picks tau from the per-step and per-round times within R)",
              "timing=simulated timing.budget_s=<seconds>")
-        for key, fix in (("phi", "5e-5"), ("beta_floor", "1e-5")):
-            need(_is_num(sched.get(key)) and sched.get(key) > 0, f"algo.schedule.{key}", sched.get(key), "must be > 0",
-                 f"algo.schedule.{key}={fix}")
-        for key, fix in (("tau_init", 1), ("tau_max", 100), ("search_factor", 10)):
-            need(_is_int(sched.get(key)) and sched.get(key) >= 1, f"algo.schedule.{key}", sched.get(key),
-                 "must be an integer >= 1", f"algo.schedule.{key}={fix}")
-        need(_is_num(sched.moving_average) and 0 <= sched.moving_average < 1, "algo.schedule.moving_average",
-             sched.moving_average, "must be in [0, 1)", "algo.schedule.moving_average=0.0")
     if sched.get("name") == "adacomm":
-        need(_is_int(sched.tau0) and sched.tau0 >= 1, "algo.schedule.tau0", sched.tau0, "must be an integer >= 1",
-             "algo.schedule.tau0=100")
-        need(sched.form in ("paper", "paddle"), "algo.schedule.form", sched.form, "must be paper or paddle",
-             "algo.schedule.form=paper")
-        need(sched.tau_max is None or (_is_int(sched.tau_max) and sched.tau_max >= 1), "algo.schedule.tau_max",
-             sched.tau_max, "must be null or an integer >= 1", "algo.schedule.tau_max=null")
-        interval = sched.interval_s
-        need(interval is None or (_is_num(interval) and interval > 0 and simulated), "algo.schedule.interval_s",
-             interval, "must be null (every round) or > 0 seconds of simulated time (with timing=simulated)",
-             "algo.schedule.interval_s=null")
-    if sched.get("name") == "gift":
-        need(_is_int(sched.tau0) and sched.tau0 >= 1, "algo.schedule.tau0", sched.tau0, "must be an integer >= 1",
-             "algo.schedule.tau0=100")
-        need(_is_num(sched.beta) and 0 <= sched.beta < 1, "algo.schedule.beta", sched.beta, "must be in [0, 1)",
-             "algo.schedule.beta=0.9")
-        need(_is_int(sched.patience) and sched.patience >= 1, "algo.schedule.patience", sched.patience,
-             "must be an integer >= 1", "algo.schedule.patience=2")
-        need(_is_int(sched.factor) and sched.factor >= 2, "algo.schedule.factor", sched.factor,
-             "must be an integer >= 2", "algo.schedule.factor=2")
-        need(_is_int(sched.get("warmup", 0)) and sched.get("warmup", 0) >= 0, "algo.schedule.warmup",
-             sched.get("warmup"), "must be an integer >= 0", "algo.schedule.warmup=0")
+        need(sched.get("interval_s") is None or simulated, "algo.schedule.interval_s", sched.get("interval_s"),
+             "must be null (every round) or > 0 seconds of simulated time (with timing=simulated)",
+             "algo.schedule.interval_s=null, or timing=simulated")
     hw = cfg.hardware
     need(hw.device in DEVICES, "hardware.device", hw.device, f"must be one of {DEVICES}", "hardware=auto")
     if hw.device == "cuda" and not torch.cuda.is_available():

@@ -8,11 +8,14 @@ a part's setting while another part is chosen), and a key added with ``+`` that 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from functools import cache
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from .algorithms.schema import SCHEMAS, schema_keys
 
 # What each algorithm part is called when its option is asked for in the wrong group
 PART_WORDS = {"local": "local rule", "selector": "selector", "harmonizer": "harmonizer", "aggregator": "aggregator",
@@ -48,7 +51,7 @@ def known_keys(conf_dir: str) -> frozenset[str]:
         node.pop("hydra", None)
         prefix = "" if group == "." else group.replace("/", ".") + "."
         keys |= {prefix + k for k in _flat(node)}
-    return frozenset(keys)
+    return frozenset(keys | schema_keys())
 
 
 def _flat(node: dict, prefix: str = "") -> list[str]:
@@ -114,7 +117,32 @@ def check_overrides(args: list[str], conf_dir: str) -> list[str]:
                                 f"{nearest(key, everywhere).replace(' Did you mean', '; did you mean')}")
         elif key not in present:
             problems.append(unknown_key(key, composed, present, everywhere, groups, conf_dir))
-    return problems
+    return problems or wrong_types(composed, choices, [o for o in values if not o.is_sweep_override()], conf_dir)
+
+
+def wrong_types(composed, choices: list[str], values: list, conf_dir: str) -> list[str]:
+    """A value of the wrong type for its key (a typed part's setting: ``algo.local.mu=abc``), named with the value
+    the composed config has there as the fix; empty when Hydra can compose every override."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import ValidationError
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+            compose("config", overrides=[*choices, *(o.input_line for o in values)])
+    except HydraException as e:
+        cause = e.__cause__
+        if not isinstance(cause, ValidationError) or not cause.full_key:
+            return []
+        line = next((o.input_line for o in values if o.key_or_group.lstrip("+") == cause.full_key), cause.full_key)
+        fix = OmegaConf.select(composed, cause.full_key)
+        fix = "null" if fix is None else str(fix).lower() if isinstance(fix, bool) else fix
+        return [f"{line}: {str(cause).splitlines()[0]}. Fix: {cause.full_key}={fix}"]
+    finally:
+        GlobalHydra.instance().clear()
+    return []
 
 
 def unknown_option(group: str, option: str, groups: dict[str, list[str]]) -> str:
@@ -145,4 +173,7 @@ def unknown_key(key: str, composed, present: set[str], everywhere: frozenset[str
 @cache
 def _option_sets(conf_dir: str, group: str, option: str, key: str) -> bool:
     node = OmegaConf.to_container(OmegaConf.load(Path(conf_dir) / group / f"{option}.yaml"), resolve=False) or {}
+    part = group.removeprefix("algo/")
+    if part in SCHEMAS and node.get("name") in SCHEMAS[part]:  # an algorithm part: its settings are its schema's
+        node |= {f.name: None for f in dataclasses.fields(SCHEMAS[part][node["name"]])}
     return key.split(".")[-1] in node

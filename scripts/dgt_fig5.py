@@ -27,8 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedrun.reproduce import (  # noqa: E402
-    first_round_reaching, fixture_for, mean_curve, provenance, run_jobs, verdict)
+from fedrun.reproduce import first_round_reaching, fixture_for, mean_curve, provenance, run_jobs, verdict  # noqa: E402
 
 BASES = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD"}
 DEFAULT_TARGETS = {"mnist": 0.9, "fashion_mnist": 0.7, "cifar10": 0.4}

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
 from fedgh_tables import PAPER_T2  # noqa: E402
+
 from fedrun.reproduce import provenance, run_jobs  # noqa: E402
 
 BASES = ("fedavg", "fedprox", "fednova", "feddecorr")

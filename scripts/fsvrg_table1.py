@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from fedrun.algorithms.bank import ModelBank
+from fedrun.algorithms.schema import make
 from fedrun.bench import device_name
 from fedrun.results import git_commit
 
@@ -51,7 +52,7 @@ def time_cell(kind: str, models: int, share: int, repeats: int, seed: int = 0) -
     """Median seconds of the server's part of one round."""
     g = torch.Generator().manual_seed(seed)
     k = MACHINES * share // 100
-    bank = ModelBank(kind, models)
+    bank = make("bank", kind, models=models)
     bank.start(torch.zeros(DIM), MACHINES)
     centres = 3 * torch.randn(models, DIM, generator=g)
     bank.models = centres + torch.randn(models, DIM, generator=g)

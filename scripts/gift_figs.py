@@ -29,8 +29,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-
 from gift_table1 import MISSING_HERE, SCHEMES, SETTINGS, SUBSTITUTE, table1_jobs  # noqa: E402
+
 from fedrun.reproduce import first_round_reaching, fixture_for, provenance, run_jobs, verdict  # noqa: E402
 from fedrun.results import CONFIG_FILE, METRICS_FILE  # noqa: E402
 

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 import torch
+from conftest import register_tiny, run_cli
 from omegaconf import OmegaConf
 
-from conftest import register_tiny, run_cli
 from fedrun.algorithms import ClientContext, build_algorithm
-from fedrun.algorithms.local_sgd import FedDecorr, LocalSGD, Scaffold, decorrelation_loss
-from fedrun.algorithms.server_opt import ServerAdaptive, ServerMomentum
+from fedrun.algorithms.local_sgd import decorrelation_loss
+from fedrun.algorithms.schema import make
 from fedrun.config import validate
 from fedrun.engine.simulation import Simulation
 from fedrun.errors import ConfigError
@@ -46,7 +46,7 @@ def test_fedprox_step_adds_mu_times_distance_to_the_global_model():
     x, y = torch.tensor(rng.normal(size=(6, 3))), torch.tensor(rng.integers(0, 2, 6))
     w_t = model.init_params()
     ctx = ClientContext(1, w_t, {}, lr=0.3)
-    rule = LocalSGD(mu=0.7)
+    rule = make("local", "sgd", mu=0.7)
     state = rule.client_init(ctx, None)
     for _ in range(2):
         state, _ = rule.client_step(model, ctx, state, x, y)
@@ -82,7 +82,7 @@ def test_fednova_momentum_normaliser_matches_closed_form():
     x, y = torch.tensor(rng.normal(size=(6, 3))), torch.tensor(rng.integers(0, 2, 6))
     rho, tau = 0.9, 7
     ctx = ClientContext(1, model.init_params(), {}, lr=0.1, momentum=rho)
-    rule = LocalSGD()
+    rule = make("local", "sgd")
     state = rule.client_init(ctx, None)
     for _ in range(tau):
         state, _ = rule.client_step(model, ctx, state, x, y)
@@ -116,7 +116,7 @@ def test_scaffold_correction_has_the_right_sign():
     w = model.init_params()
     c, c_i = torch.full_like(w, 0.5), torch.full_like(w, -0.25)
     ctx = ClientContext(2, w, {}, lr=0.1, extras={"c": c})
-    rule = Scaffold()
+    rule = make("local", "scaffold")
     state, _ = rule.client_step(model, ctx, rule.client_init(ctx, {"c_i": c_i}), x, y)
     g = model.loss_and_grad(w, {}, x, y)[1]
     torch.testing.assert_close(state["w"], w - 0.1 * (g - c_i + c))  # y <- y - eta (g - c_i + c)
@@ -175,7 +175,7 @@ def test_feddecorr_loss_on_known_features_matches_the_formula():
     model = FunctionalModel(module.double(), objective)
     x, y = z, torch.tensor([0, 1, 1, 0])
     w = model.init_params()
-    loss, _ = model.loss_and_grad(w, {}, x, y, FedDecorr(beta=0.3).feature_penalty)
+    loss, _ = model.loss_and_grad(w, {}, x, y, make("local", "feddecorr", beta=0.3).feature_penalty)
     features = torch.relu(x @ module[1].weight.T + module[1].bias)
     expected = objective.loss(module(x), y) + 0.3 * decorrelation_loss(features)
     assert float(loss) == pytest.approx(float(expected.detach()), rel=1e-12)
@@ -186,7 +186,7 @@ def test_fedadam_fedyogi_fedadagrad_follow_reddi_alg2():
     x = np.array([1.0, 2.0, 3.0])
     lr, b1, b2, tau = 0.1, 0.9, 0.99, 1e-3
     for kind in ("adam", "yogi", "adagrad"):
-        opt = ServerAdaptive(kind, lr, b1, b2, tau)
+        opt = make("server_opt", kind, lr=lr, beta1=b1, beta2=b2, tau=tau)
         state = opt.init(torch.tensor(x))
         w = torch.tensor(x)
         m, v, ref = np.zeros(3), np.full(3, tau**2), x.copy()
@@ -197,11 +197,11 @@ def test_fedadam_fedyogi_fedadagrad_follow_reddi_alg2():
                  "adagrad": v + u**2}[kind]
             ref = ref + lr * m / (np.sqrt(v) + tau)
         np.testing.assert_allclose(w.numpy(), ref, rtol=1e-12)
-    corrected = ServerAdaptive("adam", lr, b1, b2, tau, bias_correction=True)
+    corrected = make("server_opt", "adam", lr=lr, beta1=b1, beta2=b2, tau=tau, bias_correction=True)
     w, _ = corrected.apply(torch.tensor(x), torch.tensor(u1), corrected.init(torch.tensor(x)))
     m1, v1 = (1 - b1) * u1, b2 * tau**2 + (1 - b2) * u1**2
     np.testing.assert_allclose(w.numpy(), x + lr * np.sqrt(1 - b2) / (1 - b1) * m1 / (np.sqrt(v1) + tau))
-    avgm = ServerMomentum(lr=0.5, momentum=0.9)
+    avgm = make("server_opt", "avgm", lr=0.5, momentum=0.9)
     w, s = avgm.apply(torch.tensor(x), torch.tensor(u1), avgm.init(torch.tensor(x)))
     w, s = avgm.apply(w, torch.tensor(u2), s)
     np.testing.assert_allclose(w.numpy(), x + 0.5 * u1 + 0.5 * (0.9 * u1 + u2))

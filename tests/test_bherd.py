@@ -12,6 +12,7 @@ from fedrun.algorithms.selection import centred_gram, grab_order, herd_order, nu
 from fedrun.data.fixtures import write_cifar, write_imdb
 from fedrun.engine.simulation import Simulation, run_experiment
 
+
 def direct_algorithm2(z: np.ndarray, k: int) -> list[int]:
     """Algorithm 2 as printed: centre, then k times argmin ||s + z_mu|| over the remaining ones (O(tau^2 d))."""
     c = z - z.mean(axis=0)

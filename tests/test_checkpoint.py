@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import fedrun.results
+from fedrun.algorithms import PARTS
 from fedrun.checkpoint import checkpoints, load_latest, save_checkpoint
 from fedrun.engine.simulation import run_experiment
 from fedrun.errors import ConfigError
@@ -247,3 +248,48 @@ def test_sigterm_stops_a_sweep_and_resubmitting_with_resume_finishes_it(tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     summaries = [json.loads((sweep / str(j) / "summary.json").read_text()) for j in range(3)]
     assert [s["status"] for s in summaries] == ["finished"] * 3 and summaries[0]["resumed_from_round"] >= 1
+
+
+STATEFUL = {  # a setting per stateful part, and the overrides that make its state change within five rounds
+    "grab": ["algo=grab_fedavg"],
+    "dgt": ["algo=fedavg", "algo/harmonizer=dgt"],
+    "fixed": ["algo.schedule.tau=3", "algo.schedule.switch_round=2", "algo.schedule.switch_tau=1"],
+    "gift": ["algo/schedule=gift", "algo.schedule.tau0=6", "algo.schedule.patience=1"],
+    "adacomm": ["algo/schedule=adacomm", "algo.schedule.tau0=6"],
+    "afl": ["algo/schedule=afl", "timing=simulated", "timing.step_time_s=0.01", "timing.budget_s=100"],
+    "mafsvrg": ["algo=mafsvrg", "model=logreg", "algo.bank.threshold=1", "algo.bank.models=2"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(STATEFUL))
+def test_a_checkpoint_saves_every_attribute_a_round_changes_and_no_setting(cfg_factory, case):
+    """``state_attrs`` is the whole of what rounds change (an attribute changed and not declared would be lost on
+    resume); the settings stay out, so that a resumed run takes them from its config."""
+    from fedrun.checkpoint import part_state
+    from fedrun.engine.simulation import Simulation
+
+    sim = Simulation(cfg_factory(*BASE[:-1], *STATEFUL[case]))
+    before = {part: {k: repr(v) for k, v in vars(getattr(sim.algo, part)).items()} for part in PARTS}
+    for rnd in range(1, 6):
+        sim.run_round(rnd)
+    changed = set()
+    for part in PARTS:
+        obj = getattr(sim.algo, part)
+        now = {k: repr(v) for k, v in vars(obj).items()}
+        moved = {k for k in now if now[k] != before[part].get(k)}
+        assert moved <= set(getattr(obj, "state_attrs", ())), f"{part} changed {moved} but declares only " \
+                                                               f"{getattr(obj, 'state_attrs', ())}"
+        changed |= {f"{part}.{k}" for k in moved}
+        assert set(part_state(obj)) == set(getattr(obj, "state_attrs", ()))
+    assert changed, "the case makes some part's state change"
+
+
+def test_a_resumed_run_takes_execution_settings_from_its_config_not_the_checkpoint(cfg_factory):
+    from fedrun.engine.simulation import Simulation
+
+    base = [*BASE[:-1], "algo=bherd", "hardware.step_store=host"]
+    first = Simulation(cfg_factory(*base, "hardware.gram_block=7"))
+    first.run_round(1)
+    again = Simulation(cfg_factory(*base, "hardware.gram_block=5"))
+    again.load_state_dict(first.state_dict())
+    assert again.algo.selector.block == 5

@@ -5,9 +5,9 @@ import json
 import logging
 
 import pytest
-
 import wandb_reader
 from conftest import REPO, run_cli
+
 from fedrun.engine.simulation import run_experiment
 from fedrun.results import BASE_COLUMNS
 

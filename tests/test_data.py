@@ -14,8 +14,15 @@ from omegaconf import OmegaConf
 from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, speech_commands, synthetic
 from fedrun.data.cifar import LAYOUTS
 from fedrun.data.cli import main as data_cli
-from fedrun.data.fixtures import (write_cifar, write_imdb, write_leaf, write_speech_commands, write_tiny_imagenet,
-                                   write_shakespeare_plays, write_twitter)
+from fedrun.data.fixtures import (
+    write_cifar,
+    write_imdb,
+    write_leaf,
+    write_shakespeare_plays,
+    write_speech_commands,
+    write_tiny_imagenet,
+    write_twitter,
+)
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.data.text import build_vocabulary, encode, words

@@ -6,8 +6,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
-
 from conftest import register_tiny
+
 from fedrun.engine.executor import VmapExecutor
 from fedrun.engine.simulation import Simulation
 

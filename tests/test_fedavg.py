@@ -1,15 +1,16 @@
 """FedAvg and centralized SGD against hand computations and plain PyTorch."""
 
 import copy
+
 import numpy as np
 import torch
-
 from conftest import register_tiny
-from fedrun.algorithms.schedule import FixedSchedule
+
+from fedrun.algorithms.schema import make
 from fedrun.engine.cohort import plan_client, sample_clients
 from fedrun.engine.simulation import Simulation
 
-local_steps = FixedSchedule().local_steps
+local_steps = make("schedule", "fixed").local_steps
 
 
 def softmax_regression_gd(w, b, x, y, lr):

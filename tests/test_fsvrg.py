@@ -8,13 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import register_tiny
 from sklearn.metrics import precision_recall_fscore_support
 
-from conftest import register_tiny
-from fedrun.algorithms.bank import ModelBank, accelerate, kmeans, mean_centre, principal_subspace
+from fedrun.algorithms.bank import accelerate, kmeans, mean_centre, principal_subspace
 from fedrun.algorithms.fsvrg import feature_scalings, logreg_parameter_map
+from fedrun.algorithms.schema import make
 from fedrun.data.hog import hog
 from fedrun.engine.simulation import Simulation, run_experiment
+from fedrun.errors import ConfigError
 from fedrun.metrics import classification_metrics
 
 SPARSE = np.array([[1, 0, 2], [0, 0, 1],  # client 0
@@ -281,7 +283,7 @@ def test_a_r_counted_over_the_rounds_clients(monkeypatch, cfg_factory):
 def test_a_diverged_round_gives_models_that_are_not_finite_rather_than_an_error(kind):
     """Clients whose training diverged send NaN: the grouping returns NaN models (the engine then stops the run as
     diverged) instead of raising in the eigensolver."""
-    bank = ModelBank(kind, models=3)
+    bank = make("bank", kind, models=3)
     bank.start(torch.zeros(4), num_clients=5)
     for bad in (float("nan"), 1e30):  # NaN, or finite but beyond float32 once squared for the Gram matrix
         points = torch.randn(5, 4)
@@ -299,7 +301,7 @@ def test_grouping_by_preference_takes_each_clients_preferred_model_as_its_group(
     points = torch.randn(6, 10, dtype=torch.float64, generator=gen)
     seeds = torch.randn(3, 10, dtype=torch.float64, generator=gen)
     prefer = torch.tensor([2, 0, 2, 0, 0, 2])
-    bank = ModelBank("ma", models=3, grouping="preference")
+    bank = make("bank", "ma", models=3, grouping="preference")
     centres, assign, basis, info = bank.group(points, seeds, prefer)
     assert torch.equal(assign, prefer) and info["kmeans_iterations"] == 0
     centred, mean = mean_centre(points)
@@ -307,7 +309,7 @@ def test_grouping_by_preference_takes_each_clients_preferred_model_as_its_group(
         expected = (centred[prefer == c] @ basis).mean(dim=0) @ basis.T + mean
         torch.testing.assert_close(centres[c], expected)
     torch.testing.assert_close(centres[1], (seeds[1] @ basis) @ basis.T + mean)  # nobody preferred model 1
-    kmeans_groups = ModelBank("ma", models=3).group(points, seeds, prefer)[1]
+    kmeans_groups = make("bank", "ma", models=3).group(points, seeds, prefer)[1]
     assert not torch.equal(kmeans_groups, prefer)  # the case separates the two groupings
-    with pytest.raises(ValueError, match="algo.bank.grouping='nearest'"):
-        ModelBank("ma", grouping="nearest")
+    with pytest.raises(ConfigError, match="algo.bank.grouping='nearest'"):
+        make("bank", "ma", grouping="nearest")

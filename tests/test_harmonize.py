@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.harmonize import DGT, FedGH, conflict_statistics, dgt_coefficients, fedgh_coefficients
+from fedrun.algorithms.harmonize import conflict_statistics, dgt_coefficients, fedgh_coefficients
+from fedrun.algorithms.schema import make
 
 
 def direct_fedgh(u: np.ndarray, orders) -> np.ndarray:
@@ -23,12 +24,12 @@ def direct_fedgh(u: np.ndarray, orders) -> np.ndarray:
 def test_fedgh_leaves_non_conflicting_updates_unchanged():
     u = torch.tensor([[1.0, 0.2, 0.0], [0.5, 1.0, 0.1], [0.3, 0.0, 2.0]], dtype=torch.float64)
     assert (u @ u.T >= 0).all()
-    torch.testing.assert_close(FedGH()(u, None, [0, 1, 2], 1)[0], u)
+    torch.testing.assert_close(make("harmonizer", "fedgh", seed=0)(u, None, [0, 1, 2], 1)[0], u)
 
 
 def test_two_conflicting_updates_each_end_orthogonal_to_the_others_original():
     u = torch.tensor([[1.0, 1.0], [-1.0, 0.2]], dtype=torch.float64)
-    out, _ = FedGH()(u, None, [0, 1], 1)
+    out, _ = make("harmonizer", "fedgh", seed=0)(u, None, [0, 1], 1)
     assert float(out[0] @ u[1]) == pytest.approx(0, abs=1e-12)
     assert float(out[1] @ u[0]) == pytest.approx(0, abs=1e-12)
 
@@ -55,7 +56,7 @@ def test_gram_fedgh_equals_direct_algorithm_on_random_updates():
 
 def test_fedgh_order_is_seeded():
     u = torch.randn(6, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    a, b = FedGH(seed=3)(u, None, list(range(6)), 4)[0], FedGH(seed=3)(u, None, list(range(6)), 4)[0]
+    a, b = (make("harmonizer", "fedgh", seed=3)(u, None, list(range(6)), 4)[0] for _ in range(2))
     torch.testing.assert_close(a, b)
 
 
@@ -78,7 +79,7 @@ def test_dgt_calibration_reaches_the_target_similarity_and_updates_baselines():
 
 
 def test_dgt_keeps_baselines_of_clients_that_sit_out():
-    dgt = DGT(momentum=0.5)
+    dgt = make("harmonizer", "dgt", momentum=0.5)
     u = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     weights = torch.full((3,), 1 / 3, dtype=torch.float64)
     dgt(u, weights, [0, 1, 2], 1)
@@ -91,7 +92,7 @@ def test_dgt_norm_only_control_sends_the_base_updates_scaled_by_the_logged_ratio
     u = torch.randn(6, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
     u[3] = -u[:3].sum(0)  # a client against the rest: it calibrates
     p = torch.tensor([0.1, 0.2, 0.1, 0.3, 0.2, 0.1], dtype=torch.float64)
-    dgt, control = DGT(0.5), DGT(0.5, mode="norm_only")
+    dgt, control = make("harmonizer", "dgt", momentum=0.5), make("harmonizer", "dgt", momentum=0.5, mode="norm_only")
     dgt.baselines = control.baselines = {k: 0.2 for k in range(6)}
     control.baselines = dict(dgt.baselines)
     calibrated, info = dgt(u, p, list(range(6)), 1)
@@ -103,7 +104,7 @@ def test_dgt_norm_only_control_sends_the_base_updates_scaled_by_the_logged_ratio
     torch.testing.assert_close(scaled, u * ratio)
     assert float((p @ scaled).norm()) == pytest.approx(float((p @ calibrated).norm()))
     # no calibration (every update above its baseline): the ratio is 1 and the control is the base algorithm
-    calm = DGT(0.5, mode="norm_only")
+    calm = make("harmonizer", "dgt", momentum=0.5, mode="norm_only")
     calm.baselines = {k: -1.0 for k in range(6)}
     same, info = calm(u, p, list(range(6)), 2)
     assert info["dgt_norm_ratio"] == pytest.approx(1.0) and info["dgt_calibrated"] == 0

@@ -11,7 +11,7 @@ class WeightedMean:
 
     name = "mean"
 
-    def __init__(self, weighting: str = "samples"):
+    def __init__(self, weighting: str):
         self.weighting = weighting
 
     def __call__(self, updates: torch.Tensor, weights: torch.Tensor, uploads: dict) -> torch.Tensor:

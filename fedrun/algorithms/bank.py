@@ -46,7 +46,6 @@ import functools
 import numpy as np
 import torch
 
-KINDS = ("none", "ma", "ga")
 GROUPINGS = ("kmeans", "preference")
 
 
@@ -178,15 +177,12 @@ class ModelBank:
     ``kind``: ``none`` (one model: plain FSVRG or any other algorithm), ``ma`` or ``ga``."""
 
     name = "none"
+    state_attrs = ("models", "m", "v", "accelerated", "preferences")  # what a round changes
 
-    def __init__(self, kind: str = "none", models: int = 4, threshold: int = 4, alpha_g: float = 0.02,
-                 beta1: float = 0.0, beta2: float = 0.999, eps: float = 1e-8, kmeans_eps: float = 1e-4,
-                 kmeans_max_iter: int = 100, center_seeds: bool = False, ga_step: float | None = None,
-                 form: str = "adam", grouping: str = "kmeans"):
-        if kind not in KINDS:
-            raise ValueError(f"algo.bank.name={kind!r}: must be one of {KINDS}")
-        if grouping not in GROUPINGS:
-            raise ValueError(f"algo.bank.grouping={grouping!r}: must be one of {GROUPINGS}")
+    def __init__(self, kind: str, models: int, threshold: int, alpha_g: float,
+                 beta1: float, beta2: float, eps: float, kmeans_eps: float,
+                 kmeans_max_iter: int, center_seeds: bool, ga_step: float | None,
+                 form: str, grouping: str):
         self.grouping = grouping
         self.name, self.count, self.threshold = kind, int(models), int(threshold)
         self.alpha_g, self.beta1, self.beta2, self.eps = float(alpha_g), float(beta1), float(beta2), float(eps)

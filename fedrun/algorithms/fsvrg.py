@@ -62,11 +62,7 @@ class FSVRG(LocalRule):
     needs_full_gradients = True
     needs_feature_counts = True
 
-    def __init__(self, scaling: str = "features", omega: str = "all"):
-        if scaling not in SCALINGS:
-            raise ValueError(f"algo.local.scaling={scaling!r}: must be one of {SCALINGS}")
-        if omega not in OMEGAS:
-            raise ValueError(f"algo.local.omega={omega!r}: must be one of {OMEGAS}")
+    def __init__(self, scaling: str, omega: str):
         self.scaling, self.omega = scaling, omega
 
     def client_statics(self, counts: torch.Tensor, sizes: torch.Tensor, parameter_map: torch.Tensor | None,

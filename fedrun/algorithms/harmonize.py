@@ -8,7 +8,6 @@ many pairs interact: harmonised = A @ U with a K x K coefficient matrix A.
 
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 
@@ -48,7 +47,7 @@ class FedGH:
 
     name = "fedgh"
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int):
         self.seed = seed
 
     def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
@@ -98,10 +97,9 @@ class DGT:
     each scaled by that round's ratio, so the server takes the base algorithm's direction with DGT's step length."""
 
     name = "dgt"
+    state_attrs = ("baselines",)  # what a round changes: a checkpoint saves these, nothing else
 
-    def __init__(self, momentum: float = 0.5, mode: str = "calibrate"):
-        if mode not in DGT_MODES:
-            raise ValueError(f"algo.harmonizer.mode={mode!r}: must be one of {DGT_MODES}")
+    def __init__(self, momentum: float, mode: str):
         self.momentum, self.mode = float(momentum), mode
         self.baselines: dict[int, float] = {}
 

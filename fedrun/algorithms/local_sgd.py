@@ -22,7 +22,7 @@ class LocalSGD(LocalRule):
 
     name = "sgd"
 
-    def __init__(self, mu: float = 0.0):
+    def __init__(self, mu: float):
         self.mu = float(mu)
 
     def client_init(self, ctx: ClientContext, client_state: State | None) -> State:
@@ -80,7 +80,7 @@ class FedDecorr(LocalSGD):
 
     name = "feddecorr"
 
-    def __init__(self, beta: float = 0.1, mu: float = 0.0):
+    def __init__(self, beta: float, mu: float):
         super().__init__(mu)
         self.beta = float(beta)
 
@@ -137,7 +137,7 @@ class FedDyn(LocalSGD):
 
     name = "feddyn"
 
-    def __init__(self, alpha: float = 0.01, mu: float = 0.0):
+    def __init__(self, alpha: float, mu: float):
         super().__init__(mu)
         self.alpha = float(alpha)
 

@@ -24,9 +24,7 @@ class PerFedAvg(LocalRule):
     name = "perfedavg"
     personalizes = True
 
-    def __init__(self, beta: float = 1e-3, variant: str = "fo", delta: float = 1e-3):
-        if variant not in ("fo", "hf"):
-            raise ValueError(f"algo.local.variant={variant!r}: use fo (first-order) or hf (Hessian-free)")
+    def __init__(self, beta: float, variant: str, delta: float):
         self.beta, self.variant, self.delta = float(beta), variant, float(delta)
         self.batches_per_step = 2 if variant == "fo" else 3
 

@@ -45,8 +45,9 @@ class FixedSchedule:
     the run has stagnated)."""
 
     name = "fixed"
+    state_attrs = ("rounds", "tau")  # what a round changes: a checkpoint saves these, nothing else
 
-    def __init__(self, tau: int | None = None, switch_round: int | None = None, switch_tau: int | None = None):
+    def __init__(self, tau: int | None, switch_round: int | None, switch_tau: int | None):
         self.tau, self.switch_round, self.switch_tau = tau, switch_round, switch_tau
         self.rounds = 0  # rounds observed so far
 
@@ -84,9 +85,10 @@ class GIFT:
     model leaves its initialisation (``gift_C_round``, the ratio of each round's updates alone, shows it)."""
 
     name = "gift"
+    state_attrs = ("tau", "positive", "negative", "rounds", "consistency", "decreasing", "not_decreasing", "halvings")
 
-    def __init__(self, tau0: int = 100, beta: float = 0.9, patience: int = 2, factor: int = 2, relax: bool = False,
-                 relax_after: int = 10, relax_step: int = 5, warmup: int = 0):
+    def __init__(self, tau0: int, beta: float, patience: int, factor: int, relax: bool,
+                 relax_after: int, relax_step: int, warmup: int):
         self.tau, self.beta, self.patience, self.factor = int(tau0), float(beta), int(patience), int(factor)
         self.relax, self.relax_after, self.relax_step = bool(relax), int(relax_after), int(relax_step)
         self.warmup, self.rounds = int(warmup), 0
@@ -143,9 +145,10 @@ class AdaComm:
     fallback GIFT's Sec. 6.3 describes). ``tau_max`` caps tau (Paddle: 16; null: no cap)."""
 
     name = "adacomm"
+    state_attrs = ("tau", "loss0", "last_loss", "next_update_s")
 
-    def __init__(self, tau0: int = 100, interval_s: float | None = None, form: str = "paper",
-                 halve_on_plateau: bool = True, tau_max: int | None = None):
+    def __init__(self, tau0: int, interval_s: float | None, form: str,
+                 halve_on_plateau: bool, tau_max: int | None):
         self.tau0, self.tau, self.interval_s, self.form = int(tau0), int(tau0), interval_s, form
         self.halve_on_plateau, self.tau_max = bool(halve_on_plateau), tau_max
         self.loss0: float | None = None
@@ -208,9 +211,10 @@ class AFL:
     only see w at the next round's start); fedrun computes the same quantities at aggregation time."""
 
     name = "afl"
+    state_attrs = ("tau", "estimates")
 
-    def __init__(self, phi: float = 5e-5, tau_init: int = 1, tau_max: int = 100, search_factor: int = 10,
-                 moving_average: float = 0.0, beta_floor: float = 1e-5):
+    def __init__(self, phi: float, tau_init: int, tau_max: int, search_factor: int,
+                 moving_average: float, beta_floor: float):
         self.phi, self.tau = float(phi), int(tau_init)
         self.tau_max, self.search_factor = int(tau_max), int(search_factor)
         self.moving_average, self.beta_floor = float(moving_average), float(beta_floor)

@@ -17,7 +17,6 @@ import math
 import numpy as np
 import torch
 
-
 # Greedy scores within this fraction of the largest squared deviation of the minimum count as tied: exact ties (a
 # client with two steps has two opposite centred gradients) are then settled by the lowest index, as Algorithm 2's
 # "iterate through sigma_i" does, not by rounding.
@@ -138,6 +137,7 @@ class GraB(Herd):
     alpha*tau_i of GraB's order are sent."""
 
     name = "grab"
+    state_attrs = ("stale_means",)  # what a round changes: a checkpoint saves these, nothing else
 
     def __init__(self, alpha: float, local_epochs: float, block: int | None = None):
         super().__init__(alpha, local_epochs, block)

@@ -17,7 +17,7 @@ class ServerSGD:
 
     name = "sgd"
 
-    def __init__(self, lr: float = 1.0):
+    def __init__(self, lr: float):
         self.lr = float(lr)
 
     def init(self, params: torch.Tensor) -> State:
@@ -32,7 +32,7 @@ class ServerMomentum:
 
     name = "avgm"
 
-    def __init__(self, lr: float = 1.0, momentum: float = 0.9):
+    def __init__(self, lr: float, momentum: float):
         self.lr, self.momentum = float(lr), float(momentum)
 
     def init(self, params: torch.Tensor) -> State:
@@ -56,8 +56,8 @@ class ServerAdaptive:
     Adam and Yogi) and ``adagrad_momentum=false`` (Keras Adagrad has b1 = 0).
     """
 
-    def __init__(self, kind: str, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
-                 bias_correction: bool = False, adagrad_momentum: bool = True):
+    def __init__(self, kind: str, lr: float, beta1: float, beta2: float, tau: float,
+                 bias_correction: bool, adagrad_momentum: bool):
         if kind not in ("adagrad", "adam", "yogi"):
             raise ValueError(f"unknown adaptive server optimiser {kind!r}")
         self.name = kind

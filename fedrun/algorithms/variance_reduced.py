@@ -23,7 +23,7 @@ class MimeSVRG(LocalRule):
     name = "mime"
     needs_full_gradients = True
 
-    def __init__(self, momentum: float = 0.9, weighting: str = "uniform"):
+    def __init__(self, momentum: float, weighting: str):
         self.momentum = float(momentum)
         self.weighting = weighting
 

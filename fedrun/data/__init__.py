@@ -6,10 +6,21 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
-from . import (cifar, digits, fashion_mnist, imdb, leaf, mnist, shakespeare_plays, speech_commands, synthetic,
-               tiny_imagenet, twitter)
-from .hog import hog_spec
+from . import (
+    cifar,
+    digits,
+    fashion_mnist,
+    imdb,
+    leaf,
+    mnist,
+    shakespeare_plays,
+    speech_commands,
+    synthetic,
+    tiny_imagenet,
+    twitter,
+)
 from .base import DatasetSpec, FedDataset, default_root, resolve_root
+from .hog import hog_spec
 
 DATASETS: dict[str, DatasetSpec] = {
     s.name: s

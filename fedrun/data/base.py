@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..errors import ConfigError, IntegrityError, DataMissingError
+from ..errors import ConfigError, DataMissingError, IntegrityError
 
 INPUT_KINDS = ("image", "vector", "tokens", "sequence")
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
 from omegaconf import OmegaConf
 
 from .base import DatasetSpec, FedDataset, cache_path, load_or_build, sha256_arrays

@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
 from ..models import IGNORE
+from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
 from .text import OOV, PAD, build_vocabulary, encode, words
 
 # LEAF's models/shakespeare alphabet (utils/language_utils.py ALL_LETTERS)

@@ -22,15 +22,23 @@ from ..algorithms.bank import preferences
 from ..algorithms.fsvrg import feature_counts, logreg_parameter_map
 from ..algorithms.harmonize import conflict_statistics, cosine_matrix
 from ..algorithms.schedule import RoundFeedback
-from ..checkpoint import (check_resumable, config_fingerprint, earlier_work, load_latest, plain_state, save_checkpoint,
-                          to_device)
+from ..checkpoint import (
+    check_resumable,
+    config_fingerprint,
+    earlier_work,
+    load_latest,
+    part_state,
+    restore_part_state,
+    save_checkpoint,
+    to_device,
+)
 from ..config import validate
-from ..errors import ConfigError
 from ..data import FedDataset, get_spec, load_dataset
 from ..data.augment import AugmentedImages, training_inputs
+from ..errors import ConfigError
 from ..functional import FunctionalModel
-from ..metrics import classification_metrics
 from ..loggers import ProgressBar, WandbLogger
+from ..metrics import classification_metrics
 from ..models import build_model
 from ..partition import Partition, make_partition
 from ..results import RunDirectory, base_summary
@@ -158,7 +166,7 @@ class Simulation:
         functions of (seed, round, client), so they need none)."""
         return {"params": self.params, "buffers": self.buffers, "server_state": self.server_state,
                 "rule_state": self.rule_state, "client_states": self.client_states, "sim_time": self.sim_time,
-                "parts": {part: plain_state(getattr(self.algo, part)) for part in PARTS},
+                "parts": {part: part_state(getattr(self.algo, part)) for part in PARTS},
                 "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
@@ -169,7 +177,7 @@ class Simulation:
         self.client_states = {int(c): on(s) for c, s in state["client_states"].items()}
         self.sim_time = float(state["sim_time"])
         for part, attrs in state["parts"].items():
-            vars(getattr(self.algo, part)).update(on(attrs))
+            restore_part_state(getattr(self.algo, part), on(attrs))
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
@@ -600,6 +608,27 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+class EvaluationGrid:
+    """When to evaluate: every ``every`` rounds, or with ``every_s`` at the first round whose simulated clock reaches
+    each multiple of ``every_s`` seconds (a schedule with tau = 1 then is not evaluated 100 times as often per
+    simulated second as one with tau = 100, which would favour it in a best-ever accuracy and cost most of its run)."""
+
+    def __init__(self, every: int, every_s: float | None):
+        self.every, self.every_s = every, every_s
+
+    def due(self, rnd: int, clock_before: float, clock_after: float) -> bool:
+        """Whether round ``rnd``, which moved the simulated clock from ``clock_before`` to ``clock_after``, is
+        evaluated (a resumed run needs no state of its own: the clock is in the checkpoint)."""
+        if self.every_s is None:
+            return rnd % self.every == 0
+        return clock_after // self.every_s > clock_before // self.every_s
+
+    def kept(self, rnd: int, rounds: int) -> bool:
+        """Whether a row of a checkpoint's history belongs to this grid (a row written only because a shorter run
+        ended at ``rnd`` does not)."""
+        return self.every_s is not None or rnd % self.every == 0 or rnd >= rounds
+
+
 def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> dict:
     """Run the experiment of ``cfg`` and write its files to ``run_dir``; returns the summary. With ``resume=true``
     the run continues from the newest readable checkpoint in ``run_dir`` (written every ``checkpoint.every`` rounds
@@ -634,6 +663,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         if cfg.logger.name == "wandb":
             wandb = WandbLogger(cfg, out.path, sweep_group)
         rounds = cfg.fl.rounds
+        grid = EvaluationGrid(cfg.eval.every, cfg.eval.get("every_s"))
         history: list[dict] = []
         bytes_up = bytes_down = first = 0
         if saved is not None:
@@ -641,7 +671,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             bytes_up, bytes_down, first = saved["bytes_up"], saved["bytes_down"], saved["round"]
             # metrics.csv again up to the checkpoint (rows the lost run wrote later are dropped), less a row written
             # only because a shorter run ended there
-            history = [row for row in saved["history"] if row["round"] % cfg.eval.every == 0 or row["round"] >= rounds]
+            history = [row for row in saved["history"] if grid.kept(row["round"], rounds)]
             for row in history:
                 out.append_metrics(row)
             summary["resumed_from_round"] = first
@@ -653,6 +683,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}", initial=first)
         status = {"status": "finished", "rounds_completed": rounds}
         for rnd in range(first + 1, rounds + 1):
+            clock = sim.sim_time
             step = sim.run_round(rnd)
             diverged = not (math.isfinite(step.train_loss) and bool(torch.isfinite(sim.params).all()))
             if step.similarity is not None:  # FedGH Fig. 2, DGT Figs. 3-4
@@ -664,7 +695,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             budget = cfg.get("timing", {}).get("budget_s")
             spent = budget is not None and "sim_round_s" in step.diagnostics and sim.sim_time >= budget
             row = None
-            if rnd % cfg.eval.every == 0 or rnd == rounds or diverged or spent:
+            if grid.due(rnd, clock, sim.sim_time) or rnd == rounds or diverged or spent:
                 row = {"round": rnd, **sim.evaluate(step), "train_loss": step.train_loss,
                        "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
