@@ -374,6 +374,21 @@ def test_the_two_client_stagnation_preset_keeps_both_clients_under_the_time_mode
     assert float(rows[0]["sim_round_s"]) > 2 * 0.05, "two steps of 0.05 s plus the transfers"
 
 
+def test_the_long_two_client_preset_is_the_stagnation_setting_for_longer_on_a_time_grid(tmp_path, cfg_factory):
+    from conftest import run_cli
+
+    long, short = cfg_factory("experiment=gift_long_two_clients_mnist"), cfg_factory(
+        "experiment=gift_stagnation_two_clients_mnist")
+    assert (long.timing.budget_s, long.eval.every_s) == (4 * short.timing.budget_s, 25)
+    assert {**long.fl, "rounds": 0} == {**short.fl, "rounds": 0} and long.algo == short.algo
+    run_dir = tmp_path / "long"
+    run_cli("experiment=gift_long_two_clients_mnist", "algo.schedule.tau0=2", "fl.rounds=2", "eval.every_s=0.1",
+            "eval.test_subset=500", "progress=false", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["round"]) for r in rows] == [1, 2], "each round of two 0.05 s steps crosses a 0.1 s mark"
+
+
 def test_the_stagnation_preset_runs_two_rounds_from_the_cli_under_each_schedule(tmp_path, cfg_factory):
     from conftest import run_cli
 
