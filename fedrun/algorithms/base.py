@@ -42,6 +42,28 @@ class LocalRule:
     """
 
     name = "rule"
+    # Hooks the engine reads; a rule sets those it needs.
+    batches_per_step = 1  # minibatches one step consumes (Per-FedAvg's meta-step: 2, or 3 Hessian-free)
+    needs_full_gradients = False  # the round starts with each client's full local gradient, given to round_extras
+    needs_feature_counts = False  # client_statics gets the clients' non-zero feature counts (FSVRG's Lambda_i)
+    personalizes = False  # evaluation also scores each client's personalize(...) model (Per-FedAvg)
+
+    def round_extras(self, server_state: State, full_grads: torch.Tensor, sizes: torch.Tensor
+                     ) -> tuple[dict[str, torch.Tensor], State]:
+        """With ``needs_full_gradients``: server quantities for ``ctx.extras`` from the round's full local gradients
+        (K, d) and the clients' sample counts, and the rule's new server state."""
+        raise NotImplementedError
+
+    def client_statics(self, counts: torch.Tensor, sizes: torch.Tensor, parameter_map: torch.Tensor | None,
+                       dim: int) -> tuple[dict[int, State], torch.Tensor]:
+        """With ``needs_feature_counts``: each client's fixed state from the clients' (N, features) non-zero feature
+        counts and sample counts, and the server's per-parameter count."""
+        raise NotImplementedError
+
+    def personalize(self, model: FunctionalModel, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor
+                    ) -> torch.Tensor:
+        """With ``personalizes``: the client's model adapted from the global one on the batch (x, y)."""
+        raise NotImplementedError
 
     def server_init(self, params: torch.Tensor, num_clients: int) -> State:
         return {}

@@ -125,7 +125,7 @@ class Simulation:
         self.server_state = self.algo.server_opt.init(self.params)
         self.rule_state = self.algo.local.server_init(self.params, self.num_clients)
         self.client_states: dict[int, object] = {}
-        if getattr(self.algo.local, "needs_feature_counts", False):  # FSVRG: Lambda_i and A_r (004 eqs. 21, 59)
+        if self.algo.local.needs_feature_counts:  # FSVRG: Lambda_i and A_r (004 eqs. 21, 59)
             self.client_states, self.rule_state["omega"] = self.algo.local.client_statics(
                 feature_counts(self.data.x_train, partition.indices),
                 torch.tensor([len(ix) for ix in partition.indices], dtype=torch.float64, device=self.device),
@@ -192,7 +192,7 @@ class Simulation:
 
     @property
     def batch_width(self) -> int:
-        return self.cfg.fl.batch_size * getattr(self.algo.local, "batches_per_step", 1)
+        return self.cfg.fl.batch_size * self.algo.local.batches_per_step
 
     def local_steps(self, clients) -> list[int]:
         """tau_i of each of ``clients`` under the schedule as it stands (the config read once for all of them)."""
@@ -272,7 +272,7 @@ class Simulation:
         algo = self.algo
         extras = algo.local.broadcast(self.rule_state)
         up = 0
-        if getattr(algo.local, "needs_full_gradients", False):
+        if algo.local.needs_full_gradients:
             counts = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=self.params.dtype)
             full = self.full_gradients(cohort)
             up += nbytes(full)
@@ -520,7 +520,7 @@ class Simulation:
 
     @property
     def personalized(self) -> bool:
-        return bool(self.cfg.eval.get("personalized", False)) or getattr(self.algo.local, "personalizes", False)
+        return bool(self.cfg.eval.get("personalized", False)) or self.algo.local.personalizes
 
     def evaluate_personalized(self, rnd: int) -> float:
         """Mean over clients of each client's model on the test samples of the classes it holds (004's protocol):
@@ -536,7 +536,7 @@ class Simulation:
             if not bool(mask.any()):
                 continue
             w = self.params if preferred is None else self.algo.bank.models[int(preferred[c])]
-            if hasattr(self.algo.local, "personalize"):
+            if self.algo.local.personalizes:
                 batch = plan_client(c, self.partition.indices[c], 1, self.cfg.fl.batch_size, self.cfg.seed, rnd, True,
                                     self.device).batches[0]
                 w = self.algo.local.personalize(self.model, ctx, self.data.x_train[batch], self.data.y_train[batch])
