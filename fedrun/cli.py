@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from .checkpoint import checkpoints
 from .engine.simulation import run_experiment
 from .errors import ConfigError, FedrunError, OverwriteError, StaleRunError
-from .overrides import check_overrides
+from .overrides import check_overrides, check_sweep_jobs
 from .results import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
 from .sweeps import FAILED_JOBS
 
@@ -123,6 +123,8 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
 
 def main() -> None:
     problems = check_overrides(sys.argv[1:], CONF_DIR)
+    if not problems and {"-m", "--multirun"} & set(sys.argv[1:]):
+        problems = check_sweep_jobs(sys.argv[1:], CONF_DIR)  # every job's values, before the first job runs
     if problems:
         print("fedrun: " + str(ConfigError(problems)), file=sys.stderr)
         sys.exit(2)

@@ -9,6 +9,7 @@ a part's setting while another part is chosen), and a key added with ``+`` that 
 from __future__ import annotations
 
 import dataclasses
+import math
 import difflib
 from functools import cache
 from pathlib import Path
@@ -177,3 +178,57 @@ def _option_sets(conf_dir: str, group: str, option: str, key: str) -> bool:
     if part in SCHEMAS and node.get("name") in SCHEMAS[part]:  # an algorithm part: its settings are its schema's
         node |= {f.name: None for f in dataclasses.fields(SCHEMAS[part][node["name"]])}
     return key.split(".")[-1] in node
+
+
+def check_sweep_jobs(args: list[str], conf_dir: str, limit: int = 5000) -> list[str]:
+    """With ``--multirun``: every job's config of the grid (the command line's comma lists and ranges, over the
+    ``hydra.sweeper.params`` of the presets it picks) checked as a single run's would be, before the first job starts,
+    so a bad value in one job costs no other job's time. Each problem is prefixed with the job's overrides. Sweeps
+    whose values cannot be listed (an Optuna interval) or grids over ``limit`` jobs are left to each job's own check."""
+    import itertools
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from .config import validate
+    from .errors import ConfigError
+
+    parser = OverridesParser.create()
+    words = [a for a in args if "=" in a and not a.startswith("-")]
+    try:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+            fixed = [w for w, o in zip(words, parser.parse_overrides(words)) if not o.is_sweep_override()]
+            head = compose("config", overrides=fixed, return_hydra_config=True)
+        preset = {str(k): str(v) for k, v in (OmegaConf.select(head, "hydra.sweeper.params") or {}).items()}
+        parsed = parser.parse_overrides(words)
+        given = {o.key_or_group for o in parsed}  # the command line wins over a preset's grid
+        grid = {k: v for k, v in preset.items() if k not in given} | {
+            o.key_or_group: o.input_line.split("=", 1)[1] for o in parsed if o.is_sweep_override()}
+        axes = []
+        for key, value in grid.items():
+            (o,) = parser.parse_overrides([f"{key}={value}"])
+            values = o.sweep_string_iterator() if o.is_sweep_override() else [value]
+            axes.append([f"{key}={v}" for v in values])
+    except (HydraException, ValueError, TypeError):
+        return []  # Hydra reports what it cannot read; an unlistable sweep is checked job by job
+    finally:
+        GlobalHydra.instance().clear()
+    if not axes or math.prod(len(a) for a in axes) > limit:
+        return []
+    problems = []
+    for job in itertools.product(*axes):
+        overrides = fixed + list(job)
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+                validate(compose("config", overrides=overrides))
+        except ConfigError as e:
+            problems += [f"job {' '.join(job)}: {p}" for p in e.problems]
+        except HydraException as e:
+            problems.append(f"job {' '.join(job)}: {str(e).splitlines()[0]}")
+        finally:
+            GlobalHydra.instance().clear()
+    return problems

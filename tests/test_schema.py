@@ -114,3 +114,20 @@ def test_the_cli_refuses_a_bad_part_value_with_exit_status_2_and_one_line(tmp_pa
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.count("\n  - ") <= 1 and line in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_a_sweep_with_one_bad_job_is_refused_before_any_job_runs(tmp_path):
+    proc = run_cli("-m", "data=digits", "model=logreg", "fl.rounds=1", "algo.local.mu=0.1,-1",
+                   f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "job algo.local.mu=-1: algo.local.mu=-1.0: must be >= 0" in proc.stderr
+    assert not (tmp_path / "sweep").exists(), "no job ran"
+
+
+def test_a_presets_grid_is_checked_job_by_job_with_the_command_line_winning():
+    from fedrun.cli import CONF_DIR
+    from fedrun.overrides import check_sweep_jobs
+
+    assert check_sweep_jobs(["-m", "experiment=dgt_mnist"], CONF_DIR) == []  # dgt and none: both valid
+    bad = check_sweep_jobs(["-m", "experiment=dgt_mnist", "algo/harmonizer=dgt", "fl.lr=0.1,-0.1"], CONF_DIR)
+    assert len(bad) == 1 and bad[0].startswith("job fl.lr=-0.1: fl.lr=-0.1: must be > 0")
