@@ -9,7 +9,8 @@ E = 1) for each base at each learning rate (the paper gives none) in three varia
 DGT, and the control ``algo.harmonizer.mode=norm_only``: the base's own updates scaled each round by the ratio of
 DGT's aggregate length to the plain aggregate's (``dgt_norm_ratio``), so that "DGT's direction helps" is told apart
 from "a longer server step helps". Writes <out>/claims.md: final accuracy and the mean of the last 5 rounds, the
-rounds to each dataset's target (the paper's "x times faster" counts them), the mean norm ratio, and the verdicts.
+rounds to each dataset's target (the paper's "x times faster" counts them), the mean norm ratio, and the verdicts;
+and <out>/claims_lr.png, the accuracy curves of seed 0.
 """
 
 from __future__ import annotations
@@ -80,13 +81,42 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts.append(f"- {dataset}, {base}, lr {lr:g}: DGT {gain:+.2f} points over the base (mean of the "
                                 f"last 5 rounds), the step-length control {control:+.2f}: "
                                 + ("DGT's gain is not explained by its longer step" if gain - control > MARGIN else
-                                   "no gain beyond the control's" if gain > MARGIN else "no gain"))
-    lines += ["", "## Verdicts\n", *verdicts, "", f"Re-run: `{command}`.", ""]
+                                   "no gain beyond the control's" if gain > MARGIN else
+                                   "DGT is below the base: its rotations cost accuracy at this rate, where the same "
+                                   "longer step alone does not" if gain < -MARGIN and control > gain + MARGIN else
+                                   "DGT is below the base" if gain < -MARGIN else "no gain"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    plot(frames, args, out, lines[1].strip())
+    lines += ["", "## Verdicts\n", *verdicts, "", f"Re-run: `{command}`. Curves: claims_lr.png (seed 0).", ""]
     (out / "claims.md").write_text("\n".join(lines))
     print(f"wrote {out / 'claims.md'}")
     return 0
+
+
+def plot(frames, args, out: Path, note: str) -> None:
+    """Test accuracy against rounds at each learning rate (one panel per dataset, base and rate), seed 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(d, b, float(lr)) for d in args.datasets.split(",") for b in args.bases.split(",")
+              for lr in args.lrs.split(",")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    for ax, (dataset, base, lr) in zip(axes[0], panels):
+        for variant in VARIANTS:
+            f = frames[dataset, base, lr, variant, 0]
+            ax.plot(f.index, 100 * f["test_acc"], label=variant)
+        ax.set_title(f"{dataset}, {base}, lr {lr:g}", fontsize=9)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("test accuracy (%)")
+    fig.text(0.01, 0.005, note[:200], fontsize=5)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(out / "claims_lr.png", dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
