@@ -82,8 +82,11 @@ def main(argv: list[str] | None = None) -> int:
                                 f"last 5 rounds), the step-length control {control:+.2f}: "
                                 + ("DGT's gain is not explained by its longer step" if gain - control > MARGIN else
                                    "no gain beyond the control's" if gain > MARGIN else
-                                   "DGT is below the base: its rotations cost accuracy at this rate, where the same "
-                                   "longer step alone does not" if gain < -MARGIN and control > gain + MARGIN else
+                                   "DGT is below the base, while the control's step of the same length is not: "
+                                   "here DGT's directions, not its step, cost accuracy" if gain < -MARGIN
+                                   and control > gain + MARGIN else
+                                   "DGT is below the base, and so is the control: its longer step costs the "
+                                   "accuracy" if gain < -MARGIN and abs(gain - control) <= MARGIN else
                                    "DGT is below the base" if gain < -MARGIN else "no gain"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
