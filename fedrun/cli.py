@@ -22,7 +22,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .checkpoint import checkpoints
 from .engine.simulation import run_experiment
@@ -121,7 +121,35 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
     log.warning("the earlier %s run in %s was moved to %s", status, run_dir, aside)
 
 
+def app_help(args: list[str]) -> str:
+    """``fedrun --help``: Hydra's help with the groups' options as ``conf/`` has them (Hydra's own listing would also
+    show the parts' schemas, which ConfigStore holds beside the options: ``sgd_schema``...)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from .overrides import group_options
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = compose("config", overrides=[a for a in args if "=" in a and not a.startswith("-")],
+                          return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+    text = cfg.hydra.help
+    groups = "\n".join(f"{group}: {', '.join(options)}" for group, options in group_options(CONF_DIR).items())
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return (f"{text.header}\n== Configuration groups ==\nCompose your configuration from those groups (group=option)"
+            f"\n\n{groups}\n\n\n== Config ==\nOverride anything in the config (foo.bar=value)\n\n"
+            f"{OmegaConf.to_yaml(cfg)}\n{text.footer}\nPowered by Hydra (https://hydra.cc)\n"
+            "Use --hydra-help to view Hydra specific help")
+
+
 def main() -> None:
+    if {"--help", "-h"} & set(sys.argv[1:]):
+        print(app_help(sys.argv[1:]))
+        return
     problems = check_overrides(sys.argv[1:], CONF_DIR)
     if not problems and {"-m", "--multirun"} & set(sys.argv[1:]):
         problems = check_sweep_jobs(sys.argv[1:], CONF_DIR)  # every job's values, before the first job runs

@@ -125,6 +125,8 @@ def test_cfg_job_and_help(tmp_path):
     for group in ("data:", "partition:", "model:", "algo:", "hardware:", "logger:", "experiment:"):
         assert group in helptext
     assert "fedrun --multirun" in helptext
+    assert "_schema" not in helptext and "algo/local: feddecorr, feddyn" in helptext  # the options conf/ has
+    assert "alpha: 0.5" in run_cli("algo=bherd", "--help", cwd=tmp_path).stdout  # the config the overrides compose
 
 
 def test_wandb_offline_run_logs_every_round(tmp_path):
