@@ -36,7 +36,7 @@ from .algorithms.schedule import RoundFeedback
 from .algorithms.schema import make
 from .engine.cohort import plan_client
 from .engine.executor import EXECUTORS, LoopExecutor, VmapExecutor, flops_per_step, resolve_auto
-from .engine.simulation import simulated_times
+from .engine.accounting import simulated_times
 from .functional import FunctionalModel
 from .models import build_model
 from .results import git_commit

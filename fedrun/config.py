@@ -18,6 +18,7 @@ from .engine.executor import EXECUTORS
 from .errors import ConfigError
 from .models import MODELS, check_fit
 from .partition import PARTITIONS
+from .settings import section_problems
 
 LOGGERS = ("csv", "wandb", "none")
 DEVICES = ("auto", "cpu", "cuda")
@@ -40,56 +41,11 @@ def validate(cfg) -> None:
                 rule = rule.replace("must be ", "must be a number ", 1)  # fl.lr=fast: not a number at all
             problems.append(f"{key}={value!r}: {rule}. Fix: {fix}")
 
-    fl = cfg.fl
-    need(_is_int(cfg.seed), "seed", cfg.seed, "must be an integer", "seed=0")
-    need(_is_int(fl.rounds) and fl.rounds >= 1, "fl.rounds", fl.rounds, "must be an integer >= 1", "fl.rounds=10")
-    n_ok = _is_int(fl.num_clients) and fl.num_clients >= 1
-    need(n_ok, "fl.num_clients", fl.num_clients, "must be an integer >= 1", "fl.num_clients=10")
-    c = fl.clients_per_round
-    if n_ok:
-        need(_is_int(c) and 1 <= c <= fl.num_clients, "fl.clients_per_round", c,
-             f"must be an integer in [1, fl.num_clients={fl.num_clients}]",
-             f"fl.clients_per_round={min(fl.num_clients, c) if _is_int(c) and c > 0 else 1}")
-    need(_is_num(fl.local_epochs) and fl.local_epochs > 0, "fl.local_epochs", fl.local_epochs,
-         "must be > 0 (fractions allowed: tau_i = floor(E n_i / B))", "fl.local_epochs=1")
-    need(_is_int(fl.batch_size) and fl.batch_size >= 1, "fl.batch_size", fl.batch_size, "must be an integer >= 1",
-         "fl.batch_size=32")
-    need(_is_num(fl.lr) and fl.lr > 0, "fl.lr", fl.lr, "must be > 0", "fl.lr=0.01")
-    need(_is_num(fl.momentum) and 0 <= fl.momentum < 1, "fl.momentum", fl.momentum, "must be in [0, 1)",
-         "fl.momentum=0.9 or 0")
-    need(_is_num(fl.weight_decay) and fl.weight_decay >= 0, "fl.weight_decay", fl.weight_decay, "must be >= 0",
-         "fl.weight_decay=0")
-
-    milestones = list(fl.get("lr_milestones") or [])
-    need(all(_is_int(m) and m >= 1 for m in milestones), "fl.lr_milestones", milestones,
-         "must be a list of rounds >= 1", "fl.lr_milestones=[50]")
-    gamma = fl.get("lr_gamma", 0.5)
-    need(_is_num(gamma) and 0 < gamma <= 1, "fl.lr_gamma", gamma, "must be in (0, 1]", "fl.lr_gamma=0.5")
-
-    diag = cfg.get("diagnostics") or {}
-    every = diag.get("similarity_every", 0)
-    need(_is_int(every) and every >= 0, "diagnostics.similarity_every", every, "must be an integer >= 0",
-         "diagnostics.similarity_every=10")
-    track = diag.get("track_params", 0)
-    need(_is_int(track) and track >= 0, "diagnostics.track_params", track, "must be an integer >= 0 (coordinates)",
-         "diagnostics.track_params=2")
-
-    ev = cfg.eval
-    need(_is_int(ev.every) and ev.every >= 1, "eval.every", ev.every, "must be an integer >= 1", "eval.every=1")
-    holdout = ev.get("holdout", 0.0)
-    need(_is_num(holdout) and 0 <= holdout < 1, "eval.holdout", holdout,
-         "must be in [0, 1) (the fraction of each client's samples held out as its own test samples)",
-         "eval.holdout=0.2 or 0")
-    subset = ev.get("test_subset")
-    need(subset is None or (_is_int(subset) and subset >= 1), "eval.test_subset", subset,
-         "must be null (the whole test set) or an integer >= 1 (a seeded subset of that many test samples)",
-         "eval.test_subset=2500")
-    every_s = ev.get("every_s")
-    need(every_s is None or (_is_num(every_s) and every_s > 0 and cfg.get("timing", {}).get("name") == "simulated"),
+    problems += section_problems(cfg)  # fl, eval, diagnostics, checkpoint: their schema's ranges
+    every_s = cfg.eval.every_s
+    need(every_s is None or (every_s > 0 and cfg.get("timing", {}).get("name") == "simulated"),
          "eval.every_s", every_s, "must be null (evaluate every eval.every rounds) or > 0 seconds of simulated time "
          "(with timing=simulated)", "eval.every_s=null, or timing=simulated eval.every_s=25")
-    need(ev.target_acc is None or (_is_num(ev.target_acc) and 0 < ev.target_acc <= 1), "eval.target_acc",
-         ev.target_acc, "must be null or an accuracy in (0, 1]", "eval.target_acc=0.95")
 
     # data, partition and model: from the dataset's static description, nothing is loaded
     data_name = cfg.data.name
@@ -148,10 +104,12 @@ def validate(cfg) -> None:
                             "by. Fix: partition=natural (its users) or partition=iid")
         local = cfg.algo.get("local") or {}
         if local.get("name") == "fsvrg" and local.get("scaling", "features") == "features" \
-                and cfg.model.name != "logreg":
+                and model_spec is not None and model_spec.parameter_features is None:
+            mapped = sorted(n for n, m in MODELS.items() if m.parameter_features is not None)
             problems.append(f"algo.local.scaling=features with model={cfg.model.name}: FSVRG's Lambda_i and A_r scale "
-                            "each parameter by its input feature's counts, which only softmax regression maps one to "
-                            "one. Fix: model=logreg, or algo.local.scaling=none")
+                            "each parameter by its input feature's counts, which only a model that maps parameters to "
+                            f"features one to one has ({', '.join(mapped)}). Fix: model={mapped[0]}, or "
+                            "algo.local.scaling=none")
         why = check_fit(cfg.model.name, kind, shape, data_name)
         need(cfg.model.get("init", "default") in ("default", "zeros"), "model.init", cfg.model.get("init"),
              "must be default or zeros", "model.init=default")
@@ -215,15 +173,5 @@ def validate(cfg) -> None:
     need(hw.num_threads is None or (_is_int(hw.num_threads) and hw.num_threads >= 1), "hardware.num_threads",
          hw.num_threads, "must be null or an integer >= 1", "hardware.num_threads=2")
     need(cfg.logger.name in LOGGERS, "logger", cfg.logger.name, f"must be one of {LOGGERS}", "logger=csv")
-    ckpt = cfg.get("checkpoint", {"every": 0, "keep": 1})
-    need(_is_int(ckpt.get("every")) and ckpt.get("every") >= 0, "checkpoint.every", ckpt.get("every"),
-         "must be an integer >= 0 (0: no periodic checkpoints)", "checkpoint.every=10")
-    need(_is_int(ckpt.get("keep")) and ckpt.get("keep") >= 1, "checkpoint.keep", ckpt.get("keep"),
-         "must be an integer >= 1", "checkpoint.keep=2")
-    need(isinstance(cfg.get("resume", False), bool), "resume", cfg.get("resume"),
-         "must be true or false (point hydra.run.dir at the run directory to resume)", "resume=true")
-    need(isinstance(cfg.get("overwrite", False), bool), "overwrite", cfg.get("overwrite"),
-         "must be true or false (true: start over in a folder that holds a run, keeping its files aside)",
-         "overwrite=true")
     if problems:
         raise ConfigError(problems)

@@ -242,6 +242,14 @@ def _recurrent(cell, defaults):
     return build
 
 
+def affine_parameter_features(shape: tuple[int, ...], classes: int) -> torch.Tensor:
+    """The input feature each parameter of one affine layer on the flattened input multiplies (its weight
+    (classes, q) row-major, then the bias, whose constant feature is index q): what FSVRG's per-feature scalings
+    (``algo.local.scaling=features``) need to act on parameters."""
+    q = math.prod(shape)
+    return torch.cat([torch.arange(q).repeat(classes), torch.full((classes,), q)])
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     build: Callable
@@ -249,6 +257,7 @@ class ModelSpec:
     min_hw: int = 1
     objective: Objective = CROSS_ENTROPY
     needs_kind: bool = False
+    parameter_features: Callable[[tuple[int, ...], int], torch.Tensor] | None = None  # see affine_parameter_features
 
     @property
     def sequence_output(self) -> bool:
@@ -257,7 +266,7 @@ class ModelSpec:
 
 MODELS: dict[str, ModelSpec] = {
     "svm": ModelSpec(_svm, ("image", "vector"), objective=SQUARED_HINGE_PARITY),
-    "logreg": ModelSpec(_linear, ("image", "vector")),
+    "logreg": ModelSpec(_linear, ("image", "vector"), parameter_features=affine_parameter_features),
     "mlp": ModelSpec(_mlp, ("image", "vector")),
     "cnn_bherd": ModelSpec(_cnn_bherd, ("image",), min_hw=4),
     "cnn_fedgh": ModelSpec(_cnn_fedgh, ("image",), min_hw=16),

@@ -24,18 +24,32 @@ PART_WORDS = {"local": "local rule", "selector": "selector", "harmonizer": "harm
 
 
 @cache
-def group_options(conf_dir: str) -> dict[str, list[str]]:
-    """Every config group under ``conf_dir`` (``data``, ``algo/harmonizer``, ...) and its options."""
-    root = Path(conf_dir)
-    out = {}
-    for folder in sorted(p for p in root.rglob("*") if p.is_dir()):
-        group = folder.relative_to(root).as_posix()
-        if group.startswith("hydra"):
-            continue
-        options = sorted(p.stem for p in folder.glob("*.yaml"))
-        if options:
-            out[group] = options
-    return out
+def group_options(conf_dir: str, extra: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Every config group under ``conf_dir`` and the ``extra`` folders of ``hydra.searchpath`` (``data``,
+    ``algo/harmonizer``, ...) and its options."""
+    out: dict[str, set[str]] = {}
+    for root in map(Path, (conf_dir, *extra)):
+        for folder in sorted(p for p in root.rglob("*") if p.is_dir()):
+            group = folder.relative_to(root).as_posix()
+            if group.startswith("hydra"):
+                continue
+            options = {p.stem for p in folder.glob("*.yaml")}
+            if options:
+                out.setdefault(group, set()).update(options)
+    return {group: sorted(options) for group, options in sorted(out.items())}
+
+
+def searchpath(parsed: list) -> tuple[list[str], tuple[str, ...]]:
+    """The command line's ``hydra.searchpath=[file://DIR,...]`` override (to compose with it) and its folders: where
+    options of one's own (a new algorithm part's YAML) sit beside fedrun's ``conf/``."""
+    lines, dirs = [], []
+    for o in parsed:
+        if o.key_or_group == "hydra.searchpath":
+            lines.append(o.input_line)
+            value = o.value()
+            dirs += [v.removeprefix("file://") for v in (value if isinstance(value, list) else [value])
+                     if str(v).startswith("file://")]
+    return lines, tuple(dirs)
 
 
 @cache
@@ -82,7 +96,8 @@ def check_overrides(args: list[str], conf_dir: str) -> list[str]:
         parsed = OverridesParser.create().parse_overrides(words)
     except HydraException as e:
         return [f"cannot read the overrides: {str(e).splitlines()[0]}"]
-    groups, problems, choices, values = group_options(conf_dir), [], [], []
+    search, extra = searchpath(parsed)
+    groups, problems, choices, values = group_options(conf_dir, extra), [], list(search), []
     for o in parsed:
         key = o.key_or_group
         if key.startswith("hydra") or o.is_delete():
@@ -173,7 +188,10 @@ def unknown_key(key: str, composed, present: set[str], everywhere: frozenset[str
 
 @cache
 def _option_sets(conf_dir: str, group: str, option: str, key: str) -> bool:
-    node = OmegaConf.to_container(OmegaConf.load(Path(conf_dir) / group / f"{option}.yaml"), resolve=False) or {}
+    path = Path(conf_dir) / group / f"{option}.yaml"
+    if not path.is_file():  # an option of a hydra.searchpath folder
+        return False
+    node = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
     part = group.removeprefix("algo/")
     if part in SCHEMAS and node.get("name") in SCHEMAS[part]:  # an algorithm part: its settings are its schema's
         node |= {f.name: None for f in dataclasses.fields(SCHEMAS[part][node["name"]])}

@@ -8,10 +8,15 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .functional import FunctionalModel
 
 
 @dataclass
@@ -212,3 +217,36 @@ def make_partition(cfg, labels: np.ndarray, users: np.ndarray | None, num_client
 
 
 PARTITIONS = ("iid", "dirichlet", "dirichlet_resample", "classes", "case1", "case2", "case3", "natural")
+
+
+def held_out(partition: Partition, fraction: float, seed: int) -> tuple[Partition, list[np.ndarray] | None]:
+    """``eval.holdout``: each client keeps floor(fraction n_i) of its samples (drawn from the seed) out of training
+    as its own test samples, so that a test sample has an owner (004's bank scored by its owners' preferences).
+    Returns the partition of the training samples left and the held-out samples per client (None when 0)."""
+    if fraction <= 0:
+        return partition, None
+    rng = np.random.default_rng([seed, 0x401D])
+    kept, held = [], []
+    for ix in partition.indices:
+        order = rng.permutation(len(ix))
+        cut = int(fraction * len(ix))
+        held.append(np.sort(ix[order[:cut]]))
+        kept.append(np.sort(ix[order[cut:]]))
+    return Partition(kept, f"{partition.layout}, {fraction:g} of each client held out"), held
+
+
+def refuse_single_sample_batches(model: FunctionalModel, params: torch.Tensor, buffers: dict, x: torch.Tensor,
+                                 partition: Partition, model_name: str) -> None:
+    """A client holding one sample trains on batches of one, which a BatchNorm layer cannot normalise in training mode
+    when it sees a single value per channel (1x1 maps; torch raises mid-round): refuse that before any work."""
+    single = [c for c, ix in enumerate(partition.indices) if len(ix) < 2]
+    if not single or not model.buffer_names:
+        return
+    model.set_training(True)
+    try:
+        with torch.no_grad():
+            model.forward(params, {k: v.clone() for k, v in buffers.items()}, x[:1])
+    except ValueError as e:
+        raise ConfigError([f"model={model_name} cannot train on a batch of one sample ({e}), but client(s) "
+                           f"{single[:10]} hold a single sample under {partition.layout}. Fix: "
+                           f"partition.min_size=2 (or more), or fewer clients"]) from None

@@ -47,7 +47,7 @@ def compose_config(overrides: list[str]):
 def run_job(job: Job) -> dict:
     """Run one job (run_jobs has checked that its folder holds no finished run)."""
     overrides, run_dir = job
-    from .engine.simulation import run_experiment
+    from .engine.experiment import run_experiment
 
     return run_experiment(compose_config(overrides), run_dir)
 

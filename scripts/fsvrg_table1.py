@@ -42,7 +42,7 @@ PAPER = {  # Table I (s): (kind, models) -> {participation: seconds}
 
 def server_round(bank: ModelBank, points: torch.Tensor, weights: torch.Tensor, grads: torch.Tensor,
                  new_grads: torch.Tensor, a_r: torch.Tensor) -> None:
-    """The server's computation of one bank round (Simulation.run_bank_round without the clients' work)."""
+    """The server's computation of one bank round (ModelBank.run_round without the clients' work)."""
     anchors = torch.einsum("k,kcd->cd", weights, grads)  # eq. 17
     moved, _, _ = bank.regroup(points, anchors if bank.name == "ga" else bank.models, a_r, 0.01)  # eqs. 26-60
     bank.accelerate_to(moved, torch.einsum("k,kcd->cd", weights, new_grads))  # eqs. 61-64

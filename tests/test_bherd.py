@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from fedrun.algorithms.selection import centred_gram, grab_order, herd_order, num_selected
 from fedrun.data.fixtures import write_cifar, write_imdb
-from fedrun.engine.simulation import Simulation, run_experiment
+from fedrun.engine.experiment import run_experiment
+from fedrun.engine.simulation import Simulation
 
 
 def direct_algorithm2(z: np.ndarray, k: int) -> list[int]:

@@ -18,7 +18,7 @@ import torch
 import fedrun.results
 from fedrun.algorithms import PARTS
 from fedrun.checkpoint import checkpoints, load_latest, save_checkpoint
-from fedrun.engine.simulation import run_experiment
+from fedrun.engine.experiment import run_experiment
 from fedrun.errors import ConfigError
 from fedrun.reproduce import provenance
 from fedrun.results import finished_summary

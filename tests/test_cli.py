@@ -8,7 +8,7 @@ import pytest
 import wandb_reader
 from conftest import REPO, run_cli
 
-from fedrun.engine.simulation import run_experiment
+from fedrun.engine.experiment import run_experiment
 from fedrun.results import BASE_COLUMNS
 
 SMALL = ["data=digits", "model=logreg", "fl.rounds=3", "progress=false"]

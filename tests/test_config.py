@@ -23,7 +23,6 @@ from fedrun.errors import ConfigError
     (["partition=classes", "partition.classes_per_client=11"], ["partition.classes_per_client=11", "[1, 10]"]),
     (["partition=natural"], ["partition=natural", "has no users"]),
     (["hardware.executor=threads"], ["hardware.executor='threads'"]),
-    (["fl.lr=fast"], ["fl.lr='fast'", "must be a number > 0"]),
     (["eval.test_subset=0"], ["eval.test_subset=0", "null (the whole test set) or an integer >= 1"]),
     (["eval.holdout=1.5"], ["eval.holdout=1.5", "[0, 1)"]),
     (["partition=case2", "partition.split=halves"], ["partition.split='halves'", "samples", "labels"]),
@@ -31,7 +30,6 @@ from fedrun.errors import ConfigError
     (["algo/harmonizer=dgt", "algo.harmonizer.mode=rotate"], ["algo.harmonizer.mode='rotate'", "norm_only"]),
     (["algo.schedule.switch_round=1", "algo.schedule.switch_tau=1"], ["algo.schedule.switch_round=1", ">= 2"]),
     (["diagnostics.track_params=-2"], ["diagnostics.track_params=-2", ">= 0"]),
-    (["overwrite=maybe"], ["overwrite='maybe'", "true or false"]),
 ])
 def test_bad_value_is_refused_with_key_range_and_fix(cfg_factory, overrides, expected):
     with pytest.raises(ConfigError) as err:
@@ -74,6 +72,11 @@ def test_defaults_are_valid_and_presets_compose(cfg_factory):
     (["+fl.lr=3"], ["+fl.lr: the key exists", "Fix: fl.lr=3"]),
     (["algo.harmonizer.mode=norm_only"], ["algo/harmonizer=none has no such setting", "algo/harmonizer=dgt"]),
     (["-m", "algo=fedavg,fedgs"], ["algo=fedgs", "Did you mean fedgh?"]),
+    # the run's own sections are typed (fedrun/settings.py): a value of the wrong type is refused while composing
+    (["fl.lr=fast"], ["fl.lr=fast: Value 'fast' of type 'str' could not be converted to Float", "Fix: fl.lr=0.1"]),
+    (["fl.rounds=1.5"], ["fl.rounds=1.5", "Fix: fl.rounds=10"]),
+    (["overwrite=maybe"], ["overwrite=maybe", "Fix: overwrite=false"]),
+    (["eval.every_s=soon"], ["eval.every_s=soon", "Fix: eval.every_s=null"]),
 ])
 def test_overrides_hydra_cannot_compose_are_refused_with_the_valid_choices(overrides, expected):
     from fedrun.cli import CONF_DIR
@@ -110,3 +113,40 @@ def test_presets_named_after_a_method_run_it_and_every_paper_has_an_algo(cfg_fac
                          ("bherd_scaffold", "bherd_scaffold"), ("mafsvrg", "mafsvrg")):
         assert method_name(cfg_factory(f"algo={algo}").algo) == method
     assert method_name(cfg_factory("algo=bherd", "algo/selector=random").algo) == "bherd+random"
+
+
+def _section_fields():
+    import dataclasses
+
+    from fedrun.settings import SECTIONS
+
+    for prefix, cls in SECTIONS.items():
+        for field in dataclasses.fields(cls):
+            if "bool" not in str(field.type):
+                yield f"{prefix}.{field.name}", "[-1]" if "List" in str(field.type) else "-1"
+
+
+SECTION_FIELDS = list(_section_fields())
+
+
+@pytest.mark.parametrize("key,bad", SECTION_FIELDS, ids=[k for k, _ in SECTION_FIELDS])
+def test_every_numeric_key_of_the_runs_sections_refuses_a_value_out_of_range(cfg_factory, key, bad, monkeypatch):
+    """fl, eval, diagnostics, checkpoint (fedrun/settings.py): a value out of range is named with its key before any
+    data is loaded."""
+    monkeypatch.setattr("fedrun.engine.simulation.load_dataset", lambda *a, **k: pytest.fail("data loaded"))
+    with pytest.raises(ConfigError) as refused:
+        Simulation(cfg_factory(f"{key}={bad}"))
+    assert any(p.startswith(f"{key}=") and "Fix: " in p for p in refused.value.problems), refused.value.problems
+
+
+def test_the_range_checks_cover_every_numeric_field_of_the_parts_and_sections(capsys):
+    import dataclasses
+
+    from fedrun.algorithms.schema import SCHEMAS
+
+    parts = {(c, f.name) for options in SCHEMAS.values() for c in options.values() for f in dataclasses.fields(c)
+             if f.name != "name" and "bool" not in str(f.type)}
+    with capsys.disabled():
+        print(f"\nrange checks: {len(parts)} settings of {len({c for c, _ in parts})} part schemas "
+              f"(tests/test_schema.py) and {len(SECTION_FIELDS)} keys of the run's sections (here)")
+    assert len(SECTION_FIELDS) >= 20 and len(parts) >= 40

@@ -327,7 +327,7 @@ def test_leaf_synthetic_reads_leafs_json_when_asked(tmp_path):
 
 
 def test_a_leaf_task_runs_with_its_users_as_clients(tmp_path, cfg_factory):
-    from fedrun.engine.simulation import run_experiment
+    from fedrun.engine.experiment import run_experiment
 
     write_leaf(tmp_path / "data", "femnist", users=4, per_user=6)
     summary = run_experiment(cfg_factory("data=leaf_femnist", f"data.root={tmp_path / 'data'}", "partition=natural",
@@ -458,7 +458,7 @@ def test_leaf_reddit_sequences_targets_vocabulary_and_a_natural_run(tmp_path, cf
     from collections import Counter
 
     from fedrun.config import validate
-    from fedrun.engine.simulation import run_experiment
+    from fedrun.engine.experiment import run_experiment
     from fedrun.errors import ConfigError
     from fedrun.models import IGNORE, SEQUENCE_CROSS_ENTROPY
 

@@ -138,15 +138,15 @@ def test_local_accuracy_is_the_mean_over_users_of_their_own_test_accuracy(monkey
     logits = torch.tensor(x_test, dtype=torch.float32) @ sim.params[:6].view(2, 3).T + sim.params[6:]
     hits = (logits.argmax(1).numpy() == y_test)
     per_user = [hits[test_users == u].mean() for u in range(3)]
-    out = sim.evaluate()
+    out = sim.evaluation.evaluate()
     assert out["test_acc"] == hits.mean() and out["local_acc"] == np.mean(per_user)
     cfg_iid = cfg_factory("model=logreg", "partition=iid", "fl.num_clients=3", "fl.clients_per_round=3", "hardware=cpu")
     cfg_iid.data = {"name": "tiny", "root": None}
-    assert "local_acc" not in Simulation(cfg_iid).evaluate()  # only users' own splits make Acc_l
+    assert "local_acc" not in Simulation(cfg_iid).evaluation.evaluate()  # only users' own splits make Acc_l
 
 
 def test_a_run_that_diverges_stops_with_its_metrics_and_status(tmp_path, cfg_factory):
-    from fedrun.engine.simulation import run_experiment
+    from fedrun.engine.experiment import run_experiment
 
     summary = run_experiment(cfg_factory("data=digits", "model=logreg", "fl.rounds=6", "fl.clients_per_round=4",
                                          "fl.lr=1e38", "eval.every=3"), tmp_path)

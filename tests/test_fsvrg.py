@@ -12,10 +12,12 @@ from conftest import register_tiny
 from sklearn.metrics import precision_recall_fscore_support
 
 from fedrun.algorithms.bank import accelerate, kmeans, mean_centre, principal_subspace
-from fedrun.algorithms.fsvrg import feature_scalings, logreg_parameter_map
+from fedrun.algorithms.fsvrg import feature_scalings
+from fedrun.models import affine_parameter_features
 from fedrun.algorithms.schema import make
 from fedrun.data.hog import hog
-from fedrun.engine.simulation import Simulation, run_experiment
+from fedrun.engine.experiment import run_experiment
+from fedrun.engine.simulation import Simulation
 from fedrun.errors import ConfigError
 from fedrun.metrics import classification_metrics
 
@@ -31,7 +33,7 @@ def test_lambda_and_a_r_on_a_hand_made_sparse_dataset(monkeypatch, cfg_factory):
     lam = feature_scalings(torch.tensor([[1.0, 0, 2], [2, 2, 0]]), torch.tensor([2.0, 3.0]))
     torch.testing.assert_close(lam, torch.tensor([[3 / 5 * 2 / 1, 1.0, 2 / 5 * 2 / 2],
                                                   [3 / 5 * 3 / 2, 2 / 5 * 3 / 2, 1.0]]))
-    assert logreg_parameter_map(3, 2).tolist() == [0, 1, 2, 0, 1, 2, 3, 3]  # W (2 x 3) row-major, then the bias
+    assert affine_parameter_features((3,), 2).tolist() == [0, 1, 2, 0, 1, 2, 3, 3]  # W (2 x 3) row-major, then the bias
 
     register_tiny(monkeypatch, "sparse", SPARSE, SPARSE_Y, users=USERS)
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2", "algo=fsvrg",
@@ -253,7 +255,7 @@ def test_personalised_evaluation_uses_each_clients_preferred_model_of_eq_18(monk
     models = sim.algo.bank.models
     losses, _ = sim.full_losses_and_gradients(models, range(sim.num_clients))
     direct = (losses + 0.005 * (models**2).sum(dim=1)).argmin(dim=1)
-    assert torch.equal(sim.preferred_models(), direct)
+    assert torch.equal(sim.evaluation.preferred_models(), direct)
 
 
 def test_a_r_counted_over_the_rounds_clients(monkeypatch, cfg_factory):

@@ -123,7 +123,7 @@ def test_conflict_statistics_on_constructed_updates():
 
 
 def test_harmonizers_plug_into_any_base_algorithm_and_log_conflicts(tmp_path, cfg_factory):
-    from fedrun.engine.simulation import run_experiment
+    from fedrun.engine.experiment import run_experiment
 
     common = ["data=digits", "model=logreg", "fl.rounds=2", "partition.alpha=0.1", "fl.clients_per_round=6",
               "diagnostics.conflicts=true", "diagnostics.similarity_every=2"]

@@ -93,7 +93,7 @@ def test_svm_can_start_from_zero_without_intercept_as_the_prototype_system():
 def test_a_single_sample_client_is_refused_only_where_batchnorm_cannot_train_on_it():
     import numpy as np
 
-    from fedrun.engine.simulation import refuse_single_sample_batches
+    from fedrun.partition import refuse_single_sample_batches
     from fedrun.models import CROSS_ENTROPY
     from fedrun.partition import Partition
 

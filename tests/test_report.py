@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import pytest
 
-from fedrun.engine.simulation import run_experiment
+from fedrun.engine.experiment import run_experiment
 from fedrun.report import main as report_main
 
 

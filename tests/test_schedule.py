@@ -15,7 +15,7 @@ from fedrun.algorithms.schedule import (
 )
 from fedrun.algorithms.schema import make
 from fedrun.config import validate
-from fedrun.engine.simulation import run_experiment
+from fedrun.engine.experiment import run_experiment
 from fedrun.errors import ConfigError
 
 

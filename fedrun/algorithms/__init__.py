@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hydra.utils import get_class
+
 from ..errors import ConfigError
 from .aggregate import aggregate_buffers
 from .bank import ModelBank
@@ -34,12 +36,13 @@ class Algorithm:
     pooled: bool  # one client holding all training data (centralized SGD)
 
 
-# What a part needs from the local rule: FedNova normalises by the a_i that SGD-based rules report.
-SGD_FAMILY = ("sgd", "scaffold", "feddyn", "feddecorr")
+def rule_class(local_name: str) -> type[LocalRule]:
+    """The class ``algo/local=<local_name>`` builds, for what it declares (no instance needed)."""
+    return get_class(SCHEMAS["local"][local_name].target)
 
 
 def check_parts(algo_cfg) -> list[str]:
-    """Unknown parts, and combinations that cannot work, with the reason."""
+    """Unknown parts, and combinations that cannot work, with the reason (from what the local rule declares)."""
     problems = []
     for part in PARTS:
         try:
@@ -49,17 +52,20 @@ def check_parts(algo_cfg) -> list[str]:
     if problems:
         return problems
     local = algo_cfg.local.name
-    if algo_cfg.aggregator.name == "fednova" and local not in SGD_FAMILY:
+    rule = rule_class(local)
+    rules = {name: rule_class(name) for name in SCHEMAS["local"]}
+    if algo_cfg.aggregator.name == "fednova" and not rule.reports_step_counts:
         problems.append(f"algo/aggregator=fednova with algo/local={local}: FedNova normalises each update by the "
                         f"client's count of SGD steps a_i, which {local} does not report. Fix: use a local rule of "
-                        f"{list(SGD_FAMILY)}")
-    if algo_cfg.selector.name != "all" and local in ("perfedavg",):
-        problems.append(f"algo/selector={algo_cfg.selector.name} with algo/local={local}: a Per-FedAvg step is a "
-                        f"meta-gradient over two batches, not one gradient to herd. Fix: use an SGD-based local rule")
+                        f"{sorted(n for n, r in rules.items() if r.reports_step_counts)}")
+    if algo_cfg.selector.name != "all" and not rule.one_gradient_per_step:
+        problems.append(f"algo/selector={algo_cfg.selector.name} with algo/local={local}: a {local} step is not one "
+                        f"minibatch gradient to herd. Fix: use an SGD-based local rule")
     if algo_cfg.bank.name != "none":
-        if local != "fsvrg":
+        if not rule.trains_a_bank:
             problems.append(f"algo/bank={algo_cfg.bank.name} with algo/local={local}: MA-/GA-FSVRG's clients run FSVRG "
-                            "steps from their preferred model. Fix: use algo/local=fsvrg")
+                            "steps from their preferred model. Fix: use algo/local="
+                            + next(n for n, r in rules.items() if r.trains_a_bank))
         defaults = {"selector": "all", "harmonizer": "none", "schedule": "fixed"}
         others = [f"algo/{part}={algo_cfg[part].name}" for part, name in defaults.items()
                   if algo_cfg[part].name != name]
@@ -67,7 +73,7 @@ def check_parts(algo_cfg) -> list[str]:
             problems.append(f"algo/bank={algo_cfg.bank.name} with {', '.join(others)}: a bank round (004 Procedures "
                             "1-4) has no plug point for them. Fix: use algo/selector=all, algo/harmonizer=none and "
                             "algo/schedule=fixed")
-    if algo_cfg.get("pooled") and local in ("scaffold", "feddyn", "mime", "losac", "fsvrg"):
+    if algo_cfg.get("pooled") and rule.pooling_removes_its_correction:
         problems.append(f"algo=centralized with algo/local={local}: a single client holding all data makes the "
                         f"{local} correction vanish. Fix: use algo/local=sgd")
     return problems

@@ -42,9 +42,12 @@ Points 004 leaves open, decided here and configurable:
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 import torch
+
+from .base import ClientContext
 
 GROUPINGS = ("kmeans", "preference")
 
@@ -194,8 +197,64 @@ class ModelBank:
         self.accelerated = 0  # r of eq. 64
         self.preferences: list[int] = []  # per client, -1 until it has taken part after the threshold
 
-    def active(self, rnd: int) -> bool:
+    def owns_round(self, rnd: int) -> bool:
+        """Whether round ``rnd`` is the bank's (after the threshold), run by :meth:`run_round` instead of the
+        engine's one-model round."""
         return self.name != "none" and rnd > self.threshold
+
+    def run_round(self, sim, rnd: int) -> tuple:
+        """A round of MA-/GA-FSVRG after the threshold (Procedures 1-4) through the run's executor: ``sim`` is the
+        :class:`~fedrun.engine.simulation.Simulation` whose cohort, plans, full-batch passes and client states it
+        uses. Returns (plans, weights, cohort result, bytes down, bytes up, diagnostics); the run's ``params`` become
+        the bank's first model."""
+        fl, local = sim.cfg.fl, sim.algo.local
+        if self.models is None:
+            self.start(sim.params, sim.num_clients)
+        cohort, _ = sim.participants(rnd)
+        plans = sim.plans(cohort, rnd)
+        wd = float(fl.weight_decay)
+        sizes = torch.tensor([float(p.num_samples) for p in plans], device=sim.device, dtype=sim.params.dtype)
+        weights = sizes / sizes.sum()
+        server_s = 0.0
+        losses, grads = sim.full_losses_and_gradients(self.models, cohort)  # the clients' passes at every model
+        prefer = preferences(losses, self.models, wd)  # eq. 18
+        started = time.perf_counter()
+        anchors = torch.einsum("k,kcd->cd", weights, grads)  # eq. 17 (the loss's; FSVRG adds the L2 term)
+        server_s += time.perf_counter() - started
+        states = [{**sim.client_states[int(c)], "start": self.models[j], "anchor": anchors[j]}
+                  for c, j in zip(cohort, prefer.tolist())]
+        ctx = ClientContext(rnd, self.models[0], sim.buffers, sim.lr(rnd), fl.momentum, wd)
+        result = sim.executor.run(local, sim.model, ctx, plans, sim.train_inputs, sim.data.y_train, states,
+                                  sim.step_store)
+        for c, j, state in zip(cohort, prefer.tolist(), result.client_states):
+            self.preferences[int(c)] = j
+            sim.client_states[int(c)] = state
+        trained = self.models[prefer] + result.updates
+        a_r = local.a_r(sim.rule_state, result.uploads, len(plans))  # eq. 59
+        started = time.perf_counter()
+        if self.name == "ga":
+            _, at_trained = sim.full_losses_and_gradients(trained, cohort, own=True)
+            started = time.perf_counter()
+            step = self.ga_step if self.ga_step is not None else float(
+                np.mean([sim.lr(rnd) / p.num_samples for p in plans]) * np.mean([p.tau for p in plans]))
+            moved, assign, info = self.regroup(at_trained[:, 0] + wd * trained, anchors + wd * self.models, a_r, step,
+                                               prefer)
+        else:
+            moved, assign, info = self.regroup(trained, self.models, a_r, prefer=prefer)  # eqs. 26-43, 60
+        server_s += time.perf_counter() - started
+        _, at_moved = sim.full_losses_and_gradients(moved, cohort)  # eq. 61: the clients' passes at the new models
+        started = time.perf_counter()
+        self.accelerate_to(moved, torch.einsum("k,kcd->cd", weights, at_moved) + wd * moved)  # eqs. 61-64
+        server_s += time.perf_counter() - started
+        sim.params = self.models[0]
+        diagnostics = {"server_s": server_s, **info,
+                       "group_is_preferred": float((assign == prefer).double().mean()),  # grouping agrees with eq. 18
+                       **{f"group{c}_size": n for c, n in enumerate(self.group_sizes(assign))},
+                       **{f"prefer{c}": n for c, n in enumerate(self.group_sizes(prefer))}}
+        k, model_bytes = len(plans), sim.model_bytes
+        down = k * model_bytes * self.count * 2 + k * model_bytes  # the models, the new models (eq. 61), an anchor
+        up = k * model_bytes * self.count * 2 + k * model_bytes * (2 if self.name == "ga" else 1)
+        return plans, weights, result, down, up, diagnostics
 
     def start(self, params: torch.Tensor, num_clients: int) -> None:
         """Round T + 1: C copies of the single model (they diverge at the first grouping)."""

@@ -47,6 +47,11 @@ class LocalRule:
     needs_full_gradients = False  # the round starts with each client's full local gradient, given to round_extras
     needs_feature_counts = False  # client_statics gets the clients' non-zero feature counts (FSVRG's Lambda_i)
     personalizes = False  # evaluation also scores each client's personalize(...) model (Per-FedAvg)
+    # What the other parts may rely on, checked before a run (algorithms.check_parts):
+    reports_step_counts = False  # uploads FedNova's a_i ("a"), so algo/aggregator=fednova can normalise by it
+    one_gradient_per_step = True  # a step's direction is one minibatch gradient, which a selector may herd
+    trains_a_bank = False  # its clients can start from a preferred model of MA-/GA-FSVRG's bank with its anchor
+    pooling_removes_its_correction = False  # with one client holding all data (centralized) it reduces to SGD
 
     def round_extras(self, server_state: State, full_grads: torch.Tensor, sizes: torch.Tensor
                      ) -> tuple[dict[str, torch.Tensor], State]:

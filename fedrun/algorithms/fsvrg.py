@@ -14,8 +14,9 @@ all clients (on client i), 1 where n_i^j = 0 (reference-rules.md). The server mo
 A_r sum_{i in S^r} (n_i / n^r)(w_i - w) with A_r = diag(|S^r| / omega^j) (eq. 59), omega^j the number of clients
 holding feature j (eq. 60 for one model). f_i includes the L2 term (``fl.weight_decay`` / 2) ||w||^2.
 
-``scaling=features`` maps parameters to input features for ``model=logreg`` (its weight W[c, j] to feature j, its
-bias to a constant feature that every sample has); ``scaling=none`` sets Lambda_i = I and counts every feature on every
+``scaling=features`` maps parameters to input features for a model that declares the map (``model=logreg``: its
+weight W[c, j] to feature j, its bias to a constant feature that every sample has;
+:func:`fedrun.models.affine_parameter_features`); ``scaling=none`` sets Lambda_i = I and counts every feature on every
 client (any model), so A_r = |S^r| / N.
 
 ``omega``: eq. 59 counts omega^j over all N machines (``all``, as printed), which scales every update by the
@@ -49,16 +50,12 @@ def feature_scalings(counts: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     return torch.where(counts > 0, lam, torch.ones_like(lam))
 
 
-def logreg_parameter_map(q: int, classes: int) -> torch.Tensor:
-    """The input feature each parameter of ``model=logreg`` (weight (classes, q) row-major, then bias) multiplies;
-    index q stands for the bias's constant feature."""
-    return torch.cat([torch.arange(q).repeat(classes), torch.full((classes,), q)])
-
-
 class FSVRG(LocalRule):
     """Konečný et al.'s FSVRG local steps (004 eqs. 20-23) and the server's A_r scaling (eqs. 59-60)."""
 
     name = "fsvrg"
+    trains_a_bank = True
+    pooling_removes_its_correction = True
     needs_full_gradients = True
     needs_feature_counts = True
 

@@ -21,6 +21,7 @@ class LocalSGD(LocalRule):
     """
 
     name = "sgd"
+    reports_step_counts = True
 
     def __init__(self, mu: float):
         self.mu = float(mu)
@@ -98,6 +99,7 @@ class Scaffold(LocalSGD):
     """
 
     name = "scaffold"
+    pooling_removes_its_correction = True
 
     def server_init(self, params, num_clients):
         return {"c": torch.zeros_like(params)}
@@ -136,6 +138,7 @@ class FedDyn(LocalSGD):
     """
 
     name = "feddyn"
+    pooling_removes_its_correction = True
 
     def __init__(self, alpha: float, mu: float):
         super().__init__(mu)

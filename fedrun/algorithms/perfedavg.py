@@ -22,6 +22,7 @@ class PerFedAvg(LocalRule):
     """
 
     name = "perfedavg"
+    one_gradient_per_step = False  # a meta-gradient over two or three batches
     personalizes = True
 
     def __init__(self, beta: float, variant: str, delta: float):

@@ -457,14 +457,24 @@ class GABankConfig(BankConfig):
 
 
 SCHEMAS: dict[str, dict[str, type[PartConfig]]] = {}
+
+
+def register(cls: type[PartConfig]) -> type[PartConfig]:
+    """Make ``cls``'s options choosable as ``algo/<part>=<option>``: its schema goes to ConfigStore (as
+    ``algo/<part>/<option>_schema``, for the option's YAML to extend) and to :func:`parse`. A new part is a module
+    with its class and config, registered when imported, plus one YAML (README: adding an algorithm)."""
+    for option in cls.options:
+        SCHEMAS.setdefault(cls.part, {})[option] = cls
+        ConfigStore.instance().store(group=f"algo/{cls.part}", name=f"{option}_schema", node=cls)
+    return cls
+
+
 for _cls in (SGDConfig, ScaffoldConfig, FedDynConfig, FedDecorrConfig, PerFedAvgConfig, MimeConfig, LoSACConfig,
              FSVRGConfig, AllStepsConfig, HerdConfig, GraBConfig, RandomSubsetConfig, NoHarmonizerConfig,
              FedGHConfig, DGTConfig, MeanConfig, FedNovaConfig, ServerSGDConfig, ServerMomentumConfig,
              ServerAdaptiveConfig, FixedScheduleConfig, GIFTConfig, AdaCommConfig, AFLConfig, NoBankConfig, BankConfig,
              GABankConfig):
-    for _option in _cls.options:
-        SCHEMAS.setdefault(_cls.part, {})[_option] = _cls
-        ConfigStore.instance().store(group=f"algo/{_cls.part}", name=f"{_option}_schema", node=_cls)
+    register(_cls)
 
 
 def parse(part: str, node) -> PartConfig:

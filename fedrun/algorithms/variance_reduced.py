@@ -21,6 +21,7 @@ class MimeSVRG(LocalRule):
     """
 
     name = "mime"
+    pooling_removes_its_correction = True
     needs_full_gradients = True
 
     def __init__(self, momentum: float, weighting: str):
@@ -64,6 +65,7 @@ class LoSAC(LocalRule):
     """
 
     name = "losac"
+    pooling_removes_its_correction = True
 
     def server_init(self, params, num_clients):
         return {"v": torch.zeros_like(params), "n": torch.tensor(float(num_clients), dtype=params.dtype,

@@ -1,0 +1,55 @@
+"""What a round reports beside the model: bytes sent, simulated time (GIFT's time model) and the diagnostics of
+BHerd's and GIFT's figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .cohort import ClientPlan
+
+
+def simulated_times(taus: list[int], train_s: float, last_report: float, model_bytes: int, timing
+                    ) -> tuple[float, float]:
+    """GIFT's time model (Sec. 6.1) as (seconds per local step, seconds of the round outside local steps); the round
+    takes max tau_i steps plus the latter. A step takes ``timing.step_time_s``, or this machine's measured time per
+    client step (``train_s`` over the round's steps). Outside the steps, the last kept report arrives and the model
+    goes down and up once: each way, the K copies share the server's link while each client's copy crosses its own
+    link, so a transfer takes max(K bytes / server bandwidth, bytes / client bandwidth)."""
+    step = timing.get("step_time_s")
+    step = train_s / max(1, sum(taus)) if step is None else float(step)
+    bits = model_bytes * 8
+    one_way = max(len(taus) * bits / (float(timing.get("server_bandwidth_mbps", 10000)) * 1e6),
+                  bits / (float(timing.get("bandwidth_mbps", 25)) * 1e6))
+    return step, last_report + 2 * one_way
+
+
+def selection_diagnostics(selection: dict, plans: list[ClientPlan], weights: torch.Tensor) -> dict[str, float]:
+    """BHerd's Figs. 5b and 6: mean and variance of the entries of the aggregated selected gradient sum_i p_i g_i,
+    each client's ||g_i / (alpha tau_i) - mu_i|| (mean, max, and per client id when there are few clients), and
+    ``herd_residual``, the p_i-weighted distance of the clients' steps from FedAvg's relative to FedAvg's."""
+    if not selection:
+        return {}
+    g = weights.to(selection["g"].dtype) @ selection["g"]
+    dist = selection["distance"]
+    out = {"agg_grad_mean": float(g.mean()), "agg_grad_var": float(g.var()),
+           "herd_dist_mean": float(dist.mean()), "herd_dist_max": float(dist.max()),
+           "herd_residual": float(weights.to(selection["residual"].dtype) @ selection["residual"])}
+    if len(plans) <= 20:
+        out |= {f"herd_dist_c{p.id}": float(d) for p, d in zip(plans, dist)}
+    out["steps_mb"] = selection["steps_bytes"] / 2**20  # memory of the stored step gradients
+    return out
+
+
+def tracked_values(coords: np.ndarray, params: torch.Tensor, updates: torch.Tensor, plans: list[ClientPlan]
+                   ) -> dict[str, float]:
+    """GIFT Figs. 3-4: the global model's value at each tracked coordinate j after the round (``param_j``) and, for
+    up to 20 clients, the update each sent there (``update_c<id>_j``: w_i - w_t, GIFT's accumulated "gradient")."""
+    out = {f"param_{j}": float(params[j]) for j in coords}
+    if len(plans) <= 20:
+        out |= {f"update_c{p.id}_{j}": float(u[j]) for p, u in zip(plans, updates) for j in coords}
+    return out
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()

@@ -1,0 +1,158 @@
+"""Scoring a run's model(s) on the test data: the global model, a bank of models (best, owner-preferred, oracle),
+each user's own split (FedGH's Acc_l readings) and the personalised protocol of MA/GA-FSVRG and Per-FedAvg."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ..algorithms import ClientContext
+from ..algorithms.bank import preferences
+from ..metrics import classification_metrics
+from .cohort import plan_client
+
+if TYPE_CHECKING:
+    from .simulation import RoundOutput, Simulation
+
+
+class Evaluation:
+    """The evaluations of a :class:`~fedrun.engine.simulation.Simulation`, read from its state as it stands."""
+
+    def __init__(self, sim: Simulation):
+        self.sim = sim
+        self._preferred = None  # (the bank's models tensor, its version, each client's preferred model)
+
+    def evaluate(self, step: RoundOutput | None = None) -> dict[str, float]:
+        """``test_acc`` and ``test_loss`` of the global model on the pooled test set. With a bank of models
+        (MA-/GA-FSVRG) every model is tested: ``bank{c}_acc``, their mean ``bank_mean_acc``, and
+        ``test_acc``/``test_loss`` are the best model's. ``eval.class_metrics`` adds macro and micro precision,
+        recall and F1 (of the best model). With natural (user) clients, the readings of :meth:`user_accuracies`."""
+        sim = self.sim
+        models = sim.algo.bank.models if sim.algo.bank.models is not None else sim.params[None]
+        scores = [sim.model.evaluate_hits(w, sim.buffers, sim.data.x_test, sim.data.y_test, sim.cfg.eval.batch_size)
+                  for w in models]
+        accs = [float(h.sum()) / max(1.0, float(u.sum())) for h, u, _ in scores]
+        best = int(np.argmax(accs))
+        hits, units, loss = scores[best]
+        out = {"test_acc": accs[best], "test_loss": loss}
+        if len(models) > 1:
+            out |= {f"bank{c}_acc": a for c, a in enumerate(accs)} | {"bank_mean_acc": float(np.mean(accs)),
+                                                                       "bank_best": best}
+        if sim.cfg.eval.get("class_metrics", False):
+            pred = self.predict(models[best], sim.data.x_test)
+            out |= {k: v for k, v in classification_metrics(pred, sim.data.y_test, sim.data.num_classes).items()
+                    if k != "accuracy"}
+        if len(models) > 1:  # an upper bound, not a model: a sample counts when any model of the bank gets it right
+            out["oracle_acc"] = float(torch.stack([h for h, _, _ in scores]).amax(0).sum() / units.sum())
+        if sim.holdout is not None:
+            out["owner_acc"] = self.owner_accuracy()
+        if sim.cfg.partition.name == "natural" and sim.data.test_users is not None:
+            out |= self.user_accuracies(hits, units, step)
+        return out
+
+    def owner_accuracy(self) -> float:
+        """Accuracy over every client's held-out samples (``eval.holdout``), each scored by its owner's model: the
+        global model, or with a bank the model the owner prefers (eq. 18 on its training data)."""
+        sim = self.sim
+        bank = sim.algo.bank.models
+        preferred = self.preferred_models() if bank is not None else None
+        hits = units = 0.0
+        for c, ix in enumerate(sim.holdout):
+            if len(ix) == 0:
+                continue
+            w = sim.params if preferred is None else bank[int(preferred[c])]
+            ix = torch.as_tensor(ix, device=sim.device)
+            h, u, _ = sim.model.evaluate_hits(w, sim.buffers, sim.data.x_train[ix], sim.data.y_train[ix],
+                                              sim.cfg.eval.batch_size)
+            hits, units = hits + float(h.sum()), units + float(u.sum())
+        return hits / max(1.0, units)
+
+    def user_accuracies(self, hits: torch.Tensor, units: torch.Tensor, step: RoundOutput | None) -> dict[str, float]:
+        """FedGH's Acc_l ("the mean accuracy of local clients", after LEAF), read every way its wording allows, each
+        beside ``test_acc`` (Acc_g; the sample-weighted mean over all users of the global model equals it):
+        ``local_acc``: the global model on each user's own test split, the mean over all users; ``local_acc_round``
+        and ``local_acc_round_samples``: the same over the round's clients only, the mean over them and weighted by
+        their test samples; ``local_model_acc`` and ``local_model_acc_samples``: each of the round's clients'
+        model after its local training (before the server's aggregation) on its own test split, the two means."""
+        sim = self.sim
+        values, index = np.unique(sim.data.test_users, return_inverse=True)
+        users = torch.as_tensor(index, device=hits.device)
+        per_user = torch.zeros(2, len(values), dtype=torch.float64, device=hits.device)
+        per_user.index_add_(1, users, torch.stack([hits, units]).double())
+        scored = per_user[1] > 0
+        out = {"local_acc": float((per_user[0, scored] / per_user[1, scored]).mean())}
+        if step is None:
+            return out
+        train_ids = np.unique(sim.data.train_users)
+        position = {v: i for i, v in enumerate(values)}
+        rows = [(k, position[train_ids[p.id]]) for k, p in enumerate(step.plans) if train_ids[p.id] in position]
+        rows = [(k, u) for k, u in rows if per_user[1, u] > 0]
+        if not rows:
+            return out
+        mine = torch.tensor([u for _, u in rows], device=hits.device)
+        counts = per_user[1, mine]
+        out["local_acc_round"] = float((per_user[0, mine] / counts).mean())
+        out["local_acc_round_samples"] = float(per_user[0, mine].sum() / counts.sum())
+        if step.start is not None:
+            own = []
+            for k, u in rows:
+                ix = torch.as_tensor(np.flatnonzero(index == u), device=sim.data.x_test.device)
+                h, n, _ = sim.model.evaluate_hits(step.start + step.result.updates[k], sim.buffers,
+                                                  sim.data.x_test[ix], sim.data.y_test[ix], sim.cfg.eval.batch_size)
+                own.append((float(h.sum()), float(n.sum())))
+            own = np.array(own)
+            out["local_model_acc"] = float((own[:, 0] / own[:, 1]).mean())
+            out["local_model_acc_samples"] = float(own[:, 0].sum() / own[:, 1].sum())
+        return out
+
+    @torch.no_grad()
+    def predict(self, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        sim = self.sim
+        sim.model.set_training(False)
+        b = sim.cfg.eval.batch_size
+        return torch.cat([sim.model.forward(w, sim.buffers, x[s : s + b]).argmax(dim=-1)
+                          for s in range(0, len(x), b)])
+
+    @torch.no_grad()
+    def preferred_models(self) -> torch.Tensor:
+        """Each client's preferred model of the bank now: eq. 18 on its whole local training data, the same
+        computation (losses and :func:`preferences`) as a bank round's, for every client and any loss. Computed
+        once per state of the bank (the evaluations of a round share it)."""
+        sim = self.sim
+        models = sim.algo.bank.models
+        held = self._preferred
+        if held is None or held[0] is not models or held[1] != models._version:
+            losses, _ = sim.full_losses_and_gradients(models, range(sim.num_clients))
+            held = self._preferred = (models, models._version,
+                                      preferences(losses, models, float(sim.cfg.fl.weight_decay)))
+        return held[2]
+
+    @property
+    def personalized(self) -> bool:
+        return bool(self.sim.cfg.eval.get("personalized", False)) or self.sim.algo.local.personalizes
+
+    def evaluate_personalized(self, rnd: int) -> float:
+        """Mean over clients of each client's model on the test samples of the classes it holds (004's protocol):
+        the global model, its preferred model of a bank (MA-/GA-FSVRG), or for a rule with ``personalize``
+        (Per-FedAvg) the global model adapted on one batch of the client's data."""
+        sim = self.sim
+        test_labels = sim.data.y_test
+        ctx = ClientContext(rnd, sim.params, sim.buffers, sim.lr(rnd))
+        accs = []
+        preferred = self.preferred_models() if sim.algo.bank.models is not None else None
+        for c in range(sim.num_clients):
+            held = torch.unique(sim.data.y_train[torch.as_tensor(sim.partition.indices[c], device=sim.device)])
+            mask = torch.isin(test_labels, held)
+            if not bool(mask.any()):
+                continue
+            w = sim.params if preferred is None else sim.algo.bank.models[int(preferred[c])]
+            if sim.algo.local.personalizes:
+                batch = plan_client(c, sim.partition.indices[c], 1, sim.cfg.fl.batch_size, sim.cfg.seed, rnd, True,
+                                    sim.device).batches[0]
+                w = sim.algo.local.personalize(sim.model, ctx, sim.data.x_train[batch], sim.data.y_train[batch])
+            acc, _ = sim.model.evaluate(w, sim.buffers, sim.data.x_test[mask], test_labels[mask],
+                                        sim.cfg.eval.batch_size)
+            accs.append(acc)
+        return float(np.mean(accs))

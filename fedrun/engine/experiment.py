@@ -1,0 +1,199 @@
+"""The experiment driver: a run directory, its checkpoints and resume, evaluation on a grid of rounds or simulated
+seconds, W&B, signals, and the summary; :class:`~fedrun.engine.simulation.Simulation` does the rounds."""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..checkpoint import check_resumable, config_fingerprint, earlier_work, load_latest, save_checkpoint
+from ..config import validate
+from ..loggers import ProgressBar, WandbLogger
+from ..results import RunDirectory, base_summary
+from .simulation import Simulation
+
+log = logging.getLogger("fedrun")
+
+
+class EvaluationGrid:
+    """When to evaluate: every ``every`` rounds, or with ``every_s`` at the first round whose simulated clock reaches
+    each multiple of ``every_s`` seconds (a schedule with tau = 1 then is not evaluated 100 times as often per
+    simulated second as one with tau = 100, which would favour it in a best-ever accuracy and cost most of its run)."""
+
+    def __init__(self, every: int, every_s: float | None):
+        self.every, self.every_s = every, every_s
+
+    def due(self, rnd: int, clock_before: float, clock_after: float) -> bool:
+        """Whether round ``rnd``, which moved the simulated clock from ``clock_before`` to ``clock_after``, is
+        evaluated (a resumed run needs no state of its own: the clock is in the checkpoint)."""
+        if self.every_s is None:
+            return rnd % self.every == 0
+        return clock_after // self.every_s > clock_before // self.every_s
+
+    def kept(self, rnd: int, rounds: int) -> bool:
+        """Whether a row of a checkpoint's history belongs to this grid (a row written only because a shorter run
+        ended at ``rnd`` does not)."""
+        return self.every_s is not None or rnd % self.every == 0 or rnd >= rounds
+
+
+def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> dict:
+    """Run the experiment of ``cfg`` and write its files to ``run_dir``; returns the summary. With ``resume=true``
+    the run continues from the newest readable checkpoint in ``run_dir`` (written every ``checkpoint.every`` rounds
+    and at the last) and ends with the metrics.csv an uninterrupted run writes; with more ``fl.rounds`` than the run
+    was started with, this extends a finished run. SIGTERM or Ctrl-C lets the current round finish,
+    writes a checkpoint and ends the run with status ``interrupted``; a second Ctrl-C stops at once."""
+    validate(cfg)  # before any work (and before the run directory gets files): a bad value costs nothing
+    run_dir = Path(run_dir)
+    fingerprint = config_fingerprint(cfg)
+    saved = load_latest(run_dir) if cfg.get("resume", False) else None
+    started_with = check_resumable(saved, cfg, run_dir) if saved is not None else cfg.fl.rounds
+    # the commits that computed the checkpoint's rounds and their wall time, read before summary.json is rewritten
+    made_by, earlier_s = earlier_work(saved, run_dir) if saved is not None else ([], 0.0)
+    out = RunDirectory(run_dir, write_metrics=cfg.logger.name != "none")
+    summary = base_summary(cfg) | {"status": "running"}
+    commits = list(dict.fromkeys(made_by + ([summary["git_commit"]] if summary["git_commit"] else [])))
+    if saved is not None:
+        summary["git_commits"] = commits
+    out.save_summary(summary)  # first: a run killed from here on (config.yaml rewritten) never passes for finished
+    out.save_config(cfg)
+    started = time.perf_counter()
+    wandb = None
+    stop = _StopRequests()
+    try:
+        sim = Simulation(cfg)
+        out.save_partition(sim.partition.to_json(sim.labels, sim.label_classes))
+        log.info(sim.partition.summary(sim.labels, sim.label_classes))
+        log.info("%s on %s: %s (%d parameters), %s executor, device %s", sim.algo.name, sim.data.name,
+                 cfg.model.name, sim.model.dim, sim.executor.name, sim.device)
+        summary |= {"dataset_fingerprint": sim.data.fingerprint(), "partition_fingerprint": sim.partition.fingerprint(),
+                    "num_parameters": sim.model.dim, "device": str(sim.device), "executor": sim.executor.name}
+        if cfg.logger.name == "wandb":
+            wandb = WandbLogger(cfg, out.path, sweep_group)
+        rounds = cfg.fl.rounds
+        grid = EvaluationGrid(cfg.eval.every, cfg.eval.get("every_s"))
+        history: list[dict] = []
+        bytes_up = bytes_down = first = 0
+        if saved is not None:
+            sim.load_state_dict(saved["simulation"])
+            bytes_up, bytes_down, first = saved["bytes_up"], saved["bytes_down"], saved["round"]
+            # metrics.csv again up to the checkpoint (rows the lost run wrote later are dropped), less a row written
+            # only because a shorter run ended there
+            history = [row for row in saved["history"] if grid.kept(row["round"], rounds)]
+            for row in history:
+                out.append_metrics(row)
+            summary["resumed_from_round"] = first
+            if started_with < rounds:
+                summary["extended_from_rounds"] = started_with
+            log.info("resumed from the checkpoint of round %d in %s", first, run_dir)
+        ckpt = cfg.get("checkpoint") or {}
+        every, keep = int(ckpt.get("every", 0)), int(ckpt.get("keep", 2))
+        bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}", initial=first)
+        status = {"status": "finished", "rounds_completed": rounds}
+        for rnd in range(first + 1, rounds + 1):
+            clock = sim.sim_time
+            step = sim.run_round(rnd)
+            diverged = not (math.isfinite(step.train_loss) and bool(torch.isfinite(sim.params).all()))
+            if step.similarity is not None:  # FedGH Fig. 2, DGT Figs. 3-4
+                (out.path / "similarity").mkdir(exist_ok=True)
+                np.savez(out.path / "similarity" / f"round_{rnd:05d}.npz", **step.similarity)
+            k = len(step.plans)
+            bytes_down += step.bytes_down
+            bytes_up += step.bytes_up
+            budget = cfg.get("timing", {}).get("budget_s")
+            spent = budget is not None and "sim_round_s" in step.diagnostics and sim.sim_time >= budget
+            row = None
+            if grid.due(rnd, clock, sim.sim_time) or rnd == rounds or diverged or spent:
+                row = {"round": rnd, **sim.evaluation.evaluate(step), "train_loss": step.train_loss,
+                       "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
+                       "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
+                       "bytes_down": bytes_down}
+                row |= step.diagnostics | ({"sim_time_s": sim.sim_time} if "sim_round_s" in step.diagnostics else {})
+                if sim.evaluation.personalized:
+                    row["personal_acc"] = sim.evaluation.evaluate_personalized(rnd)
+                history.append(row)
+                out.append_metrics(row)
+                if wandb:
+                    wandb.log(row)
+            bar.update(row)
+            ended = diverged or spent
+            if (every and not ended and (rnd % every == 0 or rnd == rounds)) or stop.requested:  # last: to extend
+                save_checkpoint(run_dir, rnd, {"round": rnd, "rounds": rounds, "config_fingerprint": fingerprint,
+                                               "history": history, "bytes_up": bytes_up, "bytes_down": bytes_down,
+                                               "commits": commits, "wall_time_s": None if earlier_s is None else
+                                               earlier_s + time.perf_counter() - started,
+                                               "simulation": sim.state_dict()}, keep)
+            if diverged:  # a run that fails to converge is a result (BHerd Fig. 5a, alpha = 0.1): stop, keep it
+                log.warning("round %d: the training loss (%s) or the model is not finite; the run stops as diverged",
+                            rnd, step.train_loss)
+                status = {"status": "diverged", "rounds_completed": rnd, "diverged_round": rnd}
+                break
+            if spent:  # GIFT Fig. 6: a time budget ends the run like its last round would
+                log.info("round %d: the simulated time budget (%.0f s) is spent; the run ends", rnd, budget)
+                status = {"status": "finished", "rounds_completed": rnd, "stopped_by": "timing.budget_s"}
+                break
+            if stop.requested:
+                log.warning("round %d: stopped by signal %d; checkpoint written, continue with resume=true", rnd,
+                            stop.requested)
+                status = {"status": "interrupted", "rounds_completed": rnd, "signal": stop.requested}
+                break
+        bar.close()
+        if history:
+            summary |= finish_summary(history, cfg.eval.target_acc)
+        summary |= status
+    except BaseException as e:
+        summary |= {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+        raise
+    finally:
+        stop.restore()
+        summary["wall_time_s"] = round(time.perf_counter() - started, 3)
+        if saved is not None and earlier_s is not None:  # this process's time and the rounds' before it
+            summary["total_wall_time_s"] = round(earlier_s + summary["wall_time_s"], 3)
+        out.close()
+        out.save_summary(summary)
+        if wandb:
+            wandb.finish(summary)
+    log.info("%s: final test accuracy %.4f (best %.4f) after %d rounds, %.1f s; files in %s", summary["status"],
+             summary.get("final_test_acc", float("nan")), summary.get("best_test_acc", float("nan")),
+             summary["rounds_completed"], summary["wall_time_s"], out.path)
+    return summary
+
+
+class _StopRequests:
+    """SIGTERM (a scheduler's time limit) and Ctrl-C ask the run to stop after the current round, with a checkpoint;
+    a second Ctrl-C interrupts at once. Handlers are installed only in the main thread and restored afterwards."""
+
+    def __init__(self):
+        self.requested = 0
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = signum
+        log.warning("signal %d: the run stops after this round and writes a checkpoint (Ctrl-C again: stop now)",
+                    signum)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def finish_summary(history: list[dict], target_acc: float | None) -> dict:
+    final, best = history[-1], max(history, key=lambda r: r["test_acc"] if math.isfinite(r["test_acc"]) else -1)
+    local = {"final_local_acc": final["local_acc"]} if "local_acc" in final else {}
+    reached = [r["round"] for r in history if target_acc is not None and r["test_acc"] >= target_acc]
+    return {"final_test_acc": final["test_acc"], "final_test_loss": final["test_loss"],
+            "best_test_acc": best["test_acc"], "best_round": best["round"],
+            "best_test_loss": min(r["test_loss"] for r in history),
+            "target_acc": target_acc, "rounds_to_target": reached[0] if reached else None,
+            "total_bytes_up": final["bytes_up"], "total_bytes_down": final["bytes_down"], **local}
