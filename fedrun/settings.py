@@ -22,9 +22,11 @@ Rule = tuple[bool, str, str, str]  # (holds, key, what the key must be, a value 
 
 @dataclass
 class Section:
-    """A config section whose ``rules`` state each key's range."""
+    """A config section whose ``rules`` state each key's range; ``options``: the YAML options of a group it is the
+    schema of."""
 
     prefix: ClassVar[str]
+    options: ClassVar[tuple[str, ...]] = ()
 
     def rules(self) -> Iterator[Rule]:
         yield from ()
@@ -142,15 +144,133 @@ class RunConfig:
     logger: Any = MISSING
 
 
+# ---- the groups whose options share one shape: each option's YAML extends its schema (``<group>/<option>_schema``)
+
+
+@dataclass
+class HardwareConfig(Section):
+    """Where and how a round computes; execution only: nothing here changes what is computed (but ``dtype``)."""
+
+    prefix = "hardware"
+    device: str = MISSING
+    executor: str = MISSING
+    chunk_size: Optional[int] = MISSING
+    memory_fraction: float = MISSING
+    compile: bool = MISSING
+    dtype: str = MISSING
+    num_threads: Optional[int] = MISSING
+    step_store: str = MISSING
+    gram_block: int = MISSING
+
+    def rules(self) -> Iterator[Rule]:
+        from .engine.executor import EXECUTORS
+
+        yield self.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda", "auto"
+        executors = ("auto", *EXECUTORS)
+        yield self.executor in executors, "executor", f"must be one of {executors}", "auto"
+        yield (self.chunk_size is None or self.chunk_size >= 1, "chunk_size",
+               "must be null (sized from free memory) or an integer >= 1", "null")
+        yield 0 < self.memory_fraction <= 1, "memory_fraction", "must be in (0, 1]", "0.5"
+        yield self.dtype in ("float32", "float64"), "dtype", "must be float32 or float64", "float32"
+        yield (self.num_threads is None or self.num_threads >= 1, "num_threads", "must be null or an integer >= 1",
+               "2")
+        yield self.step_store in ("auto", "device", "host"), "step_store", "must be auto, device or host", "auto"
+        yield self.gram_block >= 1, "gram_block", "must be an integer >= 1", "65536"
+
+
+@dataclass
+class UniformParticipation(Section):
+    prefix, options = "participation", ("uniform",)
+    name: str = MISSING
+
+
+@dataclass
+class EarliestParticipation(Section):
+    """GIFT Sec. 6.1: the server keeps the earliest ``fraction`` of all clients' reports."""
+
+    prefix, options = "participation", ("earliest",)
+    name: str = MISSING
+    fraction: float = MISSING
+    delay: str = MISSING
+    delay_scale: float = MISSING
+
+    def rules(self) -> Iterator[Rule]:
+        from .engine.cohort import DELAYS
+
+        yield 0 < self.fraction <= 1, "fraction", "must be in (0, 1]", "0.4"
+        yield self.delay in DELAYS, "delay", f"must be one of {DELAYS}", "exponential"
+        yield self.delay_scale > 0, "delay_scale", "must be > 0", "1.0"
+
+
+@dataclass
+class NoTiming(Section):
+    prefix, options = "timing", ("none",)
+    name: str = MISSING
+
+
+@dataclass
+class SimulatedTiming(Section):
+    """GIFT Sec. 6.1's time model."""
+
+    prefix, options = "timing", ("simulated",)
+    name: str = MISSING
+    step_time_s: Optional[float] = MISSING
+    bandwidth_mbps: float = MISSING
+    server_bandwidth_mbps: float = MISSING
+    budget_s: Optional[float] = MISSING
+
+    def rules(self) -> Iterator[Rule]:
+        yield self.step_time_s is None or self.step_time_s > 0, "step_time_s", "must be null (measured) or > 0", "null"
+        yield self.bandwidth_mbps > 0, "bandwidth_mbps", "must be > 0", "25"
+        yield self.server_bandwidth_mbps > 0, "server_bandwidth_mbps", "must be > 0", "10000"
+        yield self.budget_s is None or self.budget_s > 0, "budget_s", "must be null or > 0", "null"
+
+
+@dataclass
+class FileLogger(Section):
+    prefix, options = "logger", ("csv", "none")
+    name: str = MISSING
+
+
+@dataclass
+class WandbSettings(Section):
+    prefix, options = "logger", ("wandb",)
+    name: str = MISSING
+    project: str = MISSING
+    entity: Optional[str] = MISSING
+    group: Optional[str] = MISSING
+    tags: List[str] = MISSING
+    mode: Optional[str] = MISSING
+
+    def rules(self) -> Iterator[Rule]:
+        yield (self.mode in (None, "online", "offline", "disabled"), "mode",
+               "must be null ($WANDB_MODE or W&B's default), online, offline or disabled", "offline")
+
+
+GROUPS: dict[str, dict[str | None, type[Section]]] = {"hardware": {None: HardwareConfig}}
+for _cls in (UniformParticipation, EarliestParticipation, NoTiming, SimulatedTiming, FileLogger, WandbSettings):
+    for _option in _cls.options:
+        GROUPS.setdefault(_cls.prefix, {})[_option] = _cls
+for _group, _options in GROUPS.items():
+    for _option, _cls in _options.items():
+        ConfigStore.instance().store(group=_group, name=f"{_option or _group}_schema", node=_cls)
+
 SECTIONS: dict[str, type[Section]] = {"fl": FLConfig, "eval": EvalConfig, "diagnostics": DiagnosticsConfig,
                                       "checkpoint": CheckpointConfig}
 ConfigStore.instance().store(name="fedrun_schema", node=RunConfig)
 
 
 def section_problems(cfg) -> list[str]:
-    """Every value of the run's own sections out of its range, one line each (their types Hydra has checked)."""
+    """Every value of the run's own sections and of the typed groups out of its range, one line each (their types
+    Hydra has checked while composing)."""
     problems = []
     for name, cls in SECTIONS.items():
-        values = OmegaConf.to_container(cfg[name], resolve=True)
-        problems += cls(**values).problems()
+        problems += cls(**OmegaConf.to_container(cfg[name], resolve=True)).problems()
+    for group, options in GROUPS.items():
+        values = OmegaConf.to_container(cfg[group], resolve=True)
+        cls = options.get(values.get("name"))
+        if cls is None:
+            problems.append(f"{group}={values.get('name')!r}: unknown option. Fix: {group}={next(iter(options))}")
+        else:
+            problems += cls(**values).problems()
     return problems

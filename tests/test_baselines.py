@@ -280,7 +280,7 @@ def test_perfedavg_personalises_with_one_step_and_logs_personal_accuracy(cfg_fac
     assert sim.evaluation.personalized and outs[0].plans[0].batches.shape[1] == 64  # D and D' of 32 each
     assert 0 <= sim.evaluation.evaluate_personalized(2) <= 1
     plain, _ = rounds(cfg_factory(*SMALL, "algo=fedavg"), 1)
-    assert not plain.personalized
+    assert not plain.evaluation.personalized
 
 
 def test_every_preset_runs_two_rounds_from_the_cli(tmp_path):

@@ -3,6 +3,7 @@
 import csv
 import json
 import logging
+import re
 
 import pytest
 import wandb_reader
@@ -126,6 +127,10 @@ def test_cfg_job_and_help(tmp_path):
         assert group in helptext
     assert "fedrun --multirun" in helptext
     assert "_schema" not in helptext and "algo/local: feddecorr, feddyn" in helptext  # the options conf/ has
+    header, groups = helptext.split("== Configuration groups ==")
+    named = re.findall(r"(algo/\w+)=(\w+)", header)  # which part each paper's method is
+    assert len(named) >= 6 and all(option in groups.split(f"\n{group}: ")[1].split("\n")[0].split(", ")
+                                   for group, option in named), named
     assert "alpha: 0.5" in run_cli("algo=bherd", "--help", cwd=tmp_path).stdout  # the config the overrides compose
 
 

@@ -116,26 +116,36 @@ def test_presets_named_after_a_method_run_it_and_every_paper_has_an_algo(cfg_fac
 
 
 def _section_fields():
+    """(overrides choosing the option, key, a value out of range) for every key of fedrun/settings.py with a rule."""
     import dataclasses
 
-    from fedrun.settings import SECTIONS
+    from conftest import make_cfg
+    from omegaconf import OmegaConf
 
-    for prefix, cls in SECTIONS.items():
-        for field in dataclasses.fields(cls):
-            if "bool" not in str(field.type):
-                yield f"{prefix}.{field.name}", "[-1]" if "List" in str(field.type) else "-1"
+    from fedrun.settings import GROUPS, SECTIONS
+
+    chosen = [((), prefix, cls) for prefix, cls in SECTIONS.items()]
+    chosen += [((f"{group}={option}",) if option else (), group, cls) for group, options in GROUPS.items()
+               for option, cls in options.items()]
+    for choice, prefix, cls in chosen:
+        section = cls(**OmegaConf.to_container(make_cfg(*choice)[prefix], resolve=True))
+        types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        for key in dict.fromkeys(key for _, key, _, _ in section.rules()):
+            bad = "[-1]" if "List" in types[key] else "bogus" if "str" in types[key] else "-1"
+            yield choice, f"{prefix}.{key}", bad
 
 
 SECTION_FIELDS = list(_section_fields())
 
 
-@pytest.mark.parametrize("key,bad", SECTION_FIELDS, ids=[k for k, _ in SECTION_FIELDS])
-def test_every_numeric_key_of_the_runs_sections_refuses_a_value_out_of_range(cfg_factory, key, bad, monkeypatch):
-    """fl, eval, diagnostics, checkpoint (fedrun/settings.py): a value out of range is named with its key before any
-    data is loaded."""
+@pytest.mark.parametrize("choice,key,bad", SECTION_FIELDS, ids=[k for _, k, _ in SECTION_FIELDS])
+def test_every_ranged_key_of_the_runs_sections_refuses_a_value_out_of_range(cfg_factory, choice, key, bad,
+                                                                            monkeypatch):
+    """fl, eval, diagnostics, checkpoint, hardware, participation, timing, logger (fedrun/settings.py): a value out of
+    range is named with its key before any data is loaded."""
     monkeypatch.setattr("fedrun.engine.simulation.load_dataset", lambda *a, **k: pytest.fail("data loaded"))
     with pytest.raises(ConfigError) as refused:
-        Simulation(cfg_factory(f"{key}={bad}"))
+        Simulation(cfg_factory(*choice, f"{key}={bad}"))
     assert any(p.startswith(f"{key}=") and "Fix: " in p for p in refused.value.problems), refused.value.problems
 
 
@@ -148,5 +158,5 @@ def test_the_range_checks_cover_every_numeric_field_of_the_parts_and_sections(ca
              if f.name != "name" and "bool" not in str(f.type)}
     with capsys.disabled():
         print(f"\nrange checks: {len(parts)} settings of {len({c for c, _ in parts})} part schemas "
-              f"(tests/test_schema.py) and {len(SECTION_FIELDS)} keys of the run's sections (here)")
-    assert len(SECTION_FIELDS) >= 20 and len(parts) >= 40
+              f"(tests/test_schema.py) and {len(SECTION_FIELDS)} keys of the run's sections and groups (here)")
+    assert len(SECTION_FIELDS) >= 30 and len(parts) >= 40

@@ -12,7 +12,8 @@ class AllSteps:
     name = "all"
     records_steps = False
 
-    def __call__(self, updates: torch.Tensor, steps, plans, uploads: dict, ctx):
+    def __call__(self, updates: torch.Tensor, steps, plans, uploads: dict, ctx, weights: torch.Tensor):
+        """(updates to send, uploads, the round's metrics.csv columns of the selector)."""
         return updates, uploads, {}
 
 

@@ -90,6 +90,22 @@ def num_selected(alpha: float, tau: int) -> int:
     return max(1, min(tau, math.floor(alpha * tau + 0.5)))
 
 
+def herd_diagnostics(g: torch.Tensor, distance: torch.Tensor, residual: torch.Tensor, plans, weights: torch.Tensor,
+                     steps) -> dict[str, float]:
+    """BHerd's Figs. 5b and 6: mean and variance of the entries of the aggregated selected gradient sum_i p_i g_i,
+    each client's ||g_i / (alpha tau_i) - mu_i|| (mean, max, and per client id when there are few clients),
+    ``herd_residual``, the p_i-weighted distance of the clients' steps from FedAvg's relative to FedAvg's, and
+    ``steps_mb``, the memory the round's stored step gradients took."""
+    aggregated = weights.to(g.dtype) @ g
+    out = {"agg_grad_mean": float(aggregated.mean()), "agg_grad_var": float(aggregated.var()),
+           "herd_dist_mean": float(distance.mean()), "herd_dist_max": float(distance.max()),
+           "herd_residual": float(weights.to(residual.dtype) @ residual)}
+    if len(plans) <= 20:
+        out |= {f"herd_dist_c{p.id}": float(d) for p, d in zip(plans, distance)}
+    out["steps_mb"] = sum(z.numel() * z.element_size() for z in steps) / 2**20
+    return out
+
+
 class Herd:
     """BHerd (000_4b8cd08d479a2377.txt, Algorithms 2-3, eqs. 4-6): the client herds its tau_i step gradients, sends
     g_i = the sum of the first alpha*tau_i of the herded order (eq. 5, raw gradients), and the server steps
@@ -109,11 +125,11 @@ class Herd:
     def order(self, z: torch.Tensor, client: int, rnd: int, k: int, device: torch.device) -> list[int]:
         return herd_order(z, k, self.block, device)
 
-    def __call__(self, updates, steps, plans, uploads, ctx):
-        """(updates to send, uploads, diagnostics): ``g`` (K, d) the selected sums g_i of eq. 5, ``distance``
-        (K,) = ||g_i / (alpha tau_i) - mu_i|| (Fig. 6) and ``residual`` (K,) = ||g_i / alpha - sum_l z_l|| /
-        ||sum_l z_l||: how far the step the client asks for is from FedAvg's (0 when every step is selected). The
-        steps may live in host memory (see the module doc); what is sent is on the updates' device."""
+    def __call__(self, updates, steps, plans, uploads, ctx, weights):
+        """(updates to send, uploads, diagnostics: :func:`herd_diagnostics` of the selected sums g_i of eq. 5,
+        ||g_i / (alpha tau_i) - mu_i|| (Fig. 6) and ||g_i / alpha - sum_l z_l|| / ||sum_l z_l||, how far the step the
+        client asks for is from FedAvg's, 0 when every step is selected). The steps may live in host memory (see the
+        module doc); what is sent is on the updates' device."""
         scale, lr = self.epochs / self.alpha, ctx.lr
         out, sums, distances, residuals, counts = [], [], [], [], []
         for update, z, plan in zip(updates, steps, plans):
@@ -127,8 +143,8 @@ class Herd:
             out.append(update * scale if k == plan.tau else -lr * scale * g)
         if "a" in uploads:
             uploads = {**uploads, "a": torch.tensor(counts, dtype=uploads["a"].dtype, device=uploads["a"].device)}
-        return torch.stack(out), uploads, {"g": torch.stack(sums), "distance": torch.stack(distances),
-                                           "residual": torch.stack(residuals)}
+        return torch.stack(out), uploads, herd_diagnostics(torch.stack(sums), torch.stack(distances),
+                                                           torch.stack(residuals), plans, weights, steps)
 
 
 class GraB(Herd):

@@ -1,5 +1,5 @@
-"""What a round reports beside the model: bytes sent, simulated time (GIFT's time model) and the diagnostics of
-BHerd's and GIFT's figures."""
+"""What a round reports beside the model: bytes sent, simulated time (GIFT's time model) and the tracked
+coordinates of GIFT's figures."""
 
 from __future__ import annotations
 
@@ -22,23 +22,6 @@ def simulated_times(taus: list[int], train_s: float, last_report: float, model_b
     one_way = max(len(taus) * bits / (float(timing.get("server_bandwidth_mbps", 10000)) * 1e6),
                   bits / (float(timing.get("bandwidth_mbps", 25)) * 1e6))
     return step, last_report + 2 * one_way
-
-
-def selection_diagnostics(selection: dict, plans: list[ClientPlan], weights: torch.Tensor) -> dict[str, float]:
-    """BHerd's Figs. 5b and 6: mean and variance of the entries of the aggregated selected gradient sum_i p_i g_i,
-    each client's ||g_i / (alpha tau_i) - mu_i|| (mean, max, and per client id when there are few clients), and
-    ``herd_residual``, the p_i-weighted distance of the clients' steps from FedAvg's relative to FedAvg's."""
-    if not selection:
-        return {}
-    g = weights.to(selection["g"].dtype) @ selection["g"]
-    dist = selection["distance"]
-    out = {"agg_grad_mean": float(g.mean()), "agg_grad_var": float(g.var()),
-           "herd_dist_mean": float(dist.mean()), "herd_dist_max": float(dist.max()),
-           "herd_residual": float(weights.to(selection["residual"].dtype) @ selection["residual"])}
-    if len(plans) <= 20:
-        out |= {f"herd_dist_c{p.id}": float(d) for p, d in zip(plans, dist)}
-    out["steps_mb"] = selection["steps_bytes"] / 2**20  # memory of the stored step gradients
-    return out
 
 
 def tracked_values(coords: np.ndarray, params: torch.Tensor, updates: torch.Tensor, plans: list[ClientPlan]

@@ -26,7 +26,7 @@ from ..data.augment import AugmentedImages, training_inputs
 from ..functional import FunctionalModel
 from ..models import MODELS, build_model
 from ..partition import Partition, held_out, make_partition, refuse_single_sample_batches
-from .accounting import nbytes, selection_diagnostics, simulated_times, tracked_values
+from .accounting import nbytes, simulated_times, tracked_values
 from .cohort import ClientPlan, earliest_reporters, plan_client, report_delays, sample_clients
 from .evaluation import Evaluation
 from .executor import CohortResult, make_executor
@@ -219,7 +219,7 @@ class Simulation:
         else:
             sizes = torch.tensor([p.num_samples for p in plans], dtype=torch.float64)
         weights = (sizes / sizes.sum()).to(device=self.device, dtype=self.params.dtype)
-        updates, uploads, selection = algo.selector(result.updates, result.steps, plans, result.uploads, ctx)
+        updates, uploads, selection = algo.selector(result.updates, result.steps, plans, result.uploads, ctx, weights)
         clients = [p.id for p in plans]
         sent = updates  # what the schedule sees (GIFT uses nothing else)
         diagnostics = {}
@@ -255,9 +255,7 @@ class Simulation:
         k = len(plans)
         down = k * (self.model_bytes + sum(nbytes(v) for v in extras.values()))
         up += k * self.model_bytes + sum(nbytes(v) for v in result.uploads.values())
-        if result.steps is not None:
-            selection["steps_bytes"] = sum(nbytes(z) for z in result.steps)
-        diagnostics |= selection_diagnostics(selection, plans, weights)
+        diagnostics |= selection
         if self.tracked is not None:
             diagnostics |= tracked_values(self.tracked, self.params, sent, plans)
         return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity, old_params)
