@@ -1,4 +1,4 @@
-"""Classification metrics beyond accuracy (004 Figs. 2-7): precision, recall and F1, macro- and micro-averaged.
+"""Classification metrics beyond accuracy (Zhao et al. Figs. 2-7): precision, recall and F1, macro- and micro-averaged.
 
 From the confusion matrix of one model's predictions on a test set. Macro: the per-class value averaged over the
 classes (a class nobody predicts has precision 0, as scikit-learn's default ``zero_division``); micro: from the

@@ -221,7 +221,7 @@ PARTITIONS = ("iid", "dirichlet", "dirichlet_resample", "classes", "case1", "cas
 
 def held_out(partition: Partition, fraction: float, seed: int) -> tuple[Partition, list[np.ndarray] | None]:
     """``eval.holdout``: each client keeps floor(fraction n_i) of its samples (drawn from the seed) out of training
-    as its own test samples, so that a test sample has an owner (004's bank scored by its owners' preferences).
+    as its own test samples, so that a test sample has an owner (Zhao et al.'s bank scored by its owners' preferences).
     Returns the partition of the training samples left and the held-out samples per client (None when 0)."""
     if fraction <= 0:
         return partition, None

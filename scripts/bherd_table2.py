@@ -27,7 +27,7 @@ ALGORITHMS = ["centralized", "fedavg", "bherd", "grab_fedavg", "fednova", "bherd
 NAMES = {"centralized": "Centralized SGD", "fedavg": "FedAvg", "bherd": "BHerd", "grab_fedavg": "GraB-FedAvg",
          "fednova": "FedNova", "bherd_fednova": "BHerd-FedNova", "scaffold": "SCAFFOLD",
          "bherd_scaffold": "BHerd-SCAFFOLD", "feddyn": "FedDyn", "bherd_feddyn": "BHerd-FedDyn"}
-# Table II of 000_4b8cd08d479a2377.txt (Acc-C1, Acc-C2 in %); the centralized optimum is only drawn in Fig. 3
+# Table II of Luo et al. (Acc-C1, Acc-C2 in %); the centralized optimum is only drawn in Fig. 3
 PAPER = {
     "svm": {"fedavg": (84.48, 83.60), "bherd": (85.40, 84.56), "grab_fedavg": (84.44, 83.64),
             "fednova": (84.48, 84.04), "bherd_fednova": (85.84, 85.48), "scaffold": (84.48, 84.52),

@@ -38,7 +38,7 @@ DATASET = {"cifar10": "cifar10", "cifar100": "cifar100", "tinyimagenet": "tiny_i
 PRESET = {col: "fedgh_sent140" if col == "twitter" else f"fedgh_{col}" for col in COLUMNS}
 # Table II's cells in the paper's order: 3 settings per image column, (Acc_l, Acc_g) per LEAF column
 CELLS = [(col, i) for col in IMAGE for i in range(3)] + [(col, m) for col in LEAF for m in ("Acc_l", "Acc_g")]
-PAPER_T2 = {  # 001_662c50974d887e50.txt Table II, each row as printed
+PAPER_T2 = {  # Zhang et al. Table II, each row as printed
     ("fedavg", False): "68.66 65.40 75.28 41.00 42.15 61.50 31.44 25.98 46.64 75.67 86.25 79.46 78.43 63.54 64.51 "
                        "84.37 78.38 47.52 50.41 9.22 12.28",
     ("fedavg", True): "70.67 66.00 75.61 43.86 45.80 62.68 32.94 26.28 47.45 81.76 89.69 84.50 81.85 66.72 66.55 "

@@ -1,4 +1,4 @@
-"""004's bank scored every way its figures could have been (issue #23): does any reading give MA-/GA-FSVRG the
+"""Zhao et al.'s bank scored every way its figures could have been (issue #23): does any reading give MA-/GA-FSVRG the
 paper's 97.8-98.1% at 10% participation, and do they then beat one-model FSVRG and the baselines?
 
     python scripts/fsvrg_claims.py [--rounds T] [--level F] [--holdout H] [--seeds K] [--workers P] [--runs DIR]
@@ -8,10 +8,10 @@ paper's 97.8-98.1% at 10% participation, and do they then beat one-model FSVRG a
 as printed and with Adam's step (``algo.bank.form=adam``), one-model FSVRG (the bank's base) and SCAFFOLD (the best
 baseline of results/fsvrg, lr 0.01). Every run keeps ``--holdout`` of each machine's samples out of training as its
 own test samples, so that each test sample has an owner, and logs: ``test_acc`` (the best single model on the pooled
-test set, fedrun's reading so far), ``bank_mean_acc``, ``personal_acc`` (004's protocol: each machine's preferred
-model on the test samples of its classes), ``owner_acc`` (each held-out sample scored by its owner's preferred
+test set, fedrun's reading so far), ``bank_mean_acc``, ``personal_acc`` (Zhao et al.'s protocol: each machine's
+preferred model on the test samples of its classes), ``owner_acc`` (each held-out sample scored by its owner's preferred
 model) and ``oracle_acc`` (a sample counts when any model is right: an upper bound, not a model). Writes
-<out>/claims.md with 004's Fig. 1 and Fig. 3 values beside each reading.
+<out>/claims.md with Zhao et al.'s Fig. 1 and Fig. 3 values beside each reading.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ METHODS = {  # name -> (run folder, overrides of experiment=fsvrg_mnist)
     "SCAFFOLD": ("scaffold", ["algo=scaffold", "fl.lr=0.01"]),
 }
 READINGS = {"test_acc": "best single model, pooled test set", "bank_mean_acc": "mean of the bank's models",
-            "personal_acc": "004's personalised protocol", "owner_acc": "held-out samples, owner's model",
+            "personal_acc": "Zhao et al.'s personalised protocol", "owner_acc": "held-out samples, owner's model",
             "oracle_acc": "any model right (upper bound)"}
 PAPER = {0.1: {"MA": (97.8, 96.5), "GA": (98.1, 97.0)}, 0.2: {"MA": (98.2, 97.0), "GA": (98.5, 97.5)},
          0.15: {"MA": (98.0, 96.8), "GA": (98.3, 97.3)}, 0.05: {"MA": (97.5, 96.0), "GA": (97.8, 96.5)}}
@@ -69,11 +69,11 @@ def main(argv: list[str] | None = None) -> int:
                      "peak test loss": float(metrics["test_loss"].max())})
     table = pd.DataFrame(rows).groupby("method", sort=False)[[*READINGS, "peak test loss"]].mean()
     paper = PAPER.get(round(args.level, 2), {})
-    lines = ["# 004's bank scored every way its figures could have been (issue #23)\n",
+    lines = ["# Zhao et al.'s bank scored every way its figures could have been (issue #23)\n",
              provenance(command, summaries) + "\n",
              f"`experiment=fsvrg_mnist`, {per_round} of 400 machines per round, {args.rounds} rounds (the paper's "
              f"figures run longer), {args.seeds} seed(s), {args.holdout:g} of each machine's samples held out of "
-             "training as its own test samples (the paper trains on all of them). Final values, %. 004 at this "
+             "training as its own test samples (the paper trains on all of them). Final values, %. Zhao et al. at this "
              + (f"participation: Fig. 1 (accuracy) MA {paper['MA'][0]}, GA {paper['GA'][0]}; Fig. 3 (micro recall, "
                 f"which must equal accuracy) MA {paper['MA'][1]}, GA {paper['GA'][1]}.\n" if paper else "level: -\n"),
              "| reading | what is scored |", "|---|---|", *[f"| `{r}` | {w} |" for r, w in READINGS.items()], "",
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         for method in [m for m in table.index if m.startswith(kind)]:
             near = [r for r in READINGS if paper and abs(table.loc[method, r] - paper[kind][0]) <= 1.0]
             above = {r: table.loc[method, r] > best_base for r in READINGS if not np.isnan(table.loc[method, r])}
-            lines.append(f"- {method}: within a point of 004's Fig. 1 under "
+            lines.append(f"- {method}: within a point of Zhao et al.'s Fig. 1 under "
                          f"{', '.join(f'`{r}`' for r in near) or 'no reading'}; above the best single-model run "
                          f"({best_base:.2f}%, its pooled test accuracy) under "
                          f"{', '.join(f'`{r}`' for r, a in above.items() if a) or 'no reading'}.")

@@ -1,4 +1,4 @@
-"""004 (MA-/GA-FSVRG) Figs. 1-4 (MNIST) or 5-7 (CIFAR-10) and 8-10: accuracy and macro/micro metrics against
+"""Zhao et al. (MA-/GA-FSVRG) Figs. 1-4 (MNIST) or 5-7 (CIFAR-10) and 8-10: accuracy and macro/micro metrics against
 participation, with the baselines, and the threshold, number-of-models and beta1 studies.
 
     python scripts/fsvrg_figs.py [--dataset mnist|cifar10] [--figs 1,8,9,10,open] [--rounds R] [--workers P]
@@ -7,11 +7,11 @@ participation, with the baselines, and the threshold, number-of-models and beta1
 Every run is the preset ``fsvrg_<dataset>`` (HOG features, softmax regression, 1-2 classes per machine) with one
 change: ``fl.clients_per_round`` (participation), ``algo.bank.threshold``, ``algo.bank.models`` or
 ``algo.bank.beta1``. The baselines (FedProx, Per-FedAvg, SCAFFOLD, MimeSVRG, LoSAC) train on the same setting with
-one local pass of single samples at ``--baseline-lr`` (004 gives none; 0.01 is fedrun's untuned choice). CIFAR-10
+one local pass of single samples at ``--baseline-lr`` (Zhao et al. give none; 0.01 is fedrun's untuned choice). CIFAR-10
 runs on a fixture where it is missing (marked not reproduced). Writes <out>/fig<N>_<dataset>.png and
 <out>/figs_<dataset>.md with final values beside the paper's and its claims checked; ``open`` compares fedrun's
-readings of the points 004 leaves open (centred k-means seeds, Adam's step for eq. 64, a smaller alpha_g, no
-acceleration, K of two local passes) and two departures from 004 to test it: omega^j of eq. 59 counted over the
+readings of the points Zhao et al. leave open (centred k-means seeds, Adam's step for eq. 64, a smaller alpha_g, no
+acceleration, K of two local passes) and two departures from Zhao et al. to test it: omega^j of eq. 59 counted over the
 round's machines, and groups taken from the preferences of eq. 18 instead of k-means. FSVRG with one model (the
 bank's own base, alpha_l = 12) is drawn dotted beside them as a reference.
 With ``--seeds K`` every curve and value is the mean over seeds S .. S + K - 1 (runs under <runs>/<dataset>/seed<s>/),
@@ -37,13 +37,14 @@ from fedrun.reproduce import fixture_for, mean_curve, provenance, run_jobs, verd
 PROPOSED = {"mafsvrg": "MA-FSVRG", "gafsvrg": "GA-FSVRG"}
 BASELINES = {"fedprox": "FedProx", "perfedavg": "PFedAvg", "scaffold": "SCAFFOLD", "mimesvrg": "MimeSVRG",
              "losac": "LoSAC (mechanism)"}
-REFERENCE = {"fsvrg": "FSVRG (one model)"}  # the bank's own base: 004's single-model rounds throughout, alpha_l = 12
+# the bank's own base: Zhao et al.'s single-model rounds throughout, alpha_l = 12
+REFERENCE = {"fsvrg": "FSVRG (one model)"}
 SETTINGS = {  # machines, participation levels (fractions), the paper's figure metrics
     "mnist": (400, (0.20, 0.15, 0.10, 0.05), {1: "test_acc", 2: "macro_precision", 3: "micro_recall",
                                                 4: "micro_f1"}),
     "cifar10": (1000, (0.40, 0.30, 0.20, 0.10), {5: "macro_recall", 6: "macro_f1", 7: "micro_precision"}),
 }
-# 004's reported values at the end of training: (metric, participation) -> {method: value}
+# Zhao et al.'s reported values at the end of training: (metric, participation) -> {method: value}
 PAPER = {
     ("test_acc", 0.20): {"MA-FSVRG": 0.982, "GA-FSVRG": 0.985},
     ("test_acc", 0.15): {"MA-FSVRG": 0.980, "GA-FSVRG": 0.983},
@@ -69,7 +70,7 @@ PAPER = {
 STUDIES = {8: ("algo.bank.threshold", (2, 4, 6, 8), "threshold T"), 9: ("algo.bank.models", (2, 4, 6, 8), "models C"),
            10: ("algo.bank.beta1", (0.0, 0.5, 0.8, 0.9), "beta1")}
 STUDY_DEFAULTS = {"algo.bank.threshold": 4, "algo.bank.models": 4, "algo.bank.beta1": 0.0}
-# fedrun's readings of what 004 leaves open (fedrun/algorithms/bank.py), at 10% of machines: fig "open"
+# fedrun's readings of what Zhao et al. leave open (fedrun/algorithms/bank.py), at 10% of machines: fig "open"
 OPEN_POINTS = {"as printed (defaults)": {}, "centred seeds (eqs. 39/53)": {"algo.bank.center_seeds": "true"},
                "Adam's step (eq. 64)": {"algo.bank.form": "adam"},
                "both": {"algo.bank.center_seeds": "true", "algo.bank.form": "adam"},
@@ -77,7 +78,7 @@ OPEN_POINTS = {"as printed (defaults)": {}, "centred seeds (eqs. 39/53)": {"algo
                "omega^j over the round's machines (eq. 59)": {"algo.local.omega": "round"},
                "K = two passes of local steps": {"fl.local_epochs": 2},
                "no central acceleration (alpha_g = 0)": {"algo.bank.alpha_g": 0},
-               "groups = preferences (not 004)": {"algo.bank.grouping": "preference"}}
+               "groups = preferences (not Zhao et al.)": {"algo.bank.grouping": "preference"}}
 
 
 def finals(run_dirs: list[str], metric: str) -> list[float]:
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results/fsvrg")
     args = parser.parse_args(argv)
     machines, levels, metrics = SETTINGS[args.dataset]
-    study_level = levels[2] if args.dataset == "mnist" else levels[-1]  # 004's studies: 10% of machines
+    study_level = levels[2] if args.dataset == "mnist" else levels[-1]  # Zhao et al.'s studies: 10% of machines
     if args.levels:
         wanted = {int(v) for v in args.levels.split(",")}
         if not wanted <= {round(100 * lv) for lv in levels}:
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                      *(f"{k}={v}" for k, v in changes.items())]
         if algo in BASELINES:
             overrides += [f"fl.lr={args.baseline_lr}"]
-        if algo in PROPOSED and "algo.bank.form" not in changes:  # these figures are 004 as printed (eq. 64 too)
+        if algo in PROPOSED and "algo.bank.form" not in changes:  # these figures: Zhao et al. as printed (eq. 64 too)
             overrides += ["algo.bank.form=paper"]
         jobs.setdefault(key, [([*overrides, f"seed={seed}"], str(Path(args.runs) / args.dataset / f"seed{seed}" / name))
                               for seed in seeds])
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     command = "python scripts/fsvrg_figs.py " + " ".join(argv if argv is not None else sys.argv[1:])
     seed_text = f"seed {args.seed}" if args.seeds == 1 else f"mean over seeds {seeds[0]}-{seeds[-1]}"
-    report = [f"# 004 figures on {args.dataset}, {args.rounds} rounds, {seed_text}\n",
+    report = [f"# Zhao et al. figures on {args.dataset}, {args.rounds} rounds, {seed_text}\n",
               provenance(command, summaries) + (f" **{note}.**" if note else "") + "\n"]
     for fig, fig_panels in panels.items():
         metric = metrics.get(fig, "test_acc")
@@ -186,13 +187,13 @@ def main(argv: list[str] | None = None) -> int:
             ax.set_ylabel(metric)
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7)
-        fig_.suptitle(f"004 Fig. {fig} ({args.dataset}; fedrun)" if fig != "open" else
-                      f"004's open points, fedrun's readings ({args.dataset}, 10% of machines)")
+        fig_.suptitle(f"Zhao et al. Fig. {fig} ({args.dataset}; fedrun)" if fig != "open" else
+                      f"Zhao et al.'s open points, fedrun's readings ({args.dataset}, 10% of machines)")
         fig_.tight_layout()
         fig_.savefig(out / f"fig{fig}_{args.dataset}.png", dpi=120)
         plt.close(fig_)
         table = pd.DataFrame(rows)
-        heading = f"Fig. {fig}" if fig != "open" else "The points 004 leaves open (MA/GA at 10%)"
+        heading = f"Fig. {fig}" if fig != "open" else "The points Zhao et al. leave open (MA/GA at 10%)"
         report.append(f"\n## {heading}: {metric}\n\n" + table.to_markdown(index=False) + "\n")
         if fig in metrics:
             report.append(claims(table, metric))
@@ -207,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def claims(table: pd.DataFrame, metric: str) -> str:
-    """004's orderings per panel: GA above MA, both above every baseline (final values); and whether the bank beats
-    its own base, FSVRG with one model (not a claim of 004, which does not run it)."""
+    """Zhao et al.'s orderings per panel: GA above MA, both above every baseline (final values); and whether the bank
+    beats its own base, FSVRG with one model (not a claim of Zhao et al., which does not run it)."""
     lines = []
     for panel, rows in table.groupby("panel", sort=False):
         final = dict(zip(rows["method"], rows[f"final {metric}"]))
@@ -222,17 +223,18 @@ def claims(table: pd.DataFrame, metric: str) -> str:
 
 
 def paper_consistency(table: pd.DataFrame, levels: list[float], run_dirs: list[str]) -> str:
-    """004 reports MA's and GA's accuracy three times per panel: Fig. 1's accuracy, Fig. 3's micro-averaged recall and
-    Fig. 4's micro-averaged F1. For single-label classification all three are the same number (every wrong prediction
-    is one false negative and one false positive), as fedrun's runs show; 004's differ, so its Fig. 1 targets are set
-    beside its Fig. 3 values, the same quantity as reported elsewhere in 004."""
+    """Zhao et al. report MA's and GA's accuracy three times per panel: Fig. 1's accuracy, Fig. 3's micro-averaged
+    recall and Fig. 4's micro-averaged F1. For single-label classification all three are the same number (every wrong
+    prediction is one false negative and one false positive), as fedrun's runs show; Zhao et al.'s differ, so its Fig. 1
+    targets are set beside its Fig. 3 values, the same quantity as reported elsewhere in 004."""
     if not levels:
         return ""
     gap = max(float((m["micro_recall"] - m["test_acc"]).abs().max())
               for m in (pd.read_csv(Path(d) / "metrics.csv") for d in run_dirs))
-    lines = [f"\n### 004's accuracy, reported three times\n\nMicro-averaged precision, recall and F1 equal accuracy "
-             f"for single-label classification (the largest |micro recall - accuracy| at any round of these runs: "
-             f"{gap:.2g}), but 004's Figs. 1, 3 and 4 give three different values for each (Fig. 1 / 3 / 4):\n"]
+    lines = [f"\n### Zhao et al.'s accuracy, reported three times\n\nMicro-averaged precision, recall and F1 equal "
+             f"accuracy for single-label classification (the largest |micro recall - accuracy| at any round of these "
+             f"runs: "
+             f"{gap:.2g}), but Zhao et al.'s Figs. 1, 3 and 4 give three different values for each (Fig. 1 / 3 / 4):\n"]
     for level in levels:
         final = dict(zip(*(table.loc[table["panel"] == f"{int(100 * level)}% of machines", c]
                            for c in ("method", "final test_acc"))))
@@ -245,17 +247,18 @@ def paper_consistency(table: pd.DataFrame, levels: list[float], run_dirs: list[s
 
 
 def readings_against_paper(table: pd.DataFrame, level: float) -> str:
-    """Each open-point reading's MA and GA against 004's accuracy as Fig. 1 and as Fig. 3 give it."""
+    """Each open-point reading's MA and GA against Zhao et al.'s accuracy as Fig. 1 and as Fig. 3 give it."""
     lines = [f"- {title}: " + "; ".join(f"{method} {against_paper(method, level, ours)}"
                                         for method, ours in zip(rows["method"], rows["final test_acc"])
                                         if method in PROPOSED.values())
              for title, rows in table.groupby("panel", sort=False)]
-    return (f"Each reading against 004's accuracy at {int(100 * level)}% as Fig. 1 and as Fig. 3 give it (see \"004's "
-            "accuracy, reported three times\"):\n\n" + "\n".join(lines) + "\n")
+    return (f"Each reading against Zhao et al.'s accuracy at {int(100 * level)}% as Fig. 1 and as Fig. 3 give it "
+            "(see \"Zhao et al.'s accuracy, reported three times\"):\n\n" + "\n".join(lines) + "\n")
 
 
 def against_paper(method: str, level: float, ours: float) -> str:
-    """fedrun's final accuracy of ``method`` and whether it is within 1 point of 004's Fig. 1 and Fig. 3 values."""
+    """fedrun's final accuracy of ``method`` and whether it is within 1 point of Zhao et al.'s Fig. 1 and Fig. 3
+    values."""
     fig1, fig3 = PAPER[("test_acc", level)][method], PAPER[("micro_recall", level)][method]
     return (f"fedrun {ours:.4f} (within 1 point of Fig. 1: {'yes' if abs(ours - fig1) <= 0.01 else 'no'}, "
             f"of Fig. 3: {'yes' if abs(ours - fig3) <= 0.01 else 'no'})")

@@ -1,5 +1,5 @@
-"""How far softmax regression can go on 004's HOG features of MNIST, by normalisation and L2 coefficient: the full
-training set, L-BFGS to convergence, test accuracy. Settles ``data.hog_normalize`` (004 does not say).
+"""How far softmax regression can go on Zhao et al.'s HOG features of MNIST, by normalisation and L2 coefficient: the
+full training set, L-BFGS to convergence, test accuracy. Settles ``data.hog_normalize`` (Zhao et al. do not say).
 
     python scripts/fsvrg_hog_ceiling.py [--l2 0.01,0.0001] [--out DIR]
 
@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python scripts/fsvrg_hog_ceiling.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"# Softmax regression on MNIST HOG features: test accuracy at convergence\n\nMade by `{command}` at "
             f"commit {git_commit()} on {time.strftime('%Y-%m-%d')} on {device_name(torch.device('cpu'))}: all 60,000 "
-            "training images, L-BFGS (300 iterations, strong Wolfe), 10,000 test images. 004's L2 coefficient is "
-            "0.01.\n\n" + "\n".join(rows) + "\n")
+            "training images, L-BFGS (300 iterations, strong Wolfe), 10,000 test images. Zhao et al.'s L2 coefficient "
+            "is 0.01.\n\n" + "\n".join(rows) + "\n")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "hog_ceiling.md").write_text(text)

@@ -1,4 +1,4 @@
-"""004 Table I: the central server's computation for MA-FSVRG and GA-FSVRG with 2, 4, 6, 8 models and 10-40% of
+"""Zhao et al. Table I: the central server's computation for MA-FSVRG and GA-FSVRG with 2, 4, 6, 8 models and 10-40% of
 1000 machines (the CIFAR-10 setting: softmax regression on 729 HOG features, d = 7,300 parameters).
 
     python scripts/fsvrg_table1.py [--rounds R] [--repeats N] [--out DIR]
@@ -117,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{per_round * 1000:.1f} ms, {total:.2f} s, {100 * total / paper[share]:.2f}%")
         lines.append(f"| {kind.upper()}-FSVRG | {models} | " + " | ".join(cells) + " |")
     command = "python scripts/fsvrg_table1.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = (f"# 004 Table I: central computation, fedrun vs the paper\n\nMade by `{command}` at commit {git_commit()} "
-            f"on {time.strftime('%Y-%m-%d')} on {device_name(torch.device('cpu'))}; median of {args.repeats} rounds "
+    text = (f"# Zhao et al. Table I: central computation, fedrun vs the paper\n\nMade by `{command}` at commit "
+            f"{git_commit()} on {time.strftime('%Y-%m-%d')} on {device_name(torch.device('cpu'))}; median of "
+            f"{args.repeats} rounds "
             f"per cell, total = {args.rounds} rounds. The paper's platform: an 8-core CPU, a 14-core GPU, 16 GB.\n\n"
             + "\n".join(lines) + f"\n\nLargest share of the paper's seconds: {worst:.2f}% (target: at most 1%): "
             + ("met" if worst <= 1 else "NOT met") + ".\n\n## Whole rounds of experiment=fsvrg_mnist (400 machines, "

@@ -105,8 +105,8 @@ def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch,
 
 
 def test_a_bank_with_another_loss_evaluates_its_preferences_through_that_loss(tmp_path):
-    """004's eq. 18 exists once: the preferences a personalised evaluation reads are the training's, for any loss
-    (the SVM's squared hinge here; a cross-entropy copy raised IndexError at the bank's first evaluation)."""
+    """Zhao et al.'s eq. 18 exists once: the preferences a personalised evaluation reads are the training's, for any
+    loss (the SVM's squared hinge here; a cross-entropy copy raised IndexError at the bank's first evaluation)."""
     import json
 
     from conftest import run_cli

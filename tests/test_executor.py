@@ -206,8 +206,8 @@ def test_every_algorithm_hook_gives_the_same_round_under_both_executors(cfg_fact
 @pytest.mark.parametrize("model", ["logreg", "mlp", "svm"])
 @pytest.mark.parametrize("own", [False, True])
 def test_full_gradients_batched_over_clients_equal_each_clients_own(monkeypatch, cfg_factory, model, own):
-    """Clients' full-data losses and gradients (FSVRG's anchors, 004's preferences) come from calls that pad several
-    clients to one length (cross-entropy models) or from one client at a time in chunks (clients above
+    """Clients' full-data losses and gradients (FSVRG's anchors, Zhao et al.'s preferences) come from calls that pad
+    several clients to one length (cross-entropy models) or from one client at a time in chunks (clients above
     eval.batch_size samples; the squared hinge, which has no unscored target): both equal each client's loss and
     gradient over its whole data in one piece."""
     sim = Simulation(cfg_factory("data=digits", f"model={model}", *COMMON, "fl.num_clients=12",

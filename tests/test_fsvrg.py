@@ -1,5 +1,5 @@
-"""FSVRG and MA-/GA-FSVRG (004): hand-computed scalings and steps, the grouping's linear algebra and stopping rule,
-the acceleration step, identities with plain FSVRG, HOG features and the macro/micro metrics."""
+"""FSVRG and MA-/GA-FSVRG (Zhao et al.): hand-computed scalings and steps, the grouping's linear algebra and stopping
+rule, the acceleration step, identities with plain FSVRG, HOG features and the macro/micro metrics."""
 
 import math
 import shutil
@@ -297,8 +297,9 @@ def test_a_diverged_round_gives_models_that_are_not_finite_rather_than_an_error(
 
 
 def test_grouping_by_preference_takes_each_clients_preferred_model_as_its_group():
-    """grouping=preference (a departure from 004, to test): the groups are the preferences of eq. 18, each centre the
-    mean of its clients' projected points mapped back by eq. 43, and a model nobody preferred keeps its seed."""
+    """grouping=preference (a departure from Zhao et al., to test): the groups are the preferences of eq. 18, each
+    centre the mean of its clients' projected points mapped back by eq. 43, and a model nobody preferred keeps its
+    seed."""
     gen = torch.Generator().manual_seed(5)
     points = torch.randn(6, 10, dtype=torch.float64, generator=gen)
     seeds = torch.randn(3, 10, dtype=torch.float64, generator=gen)

@@ -126,9 +126,9 @@ def test_more_rounds_extend_a_finished_run_only_when_resuming(tmp_path):
 
 
 def test_the_fsvrg_figures_set_fedrun_beside_004s_accuracy_as_fig_1_and_as_fig_3_give_it(tmp_path):
-    """004 gives MA's and GA's accuracy at 10% as 97.8 / 98.1 (Fig. 1) and as micro recall 96.5 / 97.0 (Fig. 3), one
-    quantity for single-label classification; the script says which of the two fedrun's final value is within a point
-    of, and how far the runs' micro recall ever is from their accuracy."""
+    """Zhao et al. give MA's and GA's accuracy at 10% as 97.8 / 98.1 (Fig. 1) and as micro recall 96.5 / 97.0 (Fig. 3),
+    one quantity for single-label classification; the script says which of the two fedrun's final value is within a
+    point of, and how far the runs' micro recall ever is from their accuracy."""
     import importlib.util
     from pathlib import Path
 

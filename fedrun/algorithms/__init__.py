@@ -70,9 +70,9 @@ def check_parts(algo_cfg) -> list[str]:
         others = [f"algo/{part}={algo_cfg[part].name}" for part, name in defaults.items()
                   if algo_cfg[part].name != name]
         if others:
-            problems.append(f"algo/bank={algo_cfg.bank.name} with {', '.join(others)}: a bank round (004 Procedures "
-                            "1-4) has no plug point for them. Fix: use algo/selector=all, algo/harmonizer=none and "
-                            "algo/schedule=fixed")
+            problems.append(f"algo/bank={algo_cfg.bank.name} with {', '.join(others)}: a bank round (Zhao et al. "
+                            "Procedures 1-4) has no plug point for them. Fix: use algo/selector=all, "
+                            "algo/harmonizer=none and algo/schedule=fixed")
     if algo_cfg.get("pooled") and rule.pooling_removes_its_correction:
         problems.append(f"algo=centralized with algo/local={local}: a single client holding all data makes the "
                         f"{local} correction vanish. Fix: use algo/local=sgd")

@@ -1,4 +1,4 @@
-"""A bank of C diversified global models (004: Zhao, Cai, Lu, "Tailored Federated Learning With Adaptive Central
+"""A bank of C diversified global models (Zhao, Cai, Lu, "Tailored Federated Learning With Adaptive Central
 Acceleration on Diversified Global Models", TNNLS 2024): MA-FSVRG and GA-FSVRG.
 
 After the threshold round T (``algo.bank.threshold``) the server keeps C models. Each round, every sampled client
@@ -15,7 +15,7 @@ Procedure 1). The server then groups the round's clients (Procedure 2 or 3) and 
 - Acceleration (eqs. 59-64): w_c = w_c + A_r (w_c* - w_c) (eq. 60), anchor gradients g_c at w_c (eq. 61), Adam-like
   moments (eqs. 62-63) and the step of eq. 64.
 
-Points 004 leaves open, decided here and configurable:
+Points Zhao et al. leave open, decided here and configurable:
 - k-means stops when the eq. 42/56 sum of distances is <= ``kmeans_eps`` (1e-4), which needs every group to collapse
   onto its centre; otherwise it stops at a fixed point of the assignment (or after ``kmeans_max_iter``). An empty group
   keeps its previous centre.
@@ -25,18 +25,18 @@ Points 004 leaves open, decided here and configurable:
   grouping seeds it with farthest-point picks (the point farthest from the mean, then from those chosen).
 - Eq. 58 adds the group's gradient to its model with no step size; fedrun moves the model against it, by
   ``ga_step`` (default: the clients' mean local step alpha_l / n_i times their mean number of local steps).
-- ``grouping=kmeans`` (004) forms the groups by k-means; ``grouping=preference`` takes each client's group to be the
-  model it preferred and trained from (eq. 18), each group's centre the mean of its projected points (a group nobody
-  preferred keeps its seed): a departure from 004, offered to test whether the k-means groups' disagreement with the
-  preferences (logged as ``group_is_preferred``) is what costs the bank its accuracy.
-- Eq. 64: ``form=adam`` (the default) reads 004's "Adam-like moments" as Adam's bias-corrected step on the moments
-  of eqs. 62-63 (alpha_g per coordinate). ``form=paper`` is eq. 64 as printed: w - alpha_g (1 - beta1)
+- ``grouping=kmeans`` (Zhao et al.) forms the groups by k-means; ``grouping=preference`` takes each client's group to be
+  the model it preferred and trained from (eq. 18), each group's centre the mean of its projected points (a group nobody
+  preferred keeps its seed): a departure from Zhao et al., offered to test whether the k-means groups' disagreement with
+  the preferences (logged as ``group_is_preferred``) is what costs the bank its accuracy.
+- Eq. 64: ``form=adam`` (the default) reads Zhao et al.'s "Adam-like moments" as Adam's bias-corrected step on the
+  moments of eqs. 62-63 (alpha_g per coordinate). ``form=paper`` is eq. 64 as printed: w - alpha_g (1 - beta1)
   sqrt((1 - beta2^r) / (1 - beta2)) m / sqrt(v + eps), r counting the accelerated rounds, whose first step is
   alpha_g (1 - beta1)^2 / sqrt(1 - beta2), 0.63 per coordinate for beta1 = 0, along the anchor's sign (a gradient
   step of alpha_g / sqrt(eps) where the anchor's coordinate is below sqrt(eps / (1 - beta2)) ~ 3e-3). As printed it
-  does not train stably on 004's MNIST setting (GA's test loss 1.8 -> 113 within six rounds; at 10% participation
-  the bank's models average 77-84% after 40 rounds against 90-93% with Adam's step: results/fsvrg/claims.md), so
-  it is the option, not the default.
+  does not train stably on Zhao et al.'s MNIST setting (GA's test loss 1.8 -> 113 within six rounds; at 10%
+  participation the bank's models average 77-84% after 40 rounds against 90-93% with Adam's step:
+  results/fsvrg/claims.md), so it is the option, not the default.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """FSVRG (Konečný et al. 2016, "Federated Optimization: Distributed Machine Learning for On-Device Intelligence",
-Alg. 4; reference-rules.md §6) in the form 004 (Zhao, Cai, Lu, TNNLS 2024) trains with, eqs. 16 and 19-24, 59-60.
+Alg. 4; reference-rules.md §6) in the form Zhao et al. (TNNLS 2024) train it with, eqs. 16 and 19-24, 59-60.
 
 Per round, the sampled clients S^r send their full local gradients at the model they start from and the server
 forms the anchor gradient g = sum_{i in S^r} (n_i / n^r) grad f_i(w) (eq. 16; eq. 17 per model of the bank). Client
@@ -22,7 +22,7 @@ client (any model), so A_r = |S^r| / N.
 ``omega``: eq. 59 counts omega^j over all N machines (``all``, as printed), which scales every update by the
 participation share for a feature all machines hold; ``round`` counts it over the round's clients (Konečný's
 A = diag(K / omega^j) with the round's clients as its K nodes, 1 for a feature none of them holds), each client sending
-which features it holds. A reading to test the printed one against, not 004's.
+which features it holds. A reading to test the printed one against, not Zhao et al.'s.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def feature_scalings(counts: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
 
 
 class FSVRG(LocalRule):
-    """Konečný et al.'s FSVRG local steps (004 eqs. 20-23) and the server's A_r scaling (eqs. 59-60)."""
+    """Konečný et al.'s FSVRG local steps (Zhao et al. eqs. 20-23) and the server's A_r scaling (eqs. 59-60)."""
 
     name = "fsvrg"
     trains_a_bank = True

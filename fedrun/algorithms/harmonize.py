@@ -13,7 +13,7 @@ import torch
 
 
 def fedgh_coefficients(gram: torch.Tensor, orders: list[list[int]]) -> torch.Tensor:
-    """FedGH Algorithm 1 (001_662c50974d887e50.txt; NOTES.md) on the Gram matrix of the original updates g~:
+    """FedGH Algorithm 1 (Zhang et al.; NOTES.md) on the Gram matrix of the original updates g~:
     for each k, for j != k in ``orders[k]``: if g_k . g~_j < 0 then g_k -= (g_k . g~_j / ||g~_j||^2) g~_j, where g_k
     is the progressively projected update and g~_j the unmodified copy. Writing g_k = sum_m A[k, m] g~_m,
     g_k . g~_j = A[k] . G[:, j], so the sequential projections are exact and cost O(K) each. Each k's sequence
@@ -63,7 +63,7 @@ class FedGH:
 
 def dgt_coefficients(gram: torch.Tensor, baselines: torch.Tensor, momentum: float
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """DGT Algorithm 2, eqs. 4-8 (003_0d13b020725b6b47.txt; NOTES.md), all from the original updates:
+    """DGT Algorithm 2, eqs. 4-8 (Li et al.; NOTES.md), all from the original updates:
     POP_k = sum_{j != k} g_j; Phi_k = cos(g_k, POP_k); if Phi_k < PhiT_k (the client's baseline, clamped to
     [-1 + 1e-6, 1 - 1e-6]) then g_k' = g_k + a2 POP_k with
     a2 = ||g_k|| (PhiT sqrt(1 - Phi^2) - Phi sqrt(1 - PhiT^2)) / (||POP_k|| sqrt(1 - PhiT^2)), which makes

@@ -1,4 +1,4 @@
-"""Per-FedAvg (Fallah et al. 2020), the "PFedAvg" baseline of 004_a83f72736f7aec11.txt."""
+"""Per-FedAvg (Fallah et al. 2020), the "PFedAvg" baseline of Zhao et al.."""
 
 from __future__ import annotations
 

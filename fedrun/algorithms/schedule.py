@@ -73,7 +73,7 @@ def gradient_consistency(positive: torch.Tensor, negative: torch.Tensor) -> floa
 
 
 class GIFT:
-    """GIFT (002_66c596d062c27b08.txt, Sec. 5; NOTES.md): every client takes tau local iterations (tau_0 = 100).
+    """GIFT (anonymous submission, Sec. 5; NOTES.md): every client takes tau local iterations (tau_0 = 100).
     After each round the server pools the updates u_i = w_i - w_t it received into two EMAs,
     P_r = beta P_{r-1} + (1 - beta) sum_i relu(u_i) and N_r = beta N_{r-1} + (1 - beta) sum_i -relu(-u_i) (both start
     at 0), and computes the Gradient Consistency C_r = ||P_r + N_r|| / (||P_r|| + ||N_r||). When C_r has not decreased

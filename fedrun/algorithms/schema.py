@@ -410,7 +410,7 @@ class NoBankConfig(PartConfig):
 
 @dataclass
 class BankConfig(PartConfig):
-    """MA-/GA-FSVRG's C diversified global models (004)."""
+    """MA-/GA-FSVRG's C diversified global models (Zhao et al.)."""
 
     part, target, options = "bank", "fedrun.algorithms.bank.ModelBank", ("ma",)
     name: str = "ma"
@@ -424,14 +424,14 @@ class BankConfig(PartConfig):
     kmeans_eps: float = 1.0e-4  # the eq. 42 stopping sum
     kmeans_max_iter: int = 100
     center_seeds: bool = False  # eqs. 39/53 as printed (anchors projected uncentred); true: centred like the clients
-    grouping: str = "kmeans"  # kmeans (004) | preference: each client grouped with the model it preferred (a test)
+    grouping: str = "kmeans"  # kmeans (Zhao et al.) | preference: each client grouped with the model it preferred
 
     def arguments(self) -> dict[str, Any]:
         return {"kind": self.name, "ga_step": None, **super().arguments()}  # MA has no GA step
 
     def rules(self) -> Iterator[Rule]:
-        yield (_int(self.models) and self.models >= 1, "models", "must be an integer >= 1 (C; 4 in 004's MNIST runs)",
-               "4")
+        yield (_int(self.models) and self.models >= 1, "models",
+               "must be an integer >= 1 (C; 4 in Zhao et al.'s MNIST runs)", "4")
         yield _int(self.threshold) and self.threshold >= 0, "threshold", "must be an integer >= 0", "4"
         yield _num(self.alpha_g) and self.alpha_g > 0, "alpha_g", "must be > 0", "0.02"
         yield _unit(self.beta1), "beta1", "must be in [0, 1)", "0.0"

@@ -107,7 +107,7 @@ def herd_diagnostics(g: torch.Tensor, distance: torch.Tensor, residual: torch.Te
 
 
 class Herd:
-    """BHerd (000_4b8cd08d479a2377.txt, Algorithms 2-3, eqs. 4-6): the client herds its tau_i step gradients, sends
+    """BHerd (Luo et al., Algorithms 2-3, eqs. 4-6): the client herds its tau_i step gradients, sends
     g_i = the sum of the first alpha*tau_i of the herded order (eq. 5, raw gradients), and the server steps
     w <- w - eta (E / alpha) sum_i p_i g_i (eq. 6). The factor -eta E / alpha is applied here, to each client's g_i,
     so the aggregator and server optimiser stay those of the base algorithm. When every step is selected the sum of

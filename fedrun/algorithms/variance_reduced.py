@@ -52,8 +52,8 @@ class MimeSVRG(LocalRule):
 
 class LoSAC(LocalRule):
     """LoSAC-style local stochastic average control. ONLY the mechanism that LoSAC's abstract (Chen et al.,
-    arXiv 2112.07839) and 004 Sec. II describe is implemented: each client keeps a running estimate v of the global
-    full gradient, refreshed after every local step, and the estimates are aggregated at the server. The concrete
+    arXiv 2112.07839) and Zhao et al. Sec. II describe is implemented: each client keeps a running estimate v of the
+    global full gradient, refreshed after every local step, and the estimates are aggregated at the server. The concrete
     update below is the SAGA-style reading of reference-rules.md Part 2 §3 [HYPOTHESIS], not the paper's verified
     algorithm (its full text was not available):
 

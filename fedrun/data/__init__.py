@@ -28,8 +28,8 @@ DATASETS: dict[str, DatasetSpec] = {
               speech_commands.SPEC, synthetic.LEAF, synthetic.FEDPROX, synthetic.TWO_GAUSSIANS,
               tiny_imagenet.SPEC, twitter.SPEC,
               shakespeare_plays.SPEC,
-              *leaf.SPECS.values(), hog_spec(mnist.SPEC, 28, 28, "004 Sec. V-A"),
-              hog_spec(cifar.CIFAR10, 32, 32, "004 Sec. V-A"))
+              *leaf.SPECS.values(), hog_spec(mnist.SPEC, 28, 28, "Zhao et al. Sec. V-A"),
+              hog_spec(cifar.CIFAR10, 32, 32, "Zhao et al. Sec. V-A"))
 }
 
 

@@ -1,13 +1,14 @@
-"""Histogram-of-oriented-gradients features (004 Sec. V-A, after Lu 2017): MNIST and CIFAR-10 as HOG vectors.
+"""Histogram-of-oriented-gradients features (Zhao et al. Sec. V-A, after Lu 2017): MNIST and CIFAR-10 as HOG vectors.
 
 Per image (grey levels in [0, 1]; CIFAR-10 converted to grey with ITU-R 601 weights): gradients by central
 differences, each pixel's magnitude added to one of ``bins`` orientation bins evenly dividing [0, 2 pi), summed over
 square blocks of ``block`` pixels at stride ``stride``. For 28x28 MNIST with block 7, stride 3 and 9 bins: 8 x 8 = 64
-blocks, 576 features (004's numbers). The paper does not say how features are normalised; ``data.hog_normalize``:
-``none`` (default) keeps the raw sums, ``l2`` scales each image's vector to unit length. Softmax regression with 004's
-L2 coefficient 0.01 reaches 98.2% on MNIST with the raw sums and 90.6% with unit vectors (the coefficient then
-dominates; scripts/fsvrg_hog_ceiling.py), so the raw sums match the paper's accuracies. Computed once for the whole
-dataset with tensor operations and cached under ``<root>/<dataset>_hog/``, keyed by the settings and the source data.
+blocks, 576 features (Zhao et al.'s numbers). The paper does not say how features are normalised;
+``data.hog_normalize``: ``none`` (default) keeps the raw sums, ``l2`` scales each image's vector to unit length. Softmax
+regression with Zhao et al.'s L2 coefficient 0.01 reaches 98.2% on MNIST with the raw sums and 90.6% with unit vectors
+(the coefficient then dominates; scripts/fsvrg_hog_ceiling.py), so the raw sums match the paper's accuracies. Computed
+once for the whole dataset with tensor operations and cached under ``<root>/<dataset>_hog/``, keyed by the settings and
+the source data.
 """
 
 from __future__ import annotations

@@ -134,8 +134,8 @@ class Evaluation:
         return bool(self.sim.cfg.eval.get("personalized", False)) or self.sim.algo.local.personalizes
 
     def evaluate_personalized(self, rnd: int) -> float:
-        """Mean over clients of each client's model on the test samples of the classes it holds (004's protocol):
-        the global model, its preferred model of a bank (MA-/GA-FSVRG), or for a rule with ``personalize``
+        """Mean over clients of each client's model on the test samples of the classes it holds (Zhao et al.'s
+        protocol): the global model, its preferred model of a bank (MA-/GA-FSVRG), or for a rule with ``personalize``
         (Per-FedAvg) the global model adapted on one batch of the client's data."""
         sim = self.sim
         test_labels = sim.data.y_test

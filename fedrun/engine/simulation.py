@@ -95,7 +95,7 @@ class Simulation:
         self.server_state = self.algo.server_opt.init(self.params)
         self.rule_state = self.algo.local.server_init(self.params, self.num_clients)
         self.client_states: dict[int, object] = {}
-        if self.algo.local.needs_feature_counts:  # FSVRG: Lambda_i and A_r (004 eqs. 21, 59)
+        if self.algo.local.needs_feature_counts:  # FSVRG: Lambda_i and A_r (Zhao et al. eqs. 21, 59)
             features = MODELS[cfg.model.name].parameter_features
             self.client_states, self.rule_state["omega"] = self.algo.local.client_statics(
                 feature_counts(self.data.x_train, partition.indices),
