@@ -1,12 +1,16 @@
 """The typed config of a run's own sections (``fl``, ``eval``, ``diagnostics``, ``checkpoint`` and the top-level
-switches): each key's type and allowed range, beside it.
+switches) and of the groups (``hardware``, ``participation``, ``timing``, ``logger``, ``partition``, ``model``): each
+key's type and allowed range, beside it. A group's schema holds every key its options set (a key the chosen option does
+not read is ignored, as a preset's ``partition.alpha`` after ``partition=classes``), so a misspelt key is refused.
 
-``RunConfig`` is registered in Hydra's ConfigStore as ``fedrun_schema``, the schema ``conf/config.yaml`` extends:
-Hydra refuses a key fedrun does not have and a value of the wrong type while composing (``fl.lr=fast``), and
-:func:`section_problems` states every value out of range as one line naming the key, the value, the range and the
-fix. The values themselves, and the comments that say what each does, are written once, in ``conf/config.yaml``.
-The groups (data, partition, model, algo, ...) keep their own checks: the algorithm parts in
-:mod:`fedrun.algorithms.schema`, the rest in :mod:`fedrun.config`.
+``RunConfig`` is registered in Hydra's ConfigStore as ``fedrun_schema``, the schema ``conf/config.yaml`` extends, and
+each group's class as ``<group>/<group>_schema``, the schema its options' YAML files extend: Hydra refuses a key
+fedrun does not have and a value of the wrong type while composing (``fl.lr=fast``), and :func:`section_problems`
+states every value out of range as one line naming the key, the value, the range and the fix. The values
+themselves, and the comments that say what each does, are written once, in the YAML files. The algorithm parts have
+their schemas in :mod:`fedrun.algorithms.schema`; ``data``, whose twenty options read their own keys with defaults in
+code, and the checks that span groups (a partition's classes against the dataset's, a model against its inputs) are in
+:mod:`fedrun.config`.
 """
 
 from __future__ import annotations
@@ -22,11 +26,10 @@ Rule = tuple[bool, str, str, str]  # (holds, key, what the key must be, a value 
 
 @dataclass
 class Section:
-    """A config section whose ``rules`` state each key's range; ``options``: the YAML options of a group it is the
-    schema of."""
+    """A config node (a section, a group, an algorithm part) whose ``rules`` state each key's range, as
+    (holds, key, what the key must be, a value that fixes it); ``problems`` words each that fails as one line."""
 
     prefix: ClassVar[str]
-    options: ClassVar[tuple[str, ...]] = ()
 
     def rules(self) -> Iterator[Rule]:
         yield from ()
@@ -179,81 +182,140 @@ class HardwareConfig(Section):
 
 
 @dataclass
-class UniformParticipation(Section):
-    prefix, options = "participation", ("uniform",)
+class ParticipationConfig(Section):
+    """Who reports each round: ``uniform`` (fl.clients_per_round drawn) or ``earliest`` (GIFT Sec. 6.1: the server
+    keeps the earliest ``fraction`` of all clients' reports). A key the chosen option does not read may be set (a
+    preset's, under another option) and is ignored, as in every group below."""
+
+    prefix = "participation"
     name: str = MISSING
-
-
-@dataclass
-class EarliestParticipation(Section):
-    """GIFT Sec. 6.1: the server keeps the earliest ``fraction`` of all clients' reports."""
-
-    prefix, options = "participation", ("earliest",)
-    name: str = MISSING
-    fraction: float = MISSING
-    delay: str = MISSING
-    delay_scale: float = MISSING
+    fraction: Optional[float] = None
+    delay: Optional[str] = None
+    delay_scale: Optional[float] = None
 
     def rules(self) -> Iterator[Rule]:
         from .engine.cohort import DELAYS
 
-        yield 0 < self.fraction <= 1, "fraction", "must be in (0, 1]", "0.4"
-        yield self.delay in DELAYS, "delay", f"must be one of {DELAYS}", "exponential"
-        yield self.delay_scale > 0, "delay_scale", "must be > 0", "1.0"
+        yield self.name in ("uniform", "earliest"), "name", "must be uniform or earliest", "uniform"
+        if self.name == "earliest":
+            yield _positive(self.fraction) and self.fraction <= 1, "fraction", "must be in (0, 1]", "0.4"
+            yield self.delay in DELAYS, "delay", f"must be one of {DELAYS}", "exponential"
+            yield _positive(self.delay_scale), "delay_scale", "must be > 0", "1.0"
 
 
 @dataclass
-class NoTiming(Section):
-    prefix, options = "timing", ("none",)
+class TimingConfig(Section):
+    """``none``, or GIFT Sec. 6.1's time model (``simulated``)."""
+
+    prefix = "timing"
     name: str = MISSING
-
-
-@dataclass
-class SimulatedTiming(Section):
-    """GIFT Sec. 6.1's time model."""
-
-    prefix, options = "timing", ("simulated",)
-    name: str = MISSING
-    step_time_s: Optional[float] = MISSING
-    bandwidth_mbps: float = MISSING
-    server_bandwidth_mbps: float = MISSING
-    budget_s: Optional[float] = MISSING
+    step_time_s: Optional[float] = None
+    bandwidth_mbps: Optional[float] = None
+    server_bandwidth_mbps: Optional[float] = None
+    budget_s: Optional[float] = None
 
     def rules(self) -> Iterator[Rule]:
-        yield self.step_time_s is None or self.step_time_s > 0, "step_time_s", "must be null (measured) or > 0", "null"
-        yield self.bandwidth_mbps > 0, "bandwidth_mbps", "must be > 0", "25"
-        yield self.server_bandwidth_mbps > 0, "server_bandwidth_mbps", "must be > 0", "10000"
-        yield self.budget_s is None or self.budget_s > 0, "budget_s", "must be null or > 0", "null"
+        yield self.name in ("none", "simulated"), "name", "must be none or simulated", "simulated"
+        if self.name == "simulated":
+            yield (self.step_time_s is None or self.step_time_s > 0, "step_time_s", "must be null (measured) or > 0",
+                   "null")
+            yield _positive(self.bandwidth_mbps), "bandwidth_mbps", "must be > 0", "25"
+            yield _positive(self.server_bandwidth_mbps), "server_bandwidth_mbps", "must be > 0", "10000"
+            yield self.budget_s is None or self.budget_s > 0, "budget_s", "must be null or > 0", "null"
 
 
 @dataclass
-class FileLogger(Section):
-    prefix, options = "logger", ("csv", "none")
-    name: str = MISSING
+class LoggerConfig(Section):
+    """``csv``, ``none`` or ``wandb`` (with its project, entity, group, tags and mode)."""
 
-
-@dataclass
-class WandbSettings(Section):
-    prefix, options = "logger", ("wandb",)
+    prefix = "logger"
     name: str = MISSING
-    project: str = MISSING
-    entity: Optional[str] = MISSING
-    group: Optional[str] = MISSING
-    tags: List[str] = MISSING
-    mode: Optional[str] = MISSING
+    project: Optional[str] = None
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    tags: Optional[List[str]] = None
+    mode: Optional[str] = None
 
     def rules(self) -> Iterator[Rule]:
+        yield self.name in ("csv", "wandb", "none"), "name", "must be csv, wandb or none", "csv"
         yield (self.mode in (None, "online", "offline", "disabled"), "mode",
                "must be null ($WANDB_MODE or W&B's default), online, offline or disabled", "offline")
 
 
-GROUPS: dict[str, dict[str | None, type[Section]]] = {"hardware": {None: HardwareConfig}}
-for _cls in (UniformParticipation, EarliestParticipation, NoTiming, SimulatedTiming, FileLogger, WandbSettings):
-    for _option in _cls.options:
-        GROUPS.setdefault(_cls.prefix, {})[_option] = _cls
-for _group, _options in GROUPS.items():
-    for _option, _cls in _options.items():
-        ConfigStore.instance().store(group=_group, name=f"{_option or _group}_schema", node=_cls)
+@dataclass
+class PartitionConfig(Section):
+    """How the training set is split over the clients (fedrun/partition.py). ``classes_per_client``'s range depends on
+    the dataset's classes: it is checked with the data, in fedrun.config."""
+
+    prefix = "partition"
+    name: str = MISSING
+    alpha: Optional[float] = None  # dirichlet, dirichlet_resample
+    min_size: Optional[int] = None  # dirichlet
+    client_fraction: Optional[float] = None  # dirichlet_resample
+    classes_per_client: Any = None  # classes: an integer, or [lo, hi] for a per-client draw
+    split: Optional[str] = None  # case2, case3
+    label_deal: Optional[str] = None  # case2, case3
+
+    def rules(self) -> Iterator[Rule]:
+        from .partition import PARTITIONS
+
+        yield self.name in PARTITIONS, "name", f"must be one of {PARTITIONS}", "dirichlet"
+        if self.name in ("dirichlet", "dirichlet_resample"):
+            yield (_positive(self.alpha), "alpha",
+                   "must be > 0 (Dirichlet concentration: small = skewed, large = close to IID)", "0.5")
+        if self.name == "dirichlet":
+            yield self.min_size is None or self.min_size >= 0, "min_size", "must be an integer >= 0", "1"
+        if self.name == "dirichlet_resample":
+            yield (_positive(self.client_fraction) and self.client_fraction <= 1, "client_fraction",
+                   "must be in (0, 1]", "0.01")
+        if self.name in ("case2", "case3"):
+            yield (self.split in ("samples", "labels"), "split",
+                   "must be samples (half of the shuffled samples IID) or labels (the lower half of the label range "
+                   "IID, Wang et al.'s Case 4)", "samples")
+            yield (self.label_deal in ("blocks", "round_robin", "task"), "label_deal",
+                   "must be blocks, round_robin or task (the class the model predicts)", "blocks")
+
+
+@dataclass
+class ModelConfig(Section):
+    """The network (fedrun/models.py); which models fit the dataset's inputs is checked with the data, in
+    fedrun.config. Each option's YAML sets the keys its builder reads."""
+
+    prefix = "model"
+    name: str = MISSING
+    vocab_size: Optional[int] = None  # gru, lstm, lstm_lm: the dataset's vocabulary by default
+    embed_dim: Optional[int] = None  # gru, lstm
+    hidden: Any = None  # gru, lstm, lstm_lm: units; mlp: a list of layer widths
+    layers: Optional[int] = None  # gru, lstm, lstm_lm
+    head_hidden: Optional[int] = None  # gru, lstm: the classifier head's hidden units (0: none)
+    width_mult: Optional[float] = None  # mobilenetv2
+    dropout: Optional[float] = None  # mobilenetv2
+    bias: Optional[bool] = None  # svm
+    init: Optional[str] = None  # svm: default | zeros
+    batch_norm: Optional[bool] = None  # vgg16
+
+    def rules(self) -> Iterator[Rule]:
+        for key, fix in (("vocab_size", "1000"), ("embed_dim", "64"), ("layers", "2")):
+            value = getattr(self, key)
+            yield value is None or value >= 1, key, "must be an integer >= 1", fix
+        yield self.head_hidden is None or self.head_hidden >= 0, "head_hidden", "must be an integer >= 0", "0"
+        widths = self.hidden if isinstance(self.hidden, list) else [self.hidden]
+        yield (all(w is None or (isinstance(w, int) and w >= 1) for w in widths), "hidden",
+               "must be an integer >= 1 (a list of them for mlp)", "[200, 200]" if self.name == "mlp" else "64")
+        yield self.width_mult is None or self.width_mult > 0, "width_mult", "must be > 0", "1.0"
+        yield self.dropout is None or 0 <= self.dropout < 1, "dropout", "must be in [0, 1)", "0.2"
+        yield self.init in (None, "default", "zeros"), "init", "must be default or zeros", "default"
+
+
+def _positive(v) -> bool:
+    return v is not None and v > 0
+
+
+GROUPS: dict[str, type[Section]] = {"hardware": HardwareConfig, "participation": ParticipationConfig,
+                                    "timing": TimingConfig, "logger": LoggerConfig, "partition": PartitionConfig,
+                                    "model": ModelConfig}
+for _group, _cls in GROUPS.items():
+    ConfigStore.instance().store(group=_group, name=f"{_group}_schema", node=_cls)
 
 SECTIONS: dict[str, type[Section]] = {"fl": FLConfig, "eval": EvalConfig, "diagnostics": DiagnosticsConfig,
                                       "checkpoint": CheckpointConfig}
@@ -266,11 +328,6 @@ def section_problems(cfg) -> list[str]:
     problems = []
     for name, cls in SECTIONS.items():
         problems += cls(**OmegaConf.to_container(cfg[name], resolve=True)).problems()
-    for group, options in GROUPS.items():
-        values = OmegaConf.to_container(cfg[group], resolve=True)
-        cls = options.get(values.get("name"))
-        if cls is None:
-            problems.append(f"{group}={values.get('name')!r}: unknown option. Fix: {group}={next(iter(options))}")
-        else:
-            problems += cls(**values).problems()
+    for group, cls in GROUPS.items():
+        problems += cls(**OmegaConf.to_container(cfg[group], resolve=True)).problems()
     return problems

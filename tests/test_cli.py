@@ -105,7 +105,7 @@ def test_bad_value_exits_with_the_message_before_any_work(tmp_path):
     proc = run_cli("partition.alpha=-1", "fl.clients_per_round=30", f"hydra.run.dir={run}", cwd=tmp_path,
                    check=False)
     assert proc.returncode == 2
-    assert "partition.alpha=-1: must be > 0" in proc.stderr and "fl.clients_per_round=30" in proc.stderr
+    assert "partition.alpha=-1.0: must be > 0" in proc.stderr and "fl.clients_per_round=30" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (run / "metrics.csv").exists() and not (run / "summary.json").exists()
 

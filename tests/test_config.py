@@ -95,7 +95,7 @@ def test_overrides_that_compose_pass_the_check():
     for ok in (["algo=fedgh", "fl.lr=0.2"], ["-m", "algo=fedavg,bherd", "fl.lr=0.1,0.2"], ["hydra.run.dir=x"],
                ["experiment=bherd_svm_mnist", "partition=case2_wang"], ["algo/harmonizer=dgt",
                                                                         "algo.harmonizer.mode=norm_only"],
-               ["partition=classes", "+partition.min_size=2"], ["--cfg", "job"]):
+               ["partition=classes", "partition.min_size=2"], ["--cfg", "job"]):
         assert check_overrides(ok, CONF_DIR) == [], ok
 
 
@@ -119,20 +119,23 @@ def _section_fields():
     """(overrides choosing the option, key, a value out of range) for every key of fedrun/settings.py with a rule."""
     import dataclasses
 
-    from conftest import make_cfg
+    from conftest import REPO, make_cfg
     from omegaconf import OmegaConf
 
     from fedrun.settings import GROUPS, SECTIONS
 
     chosen = [((), prefix, cls) for prefix, cls in SECTIONS.items()]
-    chosen += [((f"{group}={option}",) if option else (), group, cls) for group, options in GROUPS.items()
-               for option, cls in options.items()]
+    chosen += [((f"{group}={path.stem}",), group, cls) for group, cls in GROUPS.items()
+               for path in sorted((REPO / "conf" / group).glob("*.yaml"))]
+    seen = set()
     for choice, prefix, cls in chosen:
         section = cls(**OmegaConf.to_container(make_cfg(*choice)[prefix], resolve=True))
         types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
         for key in dict.fromkeys(key for _, key, _, _ in section.rules()):
-            bad = "[-1]" if "List" in types[key] else "bogus" if "str" in types[key] else "-1"
-            yield choice, f"{prefix}.{key}", bad
+            if (prefix, key) not in seen:
+                seen.add((prefix, key))
+                bad = "[-1]" if "List" in types[key] else "bogus" if "str" in types[key] else "-1"
+                yield choice, f"{prefix}.{key}", bad
 
 
 SECTION_FIELDS = list(_section_fields())

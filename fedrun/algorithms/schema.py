@@ -20,11 +20,11 @@ from hydra.utils import get_class
 from omegaconf import II, DictConfig, OmegaConf
 
 from ..errors import ConfigError
+from ..settings import Rule, Section
 from .bank import FORMS, GROUPINGS
 from .fsvrg import OMEGAS, SCALINGS
 from .harmonize import DGT_MODES
 
-Rule = tuple[bool, str, str, str]  # (holds, field, what the field must be, a value that fixes it)
 
 
 def _int(v) -> bool:
@@ -41,20 +41,17 @@ def _unit(v) -> bool:
 
 
 @dataclass
-class PartConfig:
-    """A part's settings. ``rules`` states the range of each; ``build`` makes the part from them."""
+class PartConfig(Section):
+    """A part's settings. ``rules`` states the range of each (refused on construction); ``build`` makes the part."""
 
     part: ClassVar[str]  # the plug point: local, selector, harmonizer, aggregator, server_opt, schedule, bank
     target: ClassVar[str]  # the class this config builds, as a dotted path
     options: ClassVar[tuple[str, ...]]  # the YAML options (conf/algo/<part>/<option>.yaml) this config is the schema of
     name: str
 
-    def rules(self) -> Iterator[Rule]:
-        yield from ()
-
-    def problems(self) -> list[str]:
-        return [f"algo.{self.part}.{key}={getattr(self, key)!r}: {rule}. Fix: algo.{self.part}.{key}={fix}"
-                for ok, key, rule, fix in self.rules() if not ok]
+    @property
+    def prefix(self) -> str:
+        return f"algo.{self.part}"
 
     def __post_init__(self):
         if self.name not in self.options:
