@@ -6,7 +6,15 @@ from omegaconf import OmegaConf
 from torchvision.transforms import AutoAugment
 
 from fedrun.config import validate
-from fedrun.data.augment import POLICIES, AugmentedImages, AutoAugmentBatch, hash32, minibatch, step_key
+from fedrun.data.augment import (
+    POLICIES,
+    AugmentedImages,
+    AutoAugmentBatch,
+    hash32,
+    minibatch,
+    step_key,
+    torchvision_policy,
+)
 from fedrun.data.base import scale_images
 from fedrun.data.fixtures import write_cifar
 from fedrun.errors import ConfigError
@@ -25,7 +33,7 @@ def test_batched_autoaugment_equals_torchvisions_transform_image_by_image(policy
     probs = combos.clone()  # 0 applies every operation, 1 only those with p == 1
     signs = torch.tensor([[0, 1], [1, 0], [1, 1], [1, 1]]).repeat_interleave(n_policies, 0)
     ours = batch.apply(images, ids, probs, signs)
-    reference = AutoAugment(POLICIES[policy])
+    reference = AutoAugment(torchvision_policy(policy))
     for i in range(len(images)):
         monkeypatch.setattr(AutoAugment, "get_params", staticmethod(lambda n, i=i: (int(ids[i]), probs[i], signs[i])))
         assert torch.equal(ours[i], reference(images[i])), (policy, batch.policies[int(ids[i])], probs[i], signs[i])

@@ -14,20 +14,27 @@ client) and the vmap executor (all clients' step t at once), whatever order they
 from __future__ import annotations
 
 import torch
-from torchvision.transforms import AutoAugment, AutoAugmentPolicy, InterpolationMode
-from torchvision.transforms.autoaugment import _apply_op
 
 AUGMENTS = ("none", "autoaugment")
-POLICIES = {"cifar10": AutoAugmentPolicy.CIFAR10, "imagenet": AutoAugmentPolicy.IMAGENET,
-            "svhn": AutoAugmentPolicy.SVHN}
+POLICIES = ("cifar10", "imagenet", "svhn")  # torchvision's AutoAugmentPolicy, by its lower-case name
 NUM_BINS = 10  # torchvision's magnitude bins for AutoAugment
+
+
+def torchvision_policy(name: str):
+    """torchvision's AutoAugmentPolicy of ``name`` (torchvision is imported here, by a run that augments: importing it
+    costs every other process about two seconds)."""
+    from torchvision.transforms import AutoAugmentPolicy
+
+    return getattr(AutoAugmentPolicy, name.upper())
 
 
 class AutoAugmentBatch:
     """AutoAugment's draw and application for a batch of uint8 images (N, C, H, W), one draw per image."""
 
     def __init__(self, policy: str = "cifar10"):
-        self.reference = AutoAugment(POLICIES[policy], interpolation=InterpolationMode.NEAREST)
+        from torchvision.transforms import AutoAugment, InterpolationMode
+
+        self.reference = AutoAugment(torchvision_policy(policy), interpolation=InterpolationMode.NEAREST)
         self.policies = self.reference.policies
 
     def draw(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -41,6 +48,8 @@ class AutoAugmentBatch:
               ) -> torch.Tensor:
         """Each image i through sub-policy ``ids[i]``: operation j applies when ``probs[i, j] <= p_j``, its
         magnitude negated when the operation is signed and ``signs[i, j] == 0`` (torchvision's rule)."""
+        from torchvision.transforms.autoaugment import _apply_op
+
         out = images.clone()
         space = self.reference._augmentation_space(NUM_BINS, tuple(images.shape[-2:]))
         ids, probs, signs = ids.to(images.device), probs.to(images.device), signs.to(images.device)
