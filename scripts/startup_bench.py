@@ -1,0 +1,81 @@
+"""Process start-up of fedrun against another checkout of it (issue #27): what every job of a sweep pays once.
+
+    python scripts/startup_bench.py --baseline PATH [--repeats 5] [--out results/bench/startup-cpu.md]
+
+PATH is a checkout of fedrun to compare with (e.g. ``git worktree add ../base <commit>``); both run on this
+interpreter and its packages, with PYTHONPATH pointing at the checkout, in interleaved pairs (baseline, this), so
+that the load of the machine falls on both alike. Three commands are timed whole, wall clock: ``import fedrun.cli``,
+``fedrun --help``, and a one-round run on the bundled digits (``data=digits model=logreg fl.rounds=1 logger=none``),
+whose time is mostly start-up. Writes the medians and their ratios to --out (Markdown) and prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+COMMANDS = {
+    "import fedrun.cli": ["-c", "import fedrun.cli"],
+    "fedrun --help": ["-m", "fedrun.cli", "--help"],
+    "one-round run (digits, logreg)": ["-m", "fedrun.cli", "data=digits", "model=logreg", "fl.rounds=1", "logger=none",
+                                       "progress=false", "hardware.num_threads=1"],
+}
+
+
+def timed(checkout: Path, args: list[str], workdir: str) -> float:
+    env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": "1"}
+    extra = [f"hydra.run.dir={tempfile.mkdtemp(dir=workdir)}"] if "fl.rounds=1" in args else []
+    started = time.perf_counter()
+    subprocess.run([sys.executable, *args, *extra], env=env, cwd=workdir, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def git_commit(checkout: Path) -> str:
+    proc = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return proc.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", required=True, type=Path, help="a checkout of fedrun to compare with")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default=None, help="write the table here (Markdown)")
+    args = parser.parse_args(argv)
+    if not (args.baseline / "fedrun" / "cli.py").exists():
+        parser.error(f"--baseline {args.baseline}: no fedrun checkout there (make one with `git worktree add "
+                     f"{args.baseline} <commit>`)")
+    checkouts = {"baseline": args.baseline.resolve(), "this": REPO}
+    times = {(name, c): [] for name in COMMANDS for c in checkouts}
+    with tempfile.TemporaryDirectory() as workdir:
+        for _ in range(args.repeats):
+            for name, command in COMMANDS.items():
+                for c, path in checkouts.items():
+                    times[name, c].append(timed(path, command, workdir))
+    rows = ["| command | baseline (s) | this (s) | speed-up |", "|---|---|---|---|"]
+    for name in COMMANDS:
+        base, this = (statistics.median(times[name, c]) for c in checkouts)
+        rows.append(f"| `{name}` | {base:.2f} | {this:.2f} | {base / this:.2f}x |")
+    command = "python scripts/startup_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = (f"# Process start-up (issue #27)\n\nMade by `{command}` on {time.strftime('%Y-%m-%d')}: baseline at "
+            f"commit {git_commit(checkouts['baseline'])}, this at {git_commit(REPO)}; medians of {args.repeats} "
+            f"interleaved pairs, whole processes, wall clock, one thread, on {os.cpu_count()} cores "
+            f"(load average {os.getloadavg()[0]:.1f} at the end: other work shares the machine alike with both).\n\n"
+            + "\n".join(rows) + "\n")
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
