@@ -112,6 +112,9 @@ def check_overrides(args: list[str], conf_dir: str) -> list[str]:
             values.append(o)
     if problems:
         return problems
+    if not any(o.is_add() or o.is_sweep_override() for o in values) and _composes(
+            conf_dir, [*choices, *(o.input_line for o in values)]):
+        return []  # every key exists and has its type: one composition, not the two that name a problem
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
@@ -134,6 +137,22 @@ def check_overrides(args: list[str], conf_dir: str) -> list[str]:
         elif key not in present:
             problems.append(unknown_key(key, composed, present, everywhere, groups, conf_dir))
     return problems or wrong_types(composed, choices, [o for o in values if not o.is_sweep_override()], conf_dir)
+
+
+def _composes(conf_dir: str, overrides: list[str]) -> bool:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+            compose("config", overrides=overrides)
+        return True
+    except HydraException:
+        return False
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def wrong_types(composed, choices: list[str], values: list, conf_dir: str) -> list[str]:
