@@ -55,12 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     summaries = run_jobs(jobs, args.workers)
     command = "python scripts/dgt_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
     frames = {k: pd.read_csv(Path(d) / "metrics.csv").set_index("round") for k, (_, d) in zip(keys, jobs)}
+    diverged_at = {k: s.get("diverged_round") for k, s in zip(keys, summaries)}  # None: it did not diverge
     lines = ["# DGT against the learning rate and a step-length control (issue #23)\n",
              provenance(command, summaries) + "\n",
              f"{args.rounds} rounds (the paper: 300), {args.seeds} seed(s). `control` = the base's updates scaled by "
              "DGT's per-round aggregate-length ratio (`algo.harmonizer.mode=norm_only`). Accuracy in %.\n",
-             "| dataset | base | lr | variant | final | mean of last 5 | rounds to target | mean norm ratio |",
-             "|---|---|---|---|---|---|---|---|"]
+             "A run whose training loss or model stops being finite ends there as diverged (its last rows, at chance "
+             "accuracy, enter its mean of the last 5 rounds).\n",
+             "| dataset | base | lr | variant | final | mean of last 5 | rounds to target | diverged at round | "
+             "mean norm ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for dataset in args.datasets.split(","):
         for base in args.bases.split(","):
@@ -73,10 +77,17 @@ def main(argv: list[str] | None = None) -> int:
                     ratio = np.mean([f["dgt_norm_ratio"].mean() for f in runs]) if "dgt_norm_ratio" in runs[0] \
                         else float("nan")
                     stats[variant] = (last5, reach)
+                    broke = [diverged_at[dataset, base, lr, variant, s] for s in range(args.seeds)]
                     lines.append(f"| {dataset} | {base} | {lr:g} | {variant} | "
                                  f"{np.mean([100 * f['test_acc'].iloc[-1] for f in runs]):.2f} | {last5:.2f} | "
                                  f"{', '.join(str(r) if r else f'> {args.rounds}' for r in reach)} | "
+                                 f"{', '.join(str(r) if r else '-' for r in broke)} | "
                                  f"{'-' if np.isnan(ratio) else f'{ratio:.3f}'} |")
+                diverged = {v: [r for s in range(args.seeds) if (r := diverged_at[dataset, base, lr, v, s])]
+                            for v in VARIANTS}
+                if any(diverged.values()):
+                    verdicts.append(divergence_verdict(dataset, base, lr, diverged, args.rounds))
+                    continue
                 gain, control = stats["DGT"][0] - stats["base"][0], stats["control"][0] - stats["base"][0]
                 verdicts.append(f"- {dataset}, {base}, lr {lr:g}: DGT {gain:+.2f} points over the base (mean of the "
                                 f"last 5 rounds), the step-length control {control:+.2f}: "
@@ -95,6 +106,27 @@ def main(argv: list[str] | None = None) -> int:
     (out / "claims.md").write_text("\n".join(lines))
     print(f"wrote {out / 'claims.md'}")
     return 0
+
+
+def divergence_verdict(dataset: str, base: str, lr: float, diverged: dict[str, list[int]], rounds: int) -> str:
+    """The verdict of a rate at which some variant diverged: which did (at which rounds), which did not, and what that
+    says of DGT's directions against its step length (the control)."""
+    broke = {v: rs for v, rs in diverged.items() if rs}
+    said = "; ".join(f"{v} diverged at round {', '.join(map(str, rs))}" for v, rs in broke.items())
+    kept = [v for v in diverged if not diverged[v]]
+    if kept:
+        said += f"; {' and '.join(kept)} did not within {rounds} rounds"
+    if broke.keys() == {"base", "control"}:
+        meaning = "DGT's directions, not its longer step, kept the base from diverging"
+    elif len(broke) == len(diverged):
+        meaning = "the rate is beyond the base's stable range here, with or without DGT"
+    elif "base" in broke and not broke.keys() & {"DGT", "control"}:
+        meaning = "a longer step of DGT's length kept it stable as well: no sign that DGT's directions matter"
+    elif "DGT" in broke and "base" not in broke:
+        meaning = "DGT made a stable base diverge"
+    else:
+        meaning = "no clear reading"
+    return f"- {dataset}, {base}, lr {lr:g}: {said}: {meaning}"
 
 
 def plot(frames, args, out: Path, note: str) -> None:
