@@ -217,7 +217,7 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     weights = torch.full((len(plans),), 1.0 / len(plans), device=device)
     clients = [p.id for p in plans]
     herd = make("selector", "herd", alpha=0.5, local_epochs=1.0)
-    run = {"herd": lambda r: herd(r.updates, r.steps, plans, r.uploads, ctx),
+    run = {"herd": lambda r: herd(r.updates, r.steps, plans, r.uploads, ctx, weights),
            "fedgh": lambda r: make("harmonizer", "fedgh", seed=0)(r.updates, weights, clients, 1)[0],
            "dgt": lambda r: make("harmonizer", "dgt", momentum=0.5)(r.updates, weights, clients, 1)[0],
            "gift": lambda r: (gift.observe(RoundFeedback(r.updates, lambda: r.updates, ctx.params, ctx.params,
