@@ -35,7 +35,7 @@ def validate(cfg) -> None:
                 rule = rule.replace("must be ", "must be a number ", 1)  # fl.lr=fast: not a number at all
             problems.append(f"{key}={value!r}: {rule}. Fix: {fix}")
 
-    problems += section_problems(cfg)  # fl, eval, diagnostics, checkpoint: their schema's ranges
+    problems += section_problems(cfg)  # the run's sections and the typed groups: their schemas' ranges
     every_s = cfg.eval.every_s
     need(every_s is None or (every_s > 0 and cfg.get("timing", {}).get("name") == "simulated"),
          "eval.every_s", every_s, "must be null (evaluate every eval.every rounds) or > 0 seconds of simulated time "

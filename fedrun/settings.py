@@ -326,8 +326,6 @@ def section_problems(cfg) -> list[str]:
     """Every value of the run's own sections and of the typed groups out of its range, one line each (their types
     Hydra has checked while composing)."""
     problems = []
-    for name, cls in SECTIONS.items():
+    for name, cls in (SECTIONS | GROUPS).items():  # typed nodes: their keys are the class's fields
         problems += cls(**OmegaConf.to_container(cfg[name], resolve=True)).problems()
-    for group, cls in GROUPS.items():
-        problems += cls(**OmegaConf.to_container(cfg[group], resolve=True)).problems()
     return problems
