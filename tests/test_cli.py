@@ -194,3 +194,12 @@ def test_default_run_on_real_mnist_is_accurate_and_fast(tmp_path):
     run_cli(f"hydra.run.dir={tmp_path / 'default'}", "progress=false", cwd=REPO)
     summary = json.loads((tmp_path / "default" / "summary.json").read_text())
     assert summary["final_test_acc"] > 0.95 and summary["wall_time_s"] < 180
+
+
+def test_the_cli_does_not_import_torchvision_unless_a_run_needs_it():
+    """torchvision costs every process seconds; only augmentation and VGG/MobileNet load it (fedrun/data/augment.py)."""
+    import subprocess
+    import sys
+
+    code = "import sys, fedrun.cli, fedrun.engine.experiment; assert 'torchvision' not in sys.modules, 'imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
