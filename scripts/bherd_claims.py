@@ -119,8 +119,8 @@ def subset_spread(pairs: list[tuple[str, str]]) -> dict:
             if key not in sims:
                 sims[key] = Simulation(cfg)
             sim = sims[key]
-            params = load_latest(run)["simulation"]["params"].to(sim.params)
-            hit, _, _ = sim.model.evaluate_hits(params, sim.buffers, sim.data.x_test, sim.data.y_test, 10_000)
+            params = load_latest(run)["simulation"]["state"]["params"].to(sim.state.params)
+            hit, _, _ = sim.model.evaluate_hits(params, sim.state.buffers, sim.data.x_test, sim.data.y_test, 10_000)
             hits.append(hit.double().numpy())
         rng = np.random.default_rng(0)
         n = len(hits[0])

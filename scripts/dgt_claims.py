@@ -122,8 +122,10 @@ def divergence_verdict(dataset: str, base: str, lr: float, diverged: dict[str, l
         meaning = "the rate is beyond the base's stable range here, with or without DGT"
     elif "base" in broke and not broke.keys() & {"DGT", "control"}:
         meaning = "a longer step of DGT's length kept it stable as well: no sign that DGT's directions matter"
-    elif "DGT" in broke and "base" not in broke:
-        meaning = "DGT made a stable base diverge"
+    elif broke.keys() == {"DGT", "control"}:
+        meaning = "a step of DGT's length made the base diverge, with DGT's directions or the base's own"
+    elif broke.keys() == {"DGT"}:
+        meaning = "DGT's directions made a stable base diverge"
     else:
         meaning = "no clear reading"
     return f"- {dataset}, {base}, lr {lr:g}: {said}: {meaning}"

@@ -40,12 +40,13 @@ PAPER = {  # Table I (s): (kind, models) -> {participation: seconds}
 }
 
 
-def server_round(bank: ModelBank, points: torch.Tensor, weights: torch.Tensor, grads: torch.Tensor,
-                 new_grads: torch.Tensor, a_r: torch.Tensor) -> None:
-    """The server's computation of one bank round (ModelBank.run_round without the clients' work)."""
+def server_round(bank: ModelBank, state: dict, points: torch.Tensor, weights: torch.Tensor, grads: torch.Tensor,
+                 new_grads: torch.Tensor, a_r: torch.Tensor) -> dict:
+    """The server's computation of one bank round (ModelBank.run_round without the clients' work): the new state."""
     anchors = torch.einsum("k,kcd->cd", weights, grads)  # eq. 17
-    moved, _, _ = bank.regroup(points, anchors if bank.name == "ga" else bank.models, a_r, 0.01)  # eqs. 26-60
-    bank.accelerate_to(moved, torch.einsum("k,kcd->cd", weights, new_grads))  # eqs. 61-64
+    models = state["models"]
+    moved, _, _ = bank.regroup(models, points, anchors if bank.name == "ga" else models, a_r, 0.01)  # eqs. 26-60
+    return bank.accelerate_to(state, moved, torch.einsum("k,kcd->cd", weights, new_grads))  # eqs. 61-64
 
 
 def time_cell(kind: str, models: int, share: int, repeats: int, seed: int = 0) -> float:
@@ -53,18 +54,17 @@ def time_cell(kind: str, models: int, share: int, repeats: int, seed: int = 0) -
     g = torch.Generator().manual_seed(seed)
     k = MACHINES * share // 100
     bank = make("bank", kind, models=models)
-    bank.start(torch.zeros(DIM), MACHINES)
     centres = 3 * torch.randn(models, DIM, generator=g)
-    bank.models = centres + torch.randn(models, DIM, generator=g)
+    state = bank.start(torch.zeros(DIM), MACHINES) | {"models": centres + torch.randn(models, DIM, generator=g)}
     points = centres[torch.arange(k) % models] + torch.randn(k, DIM, generator=g)
     grads, new_grads = torch.randn(k, models, DIM, generator=g), torch.randn(k, models, DIM, generator=g)
     weights = torch.full((k,), 1.0 / k)
     a_r = k / torch.randint(MACHINES // 2, MACHINES + 1, (DIM,), generator=g).float()
-    server_round(bank, points, weights, grads, new_grads, a_r)  # warm-up
+    state = server_round(bank, state, points, weights, grads, new_grads, a_r)  # warm-up
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        server_round(bank, points, weights, grads, new_grads, a_r)
+        state = server_round(bank, state, points, weights, grads, new_grads, a_r)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 

@@ -97,7 +97,7 @@ def test_fedgh_image_presets_train_with_autoaugment_and_non_pixel_data_is_refuse
                                          f"hardware.executor={executor}"))
             assert isinstance(sim.train_inputs, AugmentedImages) == (augment == "autoaugment")
             sim.run_round(1)
-            trained[augment, executor] = sim.params
+            trained[augment, executor] = sim.state.params
     assert all(torch.isfinite(p).all() for p in trained.values())
     torch.testing.assert_close(trained["none", "loop"], trained["none", "vmap"], atol=1e-5, rtol=1e-4)
     # the same augmentations whichever executor gathers them
@@ -105,7 +105,7 @@ def test_fedgh_image_presets_train_with_autoaugment_and_non_pixel_data_is_refuse
     assert not torch.allclose(trained["autoaugment", "loop"], trained["none", "loop"], atol=1e-4)
     assert not torch.allclose(trained["autoaugment", "vmap"], trained["none", "vmap"], atol=1e-4)
     with pytest.raises(ConfigError, match=r"data.augment='autoaugment': needs images made of uint8 pixels"):
-        validate(cfg_factory("data=fedprox_synthetic", "+data.augment=autoaugment"))
+        validate(cfg_factory("data=fedprox_synthetic", "data.augment=autoaugment"))
     with pytest.raises(ConfigError, match="data.augment_policy='mnist'"):
         validate(cfg_factory("data=cifar10", "data.augment=autoaugment", "data.augment_policy=mnist"))
     assert OmegaConf.select(cfg_factory("data=cifar10"), "data.augment") == "none"

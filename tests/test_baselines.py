@@ -36,9 +36,9 @@ def logreg(d=3, classes=2, seed=0):
 def test_fedprox_with_mu_zero_is_fedavg(cfg_factory):
     a, _ = rounds(cfg_factory(*SMALL, "algo=fedavg"), 2)
     b, _ = rounds(cfg_factory(*SMALL, "algo=fedprox", "algo.local.mu=0"), 2)
-    assert torch.equal(a.params, b.params)
+    assert torch.equal(a.state.params, b.state.params)
     c, _ = rounds(cfg_factory(*SMALL, "algo=fedprox", "algo.local.mu=0.5"), 2)
-    assert not torch.equal(a.params, c.params)
+    assert not torch.equal(a.state.params, c.state.params)
 
 
 def test_fedprox_step_adds_mu_times_distance_to_the_global_model():
@@ -61,12 +61,12 @@ def test_fednova_with_plain_sgd_and_equal_tau_is_fedavg(cfg_factory):
     a, outs = rounds(cfg_factory(*common, "algo=fedavg"), 2)
     assert len({p.tau for p in outs[0].plans}) == 1
     b, _ = rounds(cfg_factory(*common, "algo=fednova"), 2)
-    torch.testing.assert_close(a.params, b.params, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(a.state.params, b.state.params, rtol=1e-5, atol=1e-6)
 
 
 def test_fednova_normalised_average_by_hand(cfg_factory):
     sim = Simulation(cfg_factory(*SMALL, "algo=fednova"))
-    w0 = sim.params.clone()
+    w0 = sim.state.params.clone()
     out = sim.run_round(1)
     taus = np.array([p.tau for p in out.plans], dtype=float)
     assert len(set(taus)) > 1
@@ -74,7 +74,7 @@ def test_fednova_normalised_average_by_hand(cfg_factory):
     p = out.weights.double().numpy()
     d = out.result.updates.double().numpy()
     expected = w0.double().numpy() + (p @ taus) * ((p / taus) @ d)
-    np.testing.assert_allclose(sim.params.double().numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sim.state.params.double().numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_fednova_momentum_normaliser_matches_closed_form():
@@ -93,9 +93,9 @@ def test_fednova_momentum_normaliser_matches_closed_form():
 def test_scaffold_first_round_is_fedavg_and_controls_match_hand_computation(cfg_factory):
     fedavg, _ = rounds(cfg_factory(*SMALL, "algo=fedavg"), 1)
     sim = Simulation(cfg_factory(*SMALL, "algo=scaffold"))
-    x0 = sim.params.clone()
+    x0 = sim.state.params.clone()
     out = sim.run_round(1)
-    assert torch.equal(sim.params, fedavg.params)  # zero controls: no correction
+    assert torch.equal(sim.state.params, fedavg.state.params)  # zero controls: no correction
     dc_sum = torch.zeros_like(x0)
     for plan in out.plans:
         w, grads = x0.clone(), []
@@ -103,11 +103,11 @@ def test_scaffold_first_round_is_fedavg_and_controls_match_hand_computation(cfg_
             _, g = sim.model.loss_and_grad(w, {}, sim.data.x_train[batch], sim.data.y_train[batch])
             grads.append(g)
             w = w - sim.cfg.fl.lr * g
-        c_i = sim.client_states[plan.id]["c_i"]
+        c_i = sim.state.clients[plan.id]["c_i"]
         # option II: c_i+ = c_i - c + (x - y)/(K eta) = the mean gradient along the path (sign and magnitude)
         torch.testing.assert_close(c_i, torch.stack(grads).mean(0), rtol=1e-4, atol=1e-6)
         dc_sum += c_i
-    torch.testing.assert_close(sim.rule_state["c"], dc_sum / sim.num_clients)  # c += (1/N) sum dc_i
+    torch.testing.assert_close(sim.state.local["c"], dc_sum / sim.num_clients)  # c += (1/N) sum dc_i
 
 
 def test_scaffold_correction_has_the_right_sign():
@@ -135,7 +135,7 @@ def test_feddyn_server_state_after_two_rounds_by_hand(monkeypatch, cfg_factory):
                       f"algo.local.alpha={alpha}", "hardware=cpu", "hardware.dtype=float64")
     cfg.data = {"name": "tiny", "root": None}
     sim = Simulation(cfg)
-    w = sim.params.numpy().copy()
+    w = sim.state.params.numpy().copy()
     x = sim.data.x_train.numpy()  # the features as the run holds them (stored as float32, run in float64)
 
     def ce_grad(v, xs, ys):  # mean cross-entropy gradient of softmax regression, parameters [W (2x3), b (2)]
@@ -160,8 +160,8 @@ def test_feddyn_server_state_after_two_rounds_by_hand(monkeypatch, cfg_factory):
             g_prev[i] = g_prev[i] - alpha * (v - w)
         h = h - alpha * np.sum(deltas, axis=0) / 3
         w = w + np.mean(deltas, axis=0) - h / alpha
-        np.testing.assert_allclose(sim.rule_state["h"].numpy(), h, rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(sim.params.numpy(), w, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(sim.state.local["h"].numpy(), h, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(sim.state.params.numpy(), w, rtol=1e-10, atol=1e-12)
 
 
 def test_feddecorr_loss_on_known_features_matches_the_formula():
@@ -244,7 +244,7 @@ def test_each_algorithm_moves_a_convex_problem_toward_its_optimum(monkeypatch, c
             total = total + loss(w - 0.1 * g, ix) / len(sim.partition.indices)
         return total
 
-    w_star = sim.params.clone().requires_grad_(True)
+    w_star = sim.state.params.clone().requires_grad_(True)
     opt = torch.optim.LBFGS([w_star], max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14,
                             line_search_fn="strong_wolfe")
 
@@ -258,10 +258,10 @@ def test_each_algorithm_moves_a_convex_problem_toward_its_optimum(monkeypatch, c
     def value(w):
         return float(objective(w.detach().clone()).detach())
 
-    f_star, f0 = value(w_star), value(sim.params)
+    f_star, f0 = value(w_star), value(sim.state.params)
     for r in range(1, 31):
         sim.run_round(r)
-    gap = value(sim.params) - f_star
+    gap = value(sim.state.params) - f_star
     assert gap < 0.2 * (f0 - f_star), f"{algo}: gap {gap:.4g} of initial {f0 - f_star:.4g}"
 
 

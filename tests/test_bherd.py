@@ -101,17 +101,17 @@ def test_the_random_control_sends_a_seeded_uniform_subset_scaled_as_bherd(cfg_fa
               "fl.batch_size=16", "hardware.executor=loop"]
     sim = Simulation(cfg_factory(*common))
     assert sim.algo.selector.name == "random" and sim.cfg.fl.reshuffle is False
-    orders = {r: sim.algo.selector.order(torch.zeros(20, 3), 4, r, 10, "cpu") for r in (1, 2)}
+    orders = {r: sim.algo.selector.order({}, torch.zeros(20, 3), 4, r, 10, "cpu") for r in (1, 2)}
     assert sorted(orders[1]) == list(range(20)) and orders[1] != orders[2], "a fresh permutation every round"
-    assert orders[1] == Simulation(cfg_factory(*common)).algo.selector.order(torch.zeros(20, 3), 4, 1, 10, "cpu")
-    w0 = sim.params.clone()
+    assert orders[1] == Simulation(cfg_factory(*common)).algo.selector.order({}, torch.zeros(20, 3), 4, 1, 10, "cpu")
+    w0 = sim.state.params.clone()
     out = sim.run_round(1)
     expected = torch.zeros_like(w0)
     for plan, p in zip(out.plans, out.weights):
         z = step_gradients(sim, plan, w0)
         k = num_selected(0.5, plan.tau)
-        expected += p * z[sim.algo.selector.order(z, plan.id, 1, k, "cpu")[:k]].sum(0)
-    torch.testing.assert_close(sim.params, w0 - sim.cfg.fl.lr * 2.0 * expected, rtol=1e-5, atol=1e-6)
+        expected += p * z[sim.algo.selector.order({}, z, plan.id, 1, k, "cpu")[:k]].sum(0)
+    torch.testing.assert_close(sim.state.params, w0 - sim.cfg.fl.lr * 2.0 * expected, rtol=1e-5, atol=1e-6)
     # the residual: how far each client's asked-for step is from FedAvg's, 0 when every step is selected
     assert out.diagnostics["herd_residual"] > 0
     full = Simulation(cfg_factory(*common, "algo.selector.alpha=1.0")).run_round(1)
@@ -169,7 +169,7 @@ def test_bherd_sends_the_herded_sum_scaled_by_e_over_alpha(cfg_factory):
     sim = Simulation(cfg_factory("data=digits", "model=logreg", "algo=bherd", "algo.selector.alpha=0.5",
                                  "fl.clients_per_round=3", "fl.batch_size=16", "fl.local_epochs=1",
                                  "hardware.executor=loop"))
-    w0 = sim.params.clone()
+    w0 = sim.state.params.clone()
     out = sim.run_round(1)
     expected = torch.zeros_like(w0)
     for plan, p in zip(out.plans, out.weights):
@@ -178,7 +178,7 @@ def test_bherd_sends_the_herded_sum_scaled_by_e_over_alpha(cfg_factory):
         g_i = z[herd_order(z, k)].sum(0)  # eq. 5
         expected += p * g_i
     # eq. 6: w <- w - eta * E / alpha * sum_i p_i g_i
-    torch.testing.assert_close(sim.params, w0 - sim.cfg.fl.lr * (1.0 / 0.5) * expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(sim.state.params, w0 - sim.cfg.fl.lr * (1.0 / 0.5) * expected, rtol=1e-5, atol=1e-6)
 
 
 def test_decayed_learning_rate_halves_eta_from_the_milestone(cfg_factory):

@@ -80,18 +80,17 @@ def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch,
     sim = Simulation(cfg)
     assert [len(ix) for ix in sim.holdout] == [3, 3] and [len(ix) for ix in sim.partition.indices] == [7, 7]
     assert not set(np.concatenate(sim.holdout)) & set(np.concatenate(sim.partition.indices)), "held out of training"
-    assert [float(sim.client_states[c]["n"]) for c in (0, 1)] == [7, 7], "FSVRG's n_i: the training samples only"
-    bank = sim.algo.bank
-    bank.start(sim.params, sim.num_clients)
+    assert [float(sim.state.clients[c]["n"]) for c in (0, 1)] == [7, 7], "FSVRG's n_i: the training samples only"
     always = lambda c: torch.tensor([0.0, 0.0, 0.0, 0.0, 3.0 * (c == 0), 3.0 * (c == 1)])  # noqa: E731
-    bank.models = torch.stack([always(0), always(1)])
+    sim.state.bank = sim.algo.bank.start(sim.state.params, sim.num_clients) | {
+        "models": torch.stack([always(0), always(1)])}
     assert sim.evaluation.preferred_models().tolist() == [0, 1]
     out = sim.evaluation.evaluate()
     assert out["test_acc"] == pytest.approx(0.5) and out["bank_mean_acc"] == pytest.approx(0.5)
     assert out["oracle_acc"] == pytest.approx(1.0)
     assert out["owner_acc"] == pytest.approx(1.0)
     assert sim.evaluation.evaluate_personalized(1) == pytest.approx(1.0)
-    bank.models = torch.stack([always(1), always(0)])  # swapped: the preferences follow the models
+    sim.state.bank["models"] = torch.stack([always(1), always(0)])  # swapped: the preferences follow the models
     assert sim.evaluation.preferred_models().tolist() == [1, 0]
     assert sim.evaluation.evaluate()["owner_acc"] == pytest.approx(1.0)
     # one global model: each owner's held-out samples are scored by it
@@ -99,7 +98,7 @@ def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch,
                       "eval.holdout=0.3")
     cfg.data = {"name": "owners", "root": None}
     single = Simulation(cfg)
-    single.params = always(0)
+    single.state.params = always(0)
     assert "oracle_acc" not in single.evaluation.evaluate()
     assert single.evaluation.evaluate()["owner_acc"] == pytest.approx(0.5)
 

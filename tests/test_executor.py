@@ -64,25 +64,25 @@ def test_vmap_round_equals_loop_round(monkeypatch, cfg_factory, family):
     taus = [p.tau for p in loop_out[0].plans]
     assert len(set(taus)) > 1, "the case must have unequal tau_i"
     assert len(taus) == 5 < vec.num_clients, "and partial participation"
-    torch.testing.assert_close(vec.params, loop.params, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(vec.state.params, loop.state.params, rtol=1e-4, atol=1e-5)
     for a, b in zip(vec_out, loop_out):
         torch.testing.assert_close(a.result.mean_loss, b.result.mean_loss, rtol=1e-4, atol=1e-5)
-    for name in loop.buffers:
-        torch.testing.assert_close(vec.buffers[name], loop.buffers[name], rtol=1e-4, atol=1e-5)
+    for name in loop.state.buffers:
+        torch.testing.assert_close(vec.state.buffers[name], loop.state.buffers[name], rtol=1e-4, atol=1e-5)
 
 
 def test_clients_smaller_than_the_batch_form_their_own_group(cfg_factory):
     loop, _ = two_rounds(cfg_factory, ["data=digits", "model=logreg", "fl.batch_size=200"], "loop")
     vec, outs = two_rounds(cfg_factory, ["data=digits", "model=logreg", "fl.batch_size=200"], "vmap")
     assert len({p.batches.shape[1] for p in outs[0].plans}) > 1
-    torch.testing.assert_close(vec.params, loop.params, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(vec.state.params, loop.state.params, rtol=1e-5, atol=1e-6)
 
 
 def test_chunked_equals_unchunked(cfg_factory):
     whole, _ = two_rounds(cfg_factory, ["data=digits", "model=mlp"], "vmap")
     chunked, _ = two_rounds(cfg_factory, ["data=digits", "model=mlp"], "vmap", chunk_size=2)
     assert chunked.executor.chunk_size == 2
-    torch.testing.assert_close(chunked.params, whole.params, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(chunked.state.params, whole.state.params, rtol=1e-5, atol=1e-6)
 
 
 def test_chunk_size_follows_free_memory(cfg_factory, monkeypatch):
@@ -92,7 +92,7 @@ def test_chunk_size_follows_free_memory(cfg_factory, monkeypatch):
     plan = sim.run_round(3).plans[0]
     from fedrun.algorithms import ClientContext
 
-    ctx = ClientContext(1, sim.params, sim.buffers, 0.1)
+    ctx = ClientContext(1, sim.state.params, sim.state.buffers, 0.1)
     monkeypatch.setattr(ex, "free_memory_bytes", lambda device: 10**12)
     big = sim.executor._fitting_chunk(sim.algo.local, sim.model, ctx, plan, sim.data.x_train)
     monkeypatch.setattr(ex, "free_memory_bytes", lambda device: 10**6)
@@ -194,7 +194,7 @@ def test_every_algorithm_hook_gives_the_same_round_under_both_executors(cfg_fact
     for executor in ("loop", "vmap"):
         sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
         sim.run_round(1)
-        results[executor] = (sim.params, sim.rule_state, sim.client_states)
+        results[executor] = (sim.state.params, sim.state.local, sim.state.clients)
     torch.testing.assert_close(results["vmap"][0], results["loop"][0], rtol=1e-6, atol=1e-8)
     for key, value in results["loop"][1].items():
         torch.testing.assert_close(results["vmap"][1][key], value, rtol=1e-6, atol=1e-8)
@@ -238,7 +238,7 @@ def test_full_gradients_of_a_recurrent_sequence_model_equal_each_clients_own(mon
     sim = Simulation(compose_config(["data=leaf_reddit", *overrides, "data.vocab_size=6", "partition=natural",
                                      "model=lstm_lm", "model.hidden=8", f"eval.batch_size={budget}",
                                      "hardware=cpu", "hardware.dtype=float64"]))
-    points = torch.stack([sim.params, sim.params + 0.01])
+    points = torch.stack([sim.state.params, sim.state.params + 0.01])
     losses, grads = sim.full_losses_and_gradients(points, range(sim.num_clients))
     for k in range(sim.num_clients):
         ix = torch.as_tensor(sim.partition.indices[k])
@@ -264,10 +264,10 @@ def test_a_compiled_step_equals_the_eager_one(cfg_factory, algo, more):
         runs[compile_] = (sim, outs)
     (eager, eager_out), (compiled, compiled_out) = runs[False], runs[True]
     assert len({p.tau for p in eager_out[0].plans}) > 1
-    torch.testing.assert_close(compiled.params, eager.params, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(compiled.state.params, eager.state.params, rtol=1e-5, atol=1e-6)
     for a, b in zip(compiled_out, eager_out):
         torch.testing.assert_close(a.result.mean_loss, b.result.mean_loss, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(a.result.updates, b.result.updates, rtol=1e-5, atol=1e-6)
-    for client, state in eager.client_states.items():
+    for client, state in eager.state.clients.items():
         for key, value in state.items():
-            torch.testing.assert_close(compiled.client_states[client][key], value)
+            torch.testing.assert_close(compiled.state.clients[client][key], value)

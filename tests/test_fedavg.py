@@ -10,7 +10,12 @@ from fedrun.algorithms.schema import make
 from fedrun.engine.cohort import plan_client, sample_clients
 from fedrun.engine.simulation import Simulation
 
-local_steps = make("schedule", "fixed").local_steps
+FIXED = make("schedule", "fixed")
+
+
+def local_steps(num_samples: int, epochs: float, batch_size: int) -> int:
+    """tau_i of the fixed schedule (floor(E n_i / B), at least 1)."""
+    return FIXED.local_steps(FIXED.init(), num_samples, epochs, batch_size)
 
 
 def softmax_regression_gd(w, b, x, y, lr):
@@ -34,7 +39,7 @@ def test_fedavg_round_on_tiny_linear_problem_equals_hand_computation(monkeypatch
                       "fl.local_epochs=1", "fl.batch_size=2", "fl.lr=0.3", "seed=5", "hardware=cpu")
     cfg.data = {"name": "tiny", "root": None}
     sim = Simulation(cfg)
-    w0 = sim.params.double().numpy().copy()
+    w0 = sim.state.params.double().numpy().copy()
     out = sim.run_round(1)
 
     cohort = [p.id for p in out.plans]
@@ -48,7 +53,7 @@ def test_fedavg_round_on_tiny_linear_problem_equals_hand_computation(monkeypatch
             assert set(users[batch]) == {plan.id}
             wk, bk = softmax_regression_gd(wk, bk, x[batch], y[batch], 0.3)
         total += p_i * (np.concatenate([wk.ravel(), bk]) - w0)
-    np.testing.assert_allclose(sim.params.double().numpy(), w0 + total, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(sim.state.params.double().numpy(), w0 + total, rtol=0, atol=1e-6)
 
 
 def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory):
@@ -56,7 +61,7 @@ def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory):
                       "fl.local_epochs=1", "fl.batch_size=32", "fl.lr=0.1", "seed=7", "hardware=cpu",
                       "hardware.executor=loop")
     sim = Simulation(cfg)
-    w0 = sim.params.clone()
+    w0 = sim.state.params.clone()
     module = copy.deepcopy(sim.model.module)  # plain PyTorch from the same initial weights
     with torch.no_grad():
         for p, v in zip(module.parameters(), sim.model.unflatten(w0).values()):
@@ -74,7 +79,7 @@ def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory):
     # the client's local training is bit-for-bit torch.optim.SGD over the same batches ...
     assert torch.equal(out.result.updates[0], expected - w0)
     # ... and the server's w + 1.0 * (w_1 - w) differs from w_1 only by float rounding
-    torch.testing.assert_close(sim.params, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(sim.state.params, expected, rtol=0, atol=1e-6)
 
 
 def test_centralized_pools_all_data_into_one_client(cfg_factory):
@@ -90,7 +95,7 @@ def test_same_config_and_seed_give_identical_models(cfg_factory):
         sim = Simulation(cfg_factory("data=digits", "model=cnn3", "fl.clients_per_round=4", f"seed={seed}"))
         for r in (1, 2):
             sim.run_round(r)
-        return sim.params
+        return sim.state.params
 
     assert torch.equal(final(1), final(1))
     assert not torch.equal(final(1), final(2))
@@ -135,7 +140,7 @@ def test_local_accuracy_is_the_mean_over_users_of_their_own_test_accuracy(monkey
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=3", "fl.clients_per_round=3", "hardware=cpu")
     cfg.data = {"name": "tiny", "root": None}
     sim = Simulation(cfg)
-    logits = torch.tensor(x_test, dtype=torch.float32) @ sim.params[:6].view(2, 3).T + sim.params[6:]
+    logits = torch.tensor(x_test, dtype=torch.float32) @ sim.state.params[:6].view(2, 3).T + sim.state.params[6:]
     hits = (logits.argmax(1).numpy() == y_test)
     per_user = [hits[test_users == u].mean() for u in range(3)]
     out = sim.evaluation.evaluate()

@@ -40,16 +40,16 @@ def test_lambda_and_a_r_on_a_hand_made_sparse_dataset(monkeypatch, cfg_factory):
                       "hardware=cpu", "hardware.dtype=float64")
     cfg.data = {"name": "sparse", "root": None}
     sim = Simulation(cfg)
-    torch.testing.assert_close(sim.client_states[0]["lam"].double(),
+    torch.testing.assert_close(sim.state.clients[0]["lam"].double(),
                                torch.tensor([1.2, 1.0, 0.4, 1.2, 1.0, 0.4, 1.0, 1.0], dtype=torch.float64))
-    torch.testing.assert_close(sim.client_states[1]["lam"].double(),
+    torch.testing.assert_close(sim.state.clients[1]["lam"].double(),
                                torch.tensor([0.9, 0.6, 1.0, 0.9, 0.6, 1.0, 1.0, 1.0], dtype=torch.float64))
-    a_r = 2 / sim.rule_state["omega"]
+    a_r = 2 / sim.state.local["omega"]
     assert a_r.tolist() == [1, 2, 2, 1, 2, 2, 1, 1]
-    before = sim.params.clone()
+    before = sim.state.params.clone()
     out = sim.run_round(1)
     aggregated = out.weights @ out.result.updates  # n_i / n^r weighted mean of w_i - w (eq. 60 for one model)
-    torch.testing.assert_close(sim.params - before, a_r.to(aggregated.dtype) * aggregated)
+    torch.testing.assert_close(sim.state.params - before, a_r.to(aggregated.dtype) * aggregated)
 
 
 def test_fsvrg_steps_follow_eqs_20_to_23(monkeypatch, cfg_factory):
@@ -61,8 +61,8 @@ def test_fsvrg_steps_follow_eqs_20_to_23(monkeypatch, cfg_factory):
                       "hardware.dtype=float64", "hardware.executor=loop")
     cfg.data = {"name": "sparse", "root": None}
     sim = Simulation(cfg)
-    sim.params = torch.randn(sim.model.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    w0 = sim.params.clone()
+    sim.state.params = torch.randn(sim.model.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    w0 = sim.state.params.clone()
     plans = sim.plans([0, 1], 1)
     x, y = sim.data.x_train, sim.data.y_train
 
@@ -71,7 +71,7 @@ def test_fsvrg_steps_follow_eqs_20_to_23(monkeypatch, cfg_factory):
 
     full = [sum(grad(w0, torch.tensor([i])) for i in ix) / len(ix) for ix in sim.partition.indices]
     anchor = (2 * full[0] + 3 * full[1]) / 5  # eq. 16: n_i / n^r
-    lam, step = sim.client_states[1]["lam"].double(), lr / 3
+    lam, step = sim.state.clients[1]["lam"].double(), lr / 3
     w = w0.clone()
     for batch in plans[1].batches:
         d = lam * ((grad(w, batch) + wd * w) - (grad(w0, batch) + wd * w0)) + anchor + wd * w0
@@ -93,7 +93,7 @@ def test_one_model_and_a_threshold_beyond_the_run_is_plain_fsvrg(monkeypatch, cf
         sim = Simulation(cfg)
         for rnd in (1, 2, 3):
             sim.run_round(rnd)
-        final[algo] = sim.params
+        final[algo] = sim.state.params
     assert torch.equal(final["fsvrg"], final[f"{bank}fsvrg"])
 
 
@@ -252,7 +252,7 @@ def test_personalised_evaluation_uses_each_clients_preferred_model_of_eq_18(monk
     sim = Simulation(cfg)
     for rnd in (1, 2, 3):
         sim.run_round(rnd)
-    models = sim.algo.bank.models
+    models = sim.state.bank["models"]
     losses, _ = sim.full_losses_and_gradients(models, range(sim.num_clients))
     direct = (losses + 0.005 * (models**2).sum(dim=1)).argmin(dim=1)
     assert torch.equal(sim.evaluation.preferred_models(), direct)
@@ -269,7 +269,7 @@ def test_a_r_counted_over_the_rounds_clients(monkeypatch, cfg_factory):
                       "algo=fsvrg", "algo.local.omega=round", "hardware=cpu", "hardware.dtype=float64")
     cfg.data = {"name": "sparse3", "root": None}
     sim = Simulation(cfg)
-    before = sim.params.clone()
+    before = sim.state.params.clone()
     out = sim.run_round(1)
     held = {0: {0, 2}, 1: {0, 1}, 2: {1, 3}}
     per_feature = []
@@ -277,8 +277,8 @@ def test_a_r_counted_over_the_rounds_clients(monkeypatch, cfg_factory):
         omega = sum(j in held[p.id] or j == 4 for p in out.plans)
         per_feature.append(2 / omega if omega else 1.0)
     a_r = torch.tensor(per_feature[:4] * 2 + per_feature[4:] * 2, dtype=torch.float64)  # W (2 x 4), then the bias
-    torch.testing.assert_close(sim.params - before, a_r * (out.weights @ out.result.updates))
-    assert not torch.equal(a_r, 2 / sim.rule_state["omega"].double())  # differs from counting all three clients
+    torch.testing.assert_close(sim.state.params - before, a_r * (out.weights @ out.result.updates))
+    assert not torch.equal(a_r, 2 / sim.state.local["omega"].double())  # differs from counting all three clients
 
 
 @pytest.mark.parametrize("kind", ["ma", "ga"])
@@ -286,14 +286,15 @@ def test_a_diverged_round_gives_models_that_are_not_finite_rather_than_an_error(
     """Clients whose training diverged send NaN: the grouping returns NaN models (the engine then stops the run as
     diverged) instead of raising in the eigensolver."""
     bank = make("bank", kind, models=3)
-    bank.start(torch.zeros(4), num_clients=5)
+    state = bank.start(torch.zeros(4), num_clients=5)
     for bad in (float("nan"), 1e30):  # NaN, or finite but beyond float32 once squared for the Gram matrix
         points = torch.randn(5, 4)
         points[2, 1] = bad
-        moved, assign, info = bank.regroup(points, bank.models, torch.full((4,), 0.5), ga_step=0.1)
+        moved, assign, info = bank.regroup(state["models"], points, state["models"], torch.full((4,), 0.5),
+                                           ga_step=0.1)
         assert moved.shape == (3, 4) and torch.isnan(moved).all() and assign.shape == (5,)
-    bank.accelerate_to(moved, torch.zeros(3, 4))
-    assert not torch.isfinite(bank.models).any()
+    state = bank.accelerate_to(state, moved, torch.zeros(3, 4))
+    assert not torch.isfinite(state["models"]).any() and state["accelerated"] == 1
 
 
 def test_grouping_by_preference_takes_each_clients_preferred_model_as_its_group():

@@ -24,12 +24,12 @@ def direct_fedgh(u: np.ndarray, orders) -> np.ndarray:
 def test_fedgh_leaves_non_conflicting_updates_unchanged():
     u = torch.tensor([[1.0, 0.2, 0.0], [0.5, 1.0, 0.1], [0.3, 0.0, 2.0]], dtype=torch.float64)
     assert (u @ u.T >= 0).all()
-    torch.testing.assert_close(make("harmonizer", "fedgh", seed=0)(u, None, [0, 1, 2], 1)[0], u)
+    torch.testing.assert_close(make("harmonizer", "fedgh", seed=0)({}, u, None, [0, 1, 2], 1)[1], u)
 
 
 def test_two_conflicting_updates_each_end_orthogonal_to_the_others_original():
     u = torch.tensor([[1.0, 1.0], [-1.0, 0.2]], dtype=torch.float64)
-    out, _ = make("harmonizer", "fedgh", seed=0)(u, None, [0, 1], 1)
+    _, out, _ = make("harmonizer", "fedgh", seed=0)({}, u, None, [0, 1], 1)
     assert float(out[0] @ u[1]) == pytest.approx(0, abs=1e-12)
     assert float(out[1] @ u[0]) == pytest.approx(0, abs=1e-12)
 
@@ -56,7 +56,7 @@ def test_gram_fedgh_equals_direct_algorithm_on_random_updates():
 
 def test_fedgh_order_is_seeded():
     u = torch.randn(6, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    a, b = (make("harmonizer", "fedgh", seed=3)(u, None, list(range(6)), 4)[0] for _ in range(2))
+    a, b = (make("harmonizer", "fedgh", seed=3)({}, u, None, list(range(6)), 4)[1] for _ in range(2))
     torch.testing.assert_close(a, b)
 
 
@@ -82,10 +82,10 @@ def test_dgt_keeps_baselines_of_clients_that_sit_out():
     dgt = make("harmonizer", "dgt", momentum=0.5)
     u = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     weights = torch.full((3,), 1 / 3, dtype=torch.float64)
-    dgt(u, weights, [0, 1, 2], 1)
-    kept = dgt.baselines[2]
-    dgt(u[:2], weights[:2] * 1.5, [0, 1], 2)
-    assert dgt.baselines[2] == kept and set(dgt.baselines) == {0, 1, 2}
+    state, _, _ = dgt(dgt.init(), u, weights, [0, 1, 2], 1)
+    kept = state["baselines"][2]
+    state, _, _ = dgt(state, u[:2], weights[:2] * 1.5, [0, 1], 2)
+    assert state["baselines"][2] == kept and set(state["baselines"]) == {0, 1, 2}
 
 
 def test_dgt_norm_only_control_sends_the_base_updates_scaled_by_the_logged_ratio():
@@ -93,11 +93,11 @@ def test_dgt_norm_only_control_sends_the_base_updates_scaled_by_the_logged_ratio
     u[3] = -u[:3].sum(0)  # a client against the rest: it calibrates
     p = torch.tensor([0.1, 0.2, 0.1, 0.3, 0.2, 0.1], dtype=torch.float64)
     dgt, control = make("harmonizer", "dgt", momentum=0.5), make("harmonizer", "dgt", momentum=0.5, mode="norm_only")
-    dgt.baselines = control.baselines = {k: 0.2 for k in range(6)}
-    control.baselines = dict(dgt.baselines)
-    calibrated, info = dgt(u, p, list(range(6)), 1)
-    scaled, info_control = control(u, p, list(range(6)), 1)
-    assert info == info_control and dgt.baselines == control.baselines, "the same calibration is computed"
+    start = {"baselines": {k: 0.2 for k in range(6)}}
+    after, calibrated, info = dgt(start, u, p, list(range(6)), 1)
+    after_control, scaled, info_control = control(start, u, p, list(range(6)), 1)
+    assert info == info_control and after == after_control, "the same calibration is computed"
+    assert start == {"baselines": {k: 0.2 for k in range(6)}}, "the state given is left as it was"
     assert info["dgt_calibrated"] > 0
     ratio = info["dgt_norm_ratio"]
     assert ratio == pytest.approx(float((p @ calibrated).norm() / (p @ u).norm()))
@@ -105,8 +105,7 @@ def test_dgt_norm_only_control_sends_the_base_updates_scaled_by_the_logged_ratio
     assert float((p @ scaled).norm()) == pytest.approx(float((p @ calibrated).norm()))
     # no calibration (every update above its baseline): the ratio is 1 and the control is the base algorithm
     calm = make("harmonizer", "dgt", momentum=0.5, mode="norm_only")
-    calm.baselines = {k: -1.0 for k in range(6)}
-    same, info = calm(u, p, list(range(6)), 2)
+    _, same, info = calm({"baselines": {k: -1.0 for k in range(6)}}, u, p, list(range(6)), 2)
     assert info["dgt_norm_ratio"] == pytest.approx(1.0) and info["dgt_calibrated"] == 0
     torch.testing.assert_close(same, u)
 

@@ -19,6 +19,37 @@ from fedrun.engine.experiment import run_experiment
 from fedrun.errors import ConfigError
 
 
+class Stepping:
+    """A schedule with its state threaded through its calls as the engine threads it (``state`` for the tests)."""
+
+    def __init__(self, schedule):
+        self.schedule, self.state = schedule, schedule.init()
+
+    def observe(self, fb: RoundFeedback) -> dict[str, float]:
+        given, snapshot = self.state, dict(self.state)
+        self.state, logged = self.schedule.observe(given, fb)
+        assert _same(given, snapshot), "observe changed the state it was given"
+        return logged
+
+    def advance(self, c: float) -> int:
+        self.state = self.schedule.advance(self.state, c)
+        return self.state["tau"]
+
+    def local_steps(self, *args) -> int:
+        return self.schedule.local_steps(self.state, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.schedule, name)
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(x is y for x, y in zip(a.values(), b.values()))
+
+
+def stepping(*args, **kwargs) -> Stepping:
+    return Stepping(make("schedule", *args, **kwargs))
+
+
 def feedback(updates=None, probe=None, **kw) -> RoundFeedback:
     """A round's feedback for a schedule under test: the given updates or probe, placeholders elsewhere."""
     updates = torch.zeros(1, 1) if updates is None else updates
@@ -29,54 +60,54 @@ def feedback(updates=None, probe=None, **kw) -> RoundFeedback:
 
 
 def test_consistency_is_one_when_updates_agree_and_zero_when_they_cancel():
-    agree = make("schedule", "gift", beta=0.0)
+    agree = stepping("gift", beta=0.0)
     assert agree.observe(feedback(torch.tensor([[1.0, 2.0], [3.0, 0.5], [0.2, 0.1]])))["gift_C"] == pytest.approx(1.0)
-    cancel = make("schedule", "gift", beta=0.0)
+    cancel = stepping("gift", beta=0.0)
     assert cancel.observe(feedback(torch.tensor([[1.0, -2.0], [-1.0, 2.0]])))["gift_C"] == pytest.approx(0.0)
     mixed = torch.tensor([[1.0, -2.0], [-1.0, 2.1]])
-    assert 0 < make("schedule", "gift", beta=0.0).observe(feedback(mixed))["gift_C"] < 0.05
+    assert 0 < stepping("gift", beta=0.0).observe(feedback(mixed))["gift_C"] < 0.05
 
 
 def test_pooled_emas_after_three_hand_made_rounds():
-    g = make("schedule", "gift", beta=0.5)
+    g = stepping("gift", beta=0.5)
     rounds = [torch.tensor([[1.0, -1.0], [2.0, 1.0]]), torch.tensor([[-2.0, 0.0]]), torch.tensor([[0.0, 4.0]])]
     for u in rounds:
         c = g.observe(feedback(u))["gift_C"]
     # P: r1 sum relu = (3, 1) -> (1.5, 0.5); r2 (0, 0) -> (0.75, 0.25); r3 (0, 4) -> (0.375, 2.125)
     # N: r1 (0, -1) -> (0, -0.5); r2 (-2, 0) -> (-1, -0.25); r3 (0, 0) -> (-0.5, -0.125)
-    torch.testing.assert_close(g.positive, torch.tensor([0.375, 2.125], dtype=torch.float64))
-    torch.testing.assert_close(g.negative, torch.tensor([-0.5, -0.125], dtype=torch.float64))
+    torch.testing.assert_close(g.state["positive"], torch.tensor([0.375, 2.125], dtype=torch.float64))
+    torch.testing.assert_close(g.state["negative"], torch.tensor([-0.5, -0.125], dtype=torch.float64))
     assert c == pytest.approx(gradient_consistency(torch.tensor([0.375, 2.125]), torch.tensor([-0.5, -0.125])))
     assert c == pytest.approx(float(torch.tensor([-0.125, 2.0]).norm() / (torch.tensor([0.375, 2.125]).norm()
                                                                            + torch.tensor([-0.5, -0.125]).norm())))
 
 
 def test_tau_halves_after_two_rounds_without_decrease_and_the_count_restarts():
-    g = make("schedule", "gift", tau0=100)
+    g = stepping("gift", tau0=100)
     taus = [g.advance(c) for c in (0.9, 0.8, 0.8, 0.85, 0.9, 0.7, 0.75, 0.8)]
     #                              first dec  =1   =2:halve =1  dec  =1   =2:halve
     assert taus == [100, 100, 100, 50, 50, 50, 50, 25]
-    assert g.halvings == 2
-    late = make("schedule", "gift", tau0=100, warmup=3)  # the first 3 rounds' C_r only set the reference
+    assert g.state["halvings"] == 2
+    late = stepping("gift", tau0=100, warmup=3)  # the first 3 rounds' C_r only set the reference
     assert [late.advance(c) for c in (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)] == [100, 100, 100, 100, 50, 50]
-    tiny = make("schedule", "gift", tau0=1)
+    tiny = stepping("gift", tau0=1)
     assert [tiny.advance(c) for c in (0.5, 0.5, 0.5)] == [1, 1, 1]  # never below 1
 
 
 def test_relaxation_adds_steps_after_decreasing_rounds_only_until_the_first_halving():
-    g = make("schedule", "gift", tau0=10, relax=True, relax_after=3, relax_step=5)
+    g = stepping("gift", tau0=10, relax=True, relax_after=3, relax_step=5)
     taus = [g.advance(c) for c in (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)]
     assert taus == [10, 10, 10, 15, 15, 15, 20]  # +5 after each 3 consecutive decreases
     taus = [g.advance(c) for c in (0.3, 0.3)]  # two without decrease: halve
     assert taus == [20, 10]
     taus = [g.advance(c) for c in (0.2, 0.1, 0.05, 0.01)]  # decreasing again, but relaxation has ended
     assert taus == [10, 10, 10, 10]
-    plain = make("schedule", "gift", tau0=10)
+    plain = stepping("gift", tau0=10)
     assert [plain.advance(c) for c in (0.9, 0.8, 0.7, 0.6)] == [10] * 4
 
 
 def test_fixed_schedule_is_epochs_times_samples_over_batch():
-    fixed = make("schedule", "fixed")
+    fixed = stepping("fixed")
     assert fixed.local_steps(1000, 1.0, 64) == 15 and fixed.local_steps(10, 0.1, 64) == 1
 
 
@@ -88,7 +119,7 @@ def test_gift_runs_from_config_and_logs_its_tau_and_consistency(tmp_path, cfg_fa
     assert float(rows[0]["tau"]) == 8 and all(0 <= float(r["gift_C"]) <= 1 for r in rows)
     for prev, row in zip(rows, rows[1:]):
         assert float(row["tau"]) == float(prev["next_tau"])  # each round runs the tau the last one chose
-    replay = make("schedule", "gift", tau0=8, patience=1)  # the logged C_r sequence drives the logged taus
+    replay = stepping("gift", tau0=8, patience=1)  # the logged C_r sequence drives the logged taus
     assert [float(replay.advance(float(r["gift_C"]))) for r in rows] == [float(r["next_tau"]) for r in rows]
 
 
@@ -164,15 +195,15 @@ def direct_G(tau, beta, rho, delta, eta, phi, c, b, budget):
 @pytest.mark.parametrize("est", [dict(beta=2.0, rho=5.0, delta=1.5), dict(beta=0.3, rho=20.0, delta=0.2),
                                  dict(beta=8.0, rho=0.5, delta=4.0)])
 def test_afl_tau_is_the_direct_minimiser_of_G(est):
-    afl = make("schedule", "afl", phi=0.025, tau_init=7)
+    afl = stepping("afl", phi=0.025, tau_init=7)
     args = dict(eta=0.01, c=0.013, b=0.13, budget=15.0)
-    chosen = afl.choose_tau(est["beta"], est["rho"], est["delta"], args["eta"], args["c"], args["b"], args["budget"])
+    chosen = afl.choose_tau(7, est["beta"], est["rho"], est["delta"], args["eta"], args["c"], args["b"], args["budget"])
     values = {t: direct_G(t, est["beta"], est["rho"], est["delta"], args["eta"], 0.025, args["c"], args["b"],
                           args["budget"]) for t in range(1, 71)}  # search 1..10 x the previous tau
     assert chosen == min(values, key=values.get)
     assert afl_objective(np.array([chosen]), **est, eta=0.01, phi=0.025, c=0.013, b=0.13, budget=15.0)[0] \
         == pytest.approx(values[chosen])
-    assert make("schedule", "afl", phi=0.025, tau_init=7, tau_max=2).choose_tau(**est, **args) == min(chosen, 2)
+    assert stepping("afl", phi=0.025, tau_init=7, tau_max=2).choose_tau(7, **est, **args) == min(chosen, 2)
 
 
 def test_afl_estimates_beta_rho_delta_from_the_probe_by_hand():
@@ -186,7 +217,7 @@ def test_afl_estimates_beta_rho_delta_from_the_probe_by_hand():
         return losses[which], grads[which]
 
     fb = feedback(torch.zeros(2, 2), probe, local_params=lambda: local, sizes=torch.tensor([1.0, 3.0]))
-    e = make("schedule", "afl").estimate(fb)
+    e = stepping("afl").estimate(fb)
     # beta_i = ||g_loc - g_glob|| / ||w_i - w||: 3/5 and 4/1; rho_i = |f_loc - f_glob| / dist: 5/5 and 0.5/1
     assert e["beta"] == pytest.approx(0.25 * 0.6 + 0.75 * 4.0)
     assert e["rho"] == pytest.approx(0.25 * 1.0 + 0.75 * 0.5)
@@ -197,18 +228,18 @@ def test_afl_estimates_beta_rho_delta_from_the_probe_by_hand():
     # a client that did not move gives beta = 0, floored at 1e-5
     still = feedback(torch.zeros(1, 2), lambda p: (torch.ones(1), torch.ones(1, 2)),
                      local_params=lambda: torch.zeros(1, 2))
-    assert make("schedule", "afl").estimate(still)["beta"] == pytest.approx(1e-5)
+    assert stepping("afl").estimate(still)["beta"] == pytest.approx(1e-5)
 
 
 def test_afl_shrinks_tau_to_what_the_budget_can_still_pay_for():
     probe_out = {2: (torch.tensor([1.0]), torch.tensor([[1.0, 0.0]])), 1: (torch.tensor([0.0]), torch.zeros(1, 2))}
     fb = dict(local_params=lambda: torch.tensor([[1.0, 0.0]]), probe=lambda p: probe_out[p.dim()],
               step_time_s=0.5, sync_time_s=1.0, budget_s=100.0, lr=0.01)
-    free = make("schedule", "afl", tau_init=10)
+    free = stepping("afl", tau_init=10)
     tau = free.observe(feedback(torch.zeros(1, 2), elapsed_s=0.0, **{k: v for k, v in fb.items() if k != "probe"},
                                 probe=fb["probe"]))["next_tau"]
     assert 1 <= tau <= 100
-    tight = make("schedule", "afl", tau_init=10)
+    tight = stepping("afl", tau_init=10)
     # 100 - 95 = 5 s left: at most int((5 - 2 * 1 - 0.5) / 0.5) = 5 steps, and never more than G's choice
     out = tight.observe(feedback(torch.zeros(1, 2), elapsed_s=95.0, **{k: v for k, v in fb.items() if k != "probe"},
                                  probe=fb["probe"]))
@@ -216,12 +247,12 @@ def test_afl_shrinks_tau_to_what_the_budget_can_still_pay_for():
 
 
 def test_adacomm_tau_from_the_loss_ratio():
-    a = make("schedule", "adacomm", tau0=100)
+    a = stepping("adacomm", tau0=100)
     assert a.tau_for(loss=0.5, loss0=2.0, lr=0.1, lr0=0.1) == 50  # sqrt(1/4) * 100
     assert a.tau_for(loss=1.0, loss0=2.0, lr=0.05, lr0=0.1) == 100  # sqrt(0.1 * 1 / (0.05 * 2)) = 1
     assert a.tau_for(loss=0.3, loss0=2.0, lr=0.1, lr0=0.1) == math.ceil(math.sqrt(0.15) * 100)  # 39
-    assert make("schedule", "adacomm", tau0=100, form="paddle").tau_for(0.5, 2.0, 0.1, 0.1) == 5  # sqrt(0.25 * 100)
-    assert make("schedule", "adacomm", tau0=100, tau_max=16).tau_for(0.5, 2.0, 0.1, 0.1) == 16
+    assert stepping("adacomm", tau0=100, form="paddle").tau_for(0.5, 2.0, 0.1, 0.1) == 5  # sqrt(0.25 * 100)
+    assert stepping("adacomm", tau0=100, tau_max=16).tau_for(0.5, 2.0, 0.1, 0.1) == 16
     assert a.tau_for(1e-9, 2.0, 0.1, 0.1) == 1
 
 
@@ -231,13 +262,13 @@ def test_adacomm_reads_the_probe_halves_on_a_plateau_and_waits_for_its_interval(
     def probe(points):
         return torch.tensor([next(losses)]), torch.zeros(1, 1)
 
-    a = make("schedule", "adacomm", tau0=100)
+    a = stepping("adacomm", tau0=100)
     taus = [a.observe(feedback(probe=probe))["next_tau"] for _ in range(4)]
     # F = 0.5 -> sqrt(0.25) 100 = 50; 0.72 >= 0.5: halve -> 25; 0.8 >= 0.72: halve -> 12;
     # 0.1 decreased again: the formula, ceil(sqrt(0.05) 100) = 23
     assert taus == [50, 25, 12, 23]
-    assert make("schedule", "adacomm", tau0=100, halve_on_plateau=False).tau_for(0.72, 2.0, 0.1, 0.1) == 60
-    timed = make("schedule", "adacomm", tau0=100, interval_s=10.0)
+    assert stepping("adacomm", tau0=100, halve_on_plateau=False).tau_for(0.72, 2.0, 0.1, 0.1) == 60
+    timed = stepping("adacomm", tau0=100, interval_s=10.0)
     steps = iter([2.0, 0.5, 0.5, 0.08])
     probe2 = lambda p: (torch.tensor([next(steps)]), torch.zeros(1, 1))  # noqa: E731
     assert timed.observe(feedback(probe=probe2, elapsed_s=4.0))["next_tau"] == 100  # before the first boundary
@@ -264,7 +295,7 @@ def test_afl_and_adacomm_run_from_config_within_a_time_budget(tmp_path, cfg_fact
 def test_fixed_schedule_with_tau_gives_every_client_that_many_steps(cfg_factory):
     from fedrun.engine.simulation import Simulation
 
-    assert make("schedule", "fixed", tau=100).local_steps(600, 1.0, 32) == 100
+    assert stepping("fixed", tau=100).local_steps(600, 1.0, 32) == 100
     sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=4",
                                  "algo.schedule.tau=3"))
     assert [p.tau for p in sim.run_round(1).plans] == [3, 3, 3, 3]
@@ -295,11 +326,11 @@ def test_fixed_schedule_switches_tau_from_its_round_on(cfg_factory):
                                  "algo.schedule.tau=5", "algo.schedule.switch_round=3", "algo.schedule.switch_tau=1"))
     taus = [sim.run_round(r).plans[0].tau for r in (1, 2, 3, 4)]
     assert taus == [5, 5, 1, 1]
-    assert make("schedule", "fixed", tau=5).observe(feedback()) == {}, "no switch: nothing to log"
+    assert stepping("fixed", tau=5).observe(feedback()) == {}, "no switch: nothing to log"
 
 
 def test_gift_logs_the_round_consistency_beside_the_smoothed_one():
-    gift = make("schedule", "gift", beta=0.9)
+    gift = stepping("gift", beta=0.9)
     first = gift.observe(feedback(torch.tensor([[1.0, -2.0], [-1.0, 2.1]])))
     assert first["gift_C"] == pytest.approx(first["gift_C_round"]), "one round: the EMA's ratio is the round's"
     second = gift.observe(feedback(torch.tensor([[1.0, 1.0], [2.0, 1.0]])))

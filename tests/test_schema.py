@@ -99,7 +99,7 @@ def test_the_built_parts_take_the_schemas_values(cfg_factory):
     algo = build_algorithm(cfg_factory("algo=bherd", "algo.selector.alpha=0.3", "fl.local_epochs=2").algo)
     assert (algo.selector.alpha, algo.selector.epochs) == (0.3, 2.0)
     gift = build_algorithm(cfg_factory("algo=gift", "algo.schedule.tau0=40", "algo.schedule.relax=true").algo)
-    assert (gift.schedule.tau, gift.schedule.relax, gift.schedule.beta) == (40, True, 0.9)
+    assert (gift.schedule.tau0, gift.schedule.relax, gift.schedule.beta) == (40, True, 0.9)
 
 
 @pytest.mark.parametrize("args,line", [

@@ -21,6 +21,9 @@ from .schema import SCHEMAS, parse
 from .selection import GraB, Herd, RandomSubset
 
 PARTS = tuple(SCHEMAS)  # the plug points, in the order a round meets them
+# the parts whose settings are attributes and whose round-to-round state is their own (StatefulPart.init); the local
+# rule and the server optimiser have states of their own shapes (server_init, init)
+STATEFUL_PARTS = ("selector", "harmonizer", "schedule", "bank")
 
 
 @dataclass
@@ -108,5 +111,5 @@ def build_algorithm(algo_cfg) -> Algorithm:
     )
 
 
-__all__ = ["PARTS", "Algorithm", "ClientContext", "LocalRule", "aggregate_buffers", "build_algorithm", "check_parts",
-           "method_name"]
+__all__ = ["PARTS", "STATEFUL_PARTS", "Algorithm", "ClientContext", "LocalRule", "aggregate_buffers", "build_algorithm",
+           "check_parts", "method_name"]

@@ -47,7 +47,7 @@ import time
 import numpy as np
 import torch
 
-from .base import ClientContext
+from .base import ClientContext, State, StatefulPart
 
 GROUPINGS = ("kmeans", "preference")
 
@@ -174,13 +174,12 @@ def accelerate(models: torch.Tensor, anchors: torch.Tensor, m: torch.Tensor, v: 
     raise ValueError(f"algo.bank.form={form!r}: must be one of {FORMS}")
 
 
-class ModelBank:
+class ModelBank(StatefulPart):
     """The server's C diversified global models, their moments and which model each client last preferred.
 
     ``kind``: ``none`` (one model: plain FSVRG or any other algorithm), ``ma`` or ``ga``."""
 
     name = "none"
-    state_attrs = ("models", "m", "v", "accelerated", "preferences")  # what a round changes
 
     def __init__(self, kind: str, models: int, threshold: int, alpha_g: float,
                  beta1: float, beta2: float, eps: float, kmeans_eps: float,
@@ -191,62 +190,63 @@ class ModelBank:
         self.alpha_g, self.beta1, self.beta2, self.eps = float(alpha_g), float(beta1), float(beta2), float(eps)
         self.kmeans_eps, self.kmeans_max_iter, self.center_seeds = float(kmeans_eps), int(kmeans_max_iter), center_seeds
         self.ga_step, self.form = ga_step, form
-        self.models: torch.Tensor | None = None  # (C, d) once the threshold has passed
-        self.m: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
-        self.accelerated = 0  # r of eq. 64
-        self.preferences: list[int] = []  # per client, -1 until it has taken part after the threshold
+
+    def init(self, params=None, num_clients: int = 0) -> State:
+        """No models until the threshold has passed (``models``, ``m``, ``v``: (C, d) then), r of eq. 64
+        (``accelerated``) and each client's preferred model (``preferences``, -1 until it has taken part)."""
+        return {"models": None, "m": None, "v": None, "accelerated": 0, "preferences": []}
 
     def owns_round(self, rnd: int) -> bool:
         """Whether round ``rnd`` is the bank's (after the threshold), run by :meth:`run_round` instead of the
         engine's one-model round."""
         return self.name != "none" and rnd > self.threshold
 
-    def run_round(self, sim, rnd: int) -> tuple:
+    def run_round(self, sim, state: State, rnd: int) -> tuple:
         """A round of MA-/GA-FSVRG after the threshold (Procedures 1-4) through the run's executor: ``sim`` is the
         :class:`~fedrun.engine.simulation.Simulation` whose cohort, plans, full-batch passes and client states it
-        uses. Returns (plans, weights, cohort result, bytes down, bytes up, diagnostics); the run's ``params`` become
-        the bank's first model."""
+        reads. Returns (new state, plans, weights, cohort result, bytes down, bytes up, diagnostics); the engine makes
+        the new first model the run's global model."""
         fl, local = sim.cfg.fl, sim.algo.local
-        if self.models is None:
-            self.start(sim.params, sim.num_clients)
+        if state["models"] is None:
+            state = self.start(sim.state.params, sim.num_clients)
+        models = state["models"]
         cohort, _ = sim.participants(rnd)
         plans = sim.plans(cohort, rnd)
         wd = float(fl.weight_decay)
-        sizes = torch.tensor([float(p.num_samples) for p in plans], device=sim.device, dtype=sim.params.dtype)
+        sizes = torch.tensor([float(p.num_samples) for p in plans], device=sim.device, dtype=models.dtype)
         weights = sizes / sizes.sum()
         server_s = 0.0
-        losses, grads = sim.full_losses_and_gradients(self.models, cohort)  # the clients' passes at every model
-        prefer = preferences(losses, self.models, wd)  # eq. 18
+        losses, grads = sim.full_losses_and_gradients(models, cohort)  # the clients' passes at every model
+        prefer = preferences(losses, models, wd)  # eq. 18
         started = time.perf_counter()
         anchors = torch.einsum("k,kcd->cd", weights, grads)  # eq. 17 (the loss's; FSVRG adds the L2 term)
         server_s += time.perf_counter() - started
-        states = [{**sim.client_states[int(c)], "start": self.models[j], "anchor": anchors[j]}
+        states = [{**sim.state.clients[int(c)], "start": models[j], "anchor": anchors[j]}
                   for c, j in zip(cohort, prefer.tolist())]
-        ctx = ClientContext(rnd, self.models[0], sim.buffers, sim.lr(rnd), fl.momentum, wd)
+        ctx = ClientContext(rnd, models[0], sim.state.buffers, sim.lr(rnd), fl.momentum, wd)
         result = sim.executor.run(local, sim.model, ctx, plans, sim.train_inputs, sim.data.y_train, states,
                                   sim.step_store)
-        for c, j, state in zip(cohort, prefer.tolist(), result.client_states):
-            self.preferences[int(c)] = j
-            sim.client_states[int(c)] = state
-        trained = self.models[prefer] + result.updates
-        a_r = local.a_r(sim.rule_state, result.uploads, len(plans))  # eq. 59
+        chosen = list(state["preferences"])
+        for c, j in zip(cohort, prefer.tolist()):
+            chosen[int(c)] = j
+        trained = models[prefer] + result.updates
+        a_r = local.a_r(sim.state.local, result.uploads, len(plans))  # eq. 59
         started = time.perf_counter()
         if self.name == "ga":
             _, at_trained = sim.full_losses_and_gradients(trained, cohort, own=True)
             started = time.perf_counter()
             step = self.ga_step if self.ga_step is not None else float(
                 np.mean([sim.lr(rnd) / p.num_samples for p in plans]) * np.mean([p.tau for p in plans]))
-            moved, assign, info = self.regroup(at_trained[:, 0] + wd * trained, anchors + wd * self.models, a_r, step,
-                                               prefer)
+            moved, assign, info = self.regroup(models, at_trained[:, 0] + wd * trained, anchors + wd * models, a_r,
+                                               step, prefer)
         else:
-            moved, assign, info = self.regroup(trained, self.models, a_r, prefer=prefer)  # eqs. 26-43, 60
+            moved, assign, info = self.regroup(models, trained, models, a_r, prefer=prefer)  # eqs. 26-43, 60
         server_s += time.perf_counter() - started
         _, at_moved = sim.full_losses_and_gradients(moved, cohort)  # eq. 61: the clients' passes at the new models
         started = time.perf_counter()
-        self.accelerate_to(moved, torch.einsum("k,kcd->cd", weights, at_moved) + wd * moved)  # eqs. 61-64
+        state = self.accelerate_to({**state, "preferences": chosen}, moved,
+                                   torch.einsum("k,kcd->cd", weights, at_moved) + wd * moved)  # eqs. 61-64
         server_s += time.perf_counter() - started
-        sim.params = self.models[0]
         diagnostics = {"server_s": server_s, **info,
                        "group_is_preferred": float((assign == prefer).double().mean()),  # grouping agrees with eq. 18
                        **{f"group{c}_size": n for c, n in enumerate(self.group_sizes(assign))},
@@ -254,13 +254,13 @@ class ModelBank:
         k, model_bytes = len(plans), sim.model_bytes
         down = k * model_bytes * self.count * 2 + k * model_bytes  # the models, the new models (eq. 61), an anchor
         up = k * model_bytes * self.count * 2 + k * model_bytes * (2 if self.name == "ga" else 1)
-        return plans, weights, result, down, up, diagnostics
+        return state, plans, weights, result, down, up, diagnostics
 
-    def start(self, params: torch.Tensor, num_clients: int) -> None:
+    def start(self, params: torch.Tensor, num_clients: int) -> State:
         """Round T + 1: C copies of the single model (they diverge at the first grouping)."""
-        self.models = params[None].repeat(self.count, 1)
-        self.m, self.v = torch.zeros_like(self.models), torch.zeros_like(self.models)
-        self.preferences = [-1] * num_clients
+        models = params[None].repeat(self.count, 1)
+        return {"models": models, "m": torch.zeros_like(models), "v": torch.zeros_like(models), "accelerated": 0,
+                "preferences": [-1] * num_clients}
 
     def group(self, points: torch.Tensor, seeds: torch.Tensor, prefer: torch.Tensor | None = None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
@@ -289,20 +289,22 @@ class ModelBank:
         back = centres @ basis.T + mean  # eqs. 43, 57 (inside A_r)
         return back, assign, basis, {"kmeans_iterations": iterations, "kmeans_sum": total}
 
-    def regroup(self, points: torch.Tensor, seeds: torch.Tensor, a_r: torch.Tensor, ga_step: float = 0.0,
-                prefer: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        """The grouping and eq. 60: each model moved by A_r toward its group's target, (moved models, assignment,
-        diagnostics). MA: the target is the group's centre (eq. 43); GA: the model moved against its group's
-        gradient by ``ga_step`` (eqs. 57-58)."""
+    def regroup(self, models: torch.Tensor, points: torch.Tensor, seeds: torch.Tensor, a_r: torch.Tensor,
+                ga_step: float = 0.0, prefer: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """The grouping and eq. 60: each of the C ``models`` moved by A_r toward its group's target, (moved models,
+        assignment, diagnostics). MA: the target is the group's centre (eq. 43); GA: the model moved against its
+        group's gradient by ``ga_step`` (eqs. 57-58)."""
         centres, assign, _, info = self.group(points, seeds, prefer)
-        targets = self.models - ga_step * a_r * centres if self.name == "ga" else centres
-        return self.models + a_r * (targets - self.models), assign, info
+        targets = models - ga_step * a_r * centres if self.name == "ga" else centres
+        return models + a_r * (targets - models), assign, info
 
-    def accelerate_to(self, moved: torch.Tensor, anchors: torch.Tensor) -> None:
-        """Procedure 4's step (eqs. 62-64) from the moved models with their anchor gradients (eq. 61)."""
-        self.accelerated += 1
-        self.models, self.m, self.v = accelerate(moved, anchors, self.m, self.v, self.accelerated, self.alpha_g,
-                                                 self.beta1, self.beta2, self.eps, self.form)
+    def accelerate_to(self, state: State, moved: torch.Tensor, anchors: torch.Tensor) -> State:
+        """Procedure 4's step (eqs. 62-64) from the moved models with their anchor gradients (eq. 61): the state
+        with the accelerated models and their moments."""
+        step = state["accelerated"] + 1
+        models, m, v = accelerate(moved, anchors, state["m"], state["v"], step, self.alpha_g, self.beta1, self.beta2,
+                                  self.eps, self.form)
+        return {**state, "models": models, "m": m, "v": v, "accelerated": step}
 
     def group_sizes(self, assign: torch.Tensor) -> list[int]:
         return np.bincount(assign.cpu().numpy(), minlength=self.count).tolist()

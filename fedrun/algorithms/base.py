@@ -30,6 +30,18 @@ class ClientContext:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # server quantities a rule needs
 
 
+class StatefulPart:
+    """A plug point whose rounds change something (a schedule's tau, DGT's baselines, GraB's stale means, a bank's
+    models), in the manner of FedJAX's ``init``/``apply``: its settings are attributes fixed at construction, and what
+    rounds change is a state that ``init`` makes and its round functions take and return, never changing the one
+    they are given. A state holds tensors, numbers, strings, None and dicts or lists of them: the engine keeps it in
+    its :class:`~fedrun.engine.state.ServerState` and a checkpoint saves it as it is."""
+
+    def init(self, params: torch.Tensor | None = None, num_clients: int = 0) -> State:
+        """The state before round 1, from the initial global model and the number of clients."""
+        return {}
+
+
 class LocalRule:
     """What one client computes in a round, and the server-side bookkeeping that belongs to it.
 

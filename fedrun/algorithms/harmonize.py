@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .base import State, StatefulPart
+
 
 def fedgh_coefficients(gram: torch.Tensor, orders: list[list[int]]) -> torch.Tensor:
     """FedGH Algorithm 1 (Zhang et al.; NOTES.md) on the Gram matrix of the original updates g~:
@@ -41,7 +43,7 @@ def fedgh_coefficients(gram: torch.Tensor, orders: list[list[int]]) -> torch.Ten
     return coef
 
 
-class FedGH:
+class FedGH(StatefulPart):
     """FedGH: pairwise projection of conflicting client updates (Algorithm 1), the order of the other clients
     seeded per (seed, round, client). No hyperparameter."""
 
@@ -50,15 +52,15 @@ class FedGH:
     def __init__(self, seed: int):
         self.seed = seed
 
-    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
-                 ) -> tuple[torch.Tensor, dict[str, float]]:
+    def __call__(self, state: State, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
+                 ) -> tuple[State, torch.Tensor, dict[str, float]]:
         gram = (updates @ updates.T).double()
         orders = []
         for k, client in enumerate(clients):
             others = [j for j in range(len(clients)) if j != k]
             rng = np.random.default_rng([self.seed, 0xF6, rnd, client])
             orders.append([others[i] for i in rng.permutation(len(others))])
-        return fedgh_coefficients(gram, orders).to(updates.dtype) @ updates, {}
+        return state, fedgh_coefficients(gram, orders).to(updates.dtype) @ updates, {}
 
 
 def dgt_coefficients(gram: torch.Tensor, baselines: torch.Tensor, momentum: float
@@ -87,7 +89,7 @@ def dgt_coefficients(gram: torch.Tensor, baselines: torch.Tensor, momentum: floa
     return coef, phi, momentum * baselines + (1 - momentum) * phi
 
 
-class DGT:
+class DGT(StatefulPart):
     """DGT: rotates each update toward the pre-aggregated update of the others when its similarity fell below the
     client's running baseline; baselines persist across the rounds a client sits out (start at 0).
 
@@ -97,26 +99,28 @@ class DGT:
     each scaled by that round's ratio, so the server takes the base algorithm's direction with DGT's step length."""
 
     name = "dgt"
-    state_attrs = ("baselines",)  # what a round changes: a checkpoint saves these, nothing else
 
     def __init__(self, momentum: float, mode: str):
         self.momentum, self.mode = float(momentum), mode
-        self.baselines: dict[int, float] = {}
 
-    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
-                 ) -> tuple[torch.Tensor, dict[str, float]]:
+    def init(self, params=None, num_clients: int = 0) -> State:
+        return {"baselines": {}}  # client id -> PhiT_k, the baseline of eq. 8 (0 until the client takes part)
+
+    def __call__(self, state: State, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
+                 ) -> tuple[State, torch.Tensor, dict[str, float]]:
         gram = (updates @ updates.T).double()
-        base = torch.tensor([self.baselines.get(c, 0.0) for c in clients], dtype=gram.dtype, device=gram.device)
+        baselines = state["baselines"]
+        base = torch.tensor([baselines.get(c, 0.0) for c in clients], dtype=gram.dtype, device=gram.device)
         coef, phi, new = dgt_coefficients(gram, base, self.momentum)
-        self.baselines.update({c: float(v) for c, v in zip(clients, new)})
+        state = {"baselines": baselines | {c: float(v) for c, v in zip(clients, new)}}
         p = weights.to(gram.dtype)
         mixed = p @ coef  # the aggregate of the calibrated updates is (p A) U
         plain_sq, calibrated_sq = p @ gram @ p, mixed @ gram @ mixed
         ratio = float((calibrated_sq / plain_sq).clamp_min(0).sqrt()) if plain_sq > 0 else 1.0
         info = {"dgt_norm_ratio": ratio, "dgt_calibrated": float((coef.diagonal() != coef.sum(1)).double().mean())}
         if self.mode == "norm_only":
-            return updates * ratio, info
-        return coef.to(updates.dtype) @ updates, info
+            return state, updates * ratio, info
+        return state, coef.to(updates.dtype) @ updates, info
 
 
 DGT_MODES = ("calibrate", "norm_only")

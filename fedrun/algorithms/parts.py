@@ -5,23 +5,26 @@ from __future__ import annotations
 
 import torch
 
+from .base import State, StatefulPart
 
-class AllSteps:
+
+class AllSteps(StatefulPart):
     """Every local step counts: the client sends its whole update w_i - w_t."""
 
     name = "all"
     records_steps = False
 
-    def __call__(self, updates: torch.Tensor, steps, plans, uploads: dict, ctx, weights: torch.Tensor):
-        """(updates to send, uploads, the round's metrics.csv columns of the selector)."""
-        return updates, uploads, {}
+    def __call__(self, state: State, updates: torch.Tensor, steps, plans, uploads: dict, ctx, weights: torch.Tensor):
+        """(new state, updates to send, uploads, the round's metrics.csv columns of the selector)."""
+        return state, updates, uploads, {}
 
 
-class NoHarmonizer:
+class NoHarmonizer(StatefulPart):
     """Leaves the round's stacked client updates (K, d) as they are."""
 
     name = "none"
 
-    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
-                 ) -> tuple[torch.Tensor, dict[str, float]]:
-        return updates, {}
+    def __call__(self, state: State, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
+                 ) -> tuple[State, torch.Tensor, dict[str, float]]:
+        """(new state, harmonised updates, the round's metrics.csv columns of the harmoniser)."""
+        return state, updates, {}

@@ -1,7 +1,9 @@
 """Synchronisation schedules: how many local steps each client takes in a round, decided from what the server saw.
 
-A schedule answers ``local_steps(n_i, E, B)`` when a round is planned and ``observe(feedback)`` after the round's
-aggregation, returning what it logs. What each reads from :class:`RoundFeedback` is what its paper needs:
+A schedule's settings are its attributes and what rounds change is its state (``init`` -> state, a dict of plain
+values that a checkpoint saves). It answers ``local_steps(state, n_i, E, B)`` when a round is planned and
+``observe(state, feedback) -> (new state, what it logs)`` after the round's aggregation; neither changes the state it
+is given. What each reads from :class:`RoundFeedback` is what its paper needs:
 ``fixed`` nothing (tau_i = floor(E n_i / B)); GIFT only the updates the clients sent (no losses, no data
 statistics); AdaComm the training loss at the new global model; AFL the clients' gradients and losses at their last
 local iterate and at the new global model, and the time model's per-step and per-synchronisation times.
@@ -15,6 +17,8 @@ from typing import Callable
 
 import numpy as np
 import torch
+
+from .base import State, StatefulPart
 
 
 @dataclass
@@ -38,31 +42,31 @@ class RoundFeedback:
     budget_s: float | None = None  # timing.budget_s
 
 
-class FixedSchedule:
+class FixedSchedule(StatefulPart):
     """Each client takes tau_i = floor(E |D_i| / B) local steps every round, at least 1 (BHerd Sec. III-A), or
     ``tau`` steps when it is given (FedAvg with a fixed number of local iterations, GIFT Table 1's baseline). With
     ``switch_round``, every client takes ``switch_tau`` steps from that round on (GIFT Fig. 3: tau 500, then 1 once
     the run has stagnated)."""
 
     name = "fixed"
-    state_attrs = ("rounds", "tau")  # what a round changes: a checkpoint saves these, nothing else
 
     def __init__(self, tau: int | None, switch_round: int | None, switch_tau: int | None):
         self.tau, self.switch_round, self.switch_tau = tau, switch_round, switch_tau
-        self.rounds = 0  # rounds observed so far
 
-    def local_steps(self, num_samples: int, epochs: float, batch_size: int) -> int:
-        if self.tau is not None:
-            return int(self.tau)
+    def init(self, params=None, num_clients: int = 0) -> State:
+        return {"rounds": 0, "tau": self.tau}  # rounds observed so far; the tau in force (None: from E, n_i, B)
+
+    def local_steps(self, state: State, num_samples: int, epochs: float, batch_size: int) -> int:
+        if state["tau"] is not None:
+            return int(state["tau"])
         return max(1, math.floor(epochs * num_samples / batch_size + 1e-9))
 
-    def observe(self, feedback: RoundFeedback) -> dict[str, float]:
+    def observe(self, state: State, feedback: RoundFeedback) -> tuple[State, dict[str, float]]:
         if self.switch_round is None:
-            return {}
-        self.rounds += 1
-        if self.rounds + 1 >= self.switch_round:
-            self.tau = int(self.switch_tau)
-        return {} if self.tau is None else {"next_tau": float(self.tau)}
+            return state, {}
+        rounds = state["rounds"] + 1
+        tau = int(self.switch_tau) if rounds + 1 >= self.switch_round else state["tau"]
+        return {"rounds": rounds, "tau": tau}, ({} if tau is None else {"next_tau": float(tau)})
 
 
 def gradient_consistency(positive: torch.Tensor, negative: torch.Tensor) -> float:
@@ -72,7 +76,7 @@ def gradient_consistency(positive: torch.Tensor, negative: torch.Tensor) -> floa
     return float(torch.linalg.vector_norm(positive + negative) / denom) if denom > 0 else 1.0
 
 
-class GIFT:
+class GIFT(StatefulPart):
     """GIFT (anonymous submission, Sec. 5; NOTES.md): every client takes tau local iterations (tau_0 = 100).
     After each round the server pools the updates u_i = w_i - w_t it received into two EMAs,
     P_r = beta P_{r-1} + (1 - beta) sum_i relu(u_i) and N_r = beta N_{r-1} + (1 - beta) sum_i -relu(-u_i) (both start
@@ -85,57 +89,57 @@ class GIFT:
     model leaves its initialisation (``gift_C_round``, the ratio of each round's updates alone, shows it)."""
 
     name = "gift"
-    state_attrs = ("tau", "positive", "negative", "rounds", "consistency", "decreasing", "not_decreasing", "halvings")
 
     def __init__(self, tau0: int, beta: float, patience: int, factor: int, relax: bool,
                  relax_after: int, relax_step: int, warmup: int):
-        self.tau, self.beta, self.patience, self.factor = int(tau0), float(beta), int(patience), int(factor)
+        self.tau0, self.beta, self.patience, self.factor = int(tau0), float(beta), int(patience), int(factor)
         self.relax, self.relax_after, self.relax_step = bool(relax), int(relax_after), int(relax_step)
-        self.warmup, self.rounds = int(warmup), 0
-        self.positive: torch.Tensor | None = None
-        self.negative: torch.Tensor | None = None
-        self.consistency: float | None = None
-        self.not_decreasing = 0  # consecutive rounds with C_r >= C_{r-1}
-        self.decreasing = 0  # consecutive rounds with C_r < C_{r-1}
-        self.halvings = 0
+        self.warmup = int(warmup)
 
-    def local_steps(self, num_samples: int, epochs: float, batch_size: int) -> int:
-        return self.tau
+    def init(self, params=None, num_clients: int = 0) -> State:
+        """tau_0, the EMAs P and N (None until the first round), the last C_r, the rounds observed and the counters:
+        consecutive rounds with C_r >= C_{r-1} (``not_decreasing``) and with C_r < C_{r-1} (``decreasing``), and the
+        halvings so far."""
+        return {"tau": self.tau0, "positive": None, "negative": None, "rounds": 0, "consistency": None,
+                "decreasing": 0, "not_decreasing": 0, "halvings": 0}
 
-    def observe(self, feedback: RoundFeedback) -> dict[str, float]:
-        """Fold the round's updates into the EMAs, update C_r and tau for the next round; returns C_r and the tau
-        the next round will use."""
+    def local_steps(self, state: State, num_samples: int, epochs: float, batch_size: int) -> int:
+        return state["tau"]
+
+    def observe(self, state: State, feedback: RoundFeedback) -> tuple[State, dict[str, float]]:
+        """Fold the round's updates into the EMAs, update C_r and tau for the next round; logs C_r and the tau the
+        next round will use."""
         u = feedback.updates.double()
         pos, neg = u.clamp_min(0).sum(dim=0), u.clamp_max(0).sum(dim=0)
-        if self.positive is None:
-            self.positive, self.negative = torch.zeros_like(pos), torch.zeros_like(neg)
-        self.positive = self.beta * self.positive + (1 - self.beta) * pos
-        self.negative = self.beta * self.negative + (1 - self.beta) * neg
-        c = gradient_consistency(self.positive, self.negative)
-        self.advance(c)
+        positive = torch.zeros_like(pos) if state["positive"] is None else state["positive"]
+        negative = torch.zeros_like(neg) if state["negative"] is None else state["negative"]
+        positive = self.beta * positive + (1 - self.beta) * pos
+        negative = self.beta * negative + (1 - self.beta) * neg
+        c = gradient_consistency(positive, negative)
+        state = self.advance({**state, "positive": positive, "negative": negative}, c)
         # gift_C_round: this round's updates alone, without the EMA (what the smoothing smooths)
-        return {"gift_C": c, "gift_C_round": gradient_consistency(pos, neg), "next_tau": float(self.tau)}
+        return state, {"gift_C": c, "gift_C_round": gradient_consistency(pos, neg), "next_tau": float(state["tau"])}
 
-    def advance(self, c: float) -> int:
-        """The tau rule on this round's C_r (the halving and relaxation counters); returns the next round's tau."""
-        self.rounds += 1
-        if self.rounds <= self.warmup:
-            self.consistency = c
-            return self.tau
-        if self.consistency is not None:
-            if c < self.consistency:
-                self.decreasing, self.not_decreasing = self.decreasing + 1, 0
+    def advance(self, state: State, c: float) -> State:
+        """The tau rule on this round's C_r (the halving and relaxation counters): the state for the next round."""
+        state = {**state, "rounds": state["rounds"] + 1}
+        if state["rounds"] <= self.warmup:
+            return {**state, "consistency": c}
+        if state["consistency"] is not None:
+            if c < state["consistency"]:
+                state["decreasing"], state["not_decreasing"] = state["decreasing"] + 1, 0
             else:
-                self.decreasing, self.not_decreasing = 0, self.not_decreasing + 1
-        self.consistency = c
-        if self.not_decreasing >= self.patience:
-            self.tau, self.not_decreasing, self.halvings = max(1, self.tau // self.factor), 0, self.halvings + 1
-        elif self.relax and self.halvings == 0 and self.decreasing >= self.relax_after:
-            self.tau, self.decreasing = self.tau + self.relax_step, 0
-        return self.tau
+                state["decreasing"], state["not_decreasing"] = 0, state["not_decreasing"] + 1
+        state["consistency"] = c
+        if state["not_decreasing"] >= self.patience:
+            state |= {"tau": max(1, state["tau"] // self.factor), "not_decreasing": 0,
+                      "halvings": state["halvings"] + 1}
+        elif self.relax and state["halvings"] == 0 and state["decreasing"] >= self.relax_after:
+            state |= {"tau": state["tau"] + self.relax_step, "decreasing": 0}
+        return state
 
 
-class AdaComm:
+class AdaComm(StatefulPart):
     """AdaComm (Wang & Joshi 2019; reference-rules.md §9): tau_l = ceil(sqrt(eta_0 F_l / (eta_l F_0)) tau_0), F the
     training loss at the global model at the start of interval l, F_0 at the initial model. fedrun estimates F as the
     n_i-weighted loss of the global model on the round's clients' last minibatches (the server learns losses: the
@@ -145,18 +149,20 @@ class AdaComm:
     fallback GIFT's Sec. 6.3 describes). ``tau_max`` caps tau (Paddle: 16; null: no cap)."""
 
     name = "adacomm"
-    state_attrs = ("tau", "loss0", "last_loss", "next_update_s")
 
     def __init__(self, tau0: int, interval_s: float | None, form: str,
                  halve_on_plateau: bool, tau_max: int | None):
-        self.tau0, self.tau, self.interval_s, self.form = int(tau0), int(tau0), interval_s, form
+        self.tau0, self.interval_s, self.form = int(tau0), interval_s, form
         self.halve_on_plateau, self.tau_max = bool(halve_on_plateau), tau_max
-        self.loss0: float | None = None
-        self.last_loss: float | None = None
-        self.next_update_s = float(interval_s) if interval_s else 0.0
 
-    def local_steps(self, num_samples: int, epochs: float, batch_size: int) -> int:
-        return self.tau
+    def init(self, params=None, num_clients: int = 0) -> State:
+        """tau_0; F_0 and the loss at the last update of tau (None before the first round); the simulated time of
+        the next update."""
+        return {"tau": self.tau0, "loss0": None, "last_loss": None,
+                "next_update_s": float(self.interval_s) if self.interval_s else 0.0}
+
+    def local_steps(self, state: State, num_samples: int, epochs: float, batch_size: int) -> int:
+        return state["tau"]
 
     def tau_for(self, loss: float, loss0: float, lr: float, lr0: float) -> int:
         """The rule's tau for the loss ratio F / F_0 at learning rate lr (lr0 at the start)."""
@@ -165,23 +171,23 @@ class AdaComm:
         tau = max(1, math.ceil(raw - 1e-12))
         return min(tau, int(self.tau_max)) if self.tau_max else tau
 
-    def observe(self, feedback: RoundFeedback) -> dict[str, float]:
+    def observe(self, state: State, feedback: RoundFeedback) -> tuple[State, dict[str, float]]:
+        state = dict(state)
         p = (feedback.sizes / feedback.sizes.sum()).double()
-        if self.loss0 is None:
-            self.loss0 = float(p @ feedback.probe(feedback.old_params)[0].double())
-            self.last_loss = self.loss0
+        if state["loss0"] is None:
+            state["loss0"] = state["last_loss"] = float(p @ feedback.probe(feedback.old_params)[0].double())
         loss = float(p @ feedback.probe(feedback.new_params)[0].double())
-        due = self.interval_s is None or (feedback.elapsed_s or 0.0) >= self.next_update_s
-        if due:
+        elapsed = feedback.elapsed_s or 0.0
+        if self.interval_s is None or elapsed >= state["next_update_s"]:
             if self.interval_s:
-                self.next_update_s += float(self.interval_s) * max(1, math.ceil(
-                    ((feedback.elapsed_s or 0.0) - self.next_update_s) / float(self.interval_s) + 1e-12))
-            if self.halve_on_plateau and loss >= self.last_loss:
-                self.tau = max(1, self.tau // 2)
+                state["next_update_s"] += float(self.interval_s) * max(1, math.ceil(
+                    (elapsed - state["next_update_s"]) / float(self.interval_s) + 1e-12))
+            if self.halve_on_plateau and loss >= state["last_loss"]:
+                state["tau"] = max(1, state["tau"] // 2)
             else:
-                self.tau = self.tau_for(loss, self.loss0, feedback.lr, feedback.lr0)
-            self.last_loss = loss
-        return {"adacomm_loss": loss, "next_tau": float(self.tau)}
+                state["tau"] = self.tau_for(loss, state["loss0"], feedback.lr, feedback.lr0)
+            state["last_loss"] = loss
+        return state, {"adacomm_loss": loss, "next_tau": float(state["tau"])}
 
 
 def afl_objective(tau: np.ndarray, beta: float, rho: float, delta: float, eta: float, phi: float, c: float,
@@ -198,7 +204,7 @@ def afl_objective(tau: np.ndarray, beta: float, rho: float, delta: float, eta: f
     return np.where(np.isfinite(g), g, np.inf)
 
 
-class AFL:
+class AFL(StatefulPart):
     """AFL's control rule (Wang et al., "Adaptive Federated Learning in Resource Constrained Edge Computing
     Systems", 2019; the authors' code, reference-rules.md §9). After each round, per client i with w_i its last local
     iterate and w the new global model, on its last minibatch:
@@ -211,17 +217,19 @@ class AFL:
     only see w at the next round's start); fedrun computes the same quantities at aggregation time."""
 
     name = "afl"
-    state_attrs = ("tau", "estimates")
 
     def __init__(self, phi: float, tau_init: int, tau_max: int, search_factor: int,
                  moving_average: float, beta_floor: float):
-        self.phi, self.tau = float(phi), int(tau_init)
+        self.phi, self.tau_init = float(phi), int(tau_init)
         self.tau_max, self.search_factor = int(tau_max), int(search_factor)
         self.moving_average, self.beta_floor = float(moving_average), float(beta_floor)
-        self.estimates: dict[str, float] | None = None
 
-    def local_steps(self, num_samples: int, epochs: float, batch_size: int) -> int:
-        return self.tau
+    def init(self, params=None, num_clients: int = 0) -> State:
+        """The tau in force and the moving averages of beta, rho and delta (None before the first round)."""
+        return {"tau": self.tau_init, "estimates": None}
+
+    def local_steps(self, state: State, num_samples: int, epochs: float, batch_size: int) -> int:
+        return state["tau"]
 
     def estimate(self, feedback: RoundFeedback) -> dict[str, float]:
         """beta, rho and delta of this round (before the moving average)."""
@@ -239,23 +247,21 @@ class AFL:
         delta = float(p @ torch.linalg.vector_norm(g_glob.double() - g_mean, dim=1))
         return {"beta": float(p @ beta_i), "rho": float(p @ rho_i), "delta": delta}
 
-    def choose_tau(self, beta: float, rho: float, delta: float, eta: float, c: float, b: float, budget: float) -> int:
-        """argmin of G over 1..search_factor * tau (the first minimum), capped at tau_max."""
-        taus = np.arange(1, self.search_factor * self.tau + 1)
+    def choose_tau(self, tau: int, beta: float, rho: float, delta: float, eta: float, c: float, b: float,
+                   budget: float) -> int:
+        """argmin of G over 1..search_factor * tau (the first minimum; ``tau`` the one in force), capped at
+        tau_max."""
+        taus = np.arange(1, self.search_factor * tau + 1)
         g = afl_objective(taus, beta, rho, delta, eta, self.phi, c, b, budget)
-        return min(int(taus[int(np.argmin(g))]), self.tau_max) if np.isfinite(g).any() else self.tau
+        return min(int(taus[int(np.argmin(g))]), self.tau_max) if np.isfinite(g).any() else tau
 
-    def observe(self, feedback: RoundFeedback) -> dict[str, float]:
-        now = self.estimate(feedback)
-        if self.estimates is None:
-            self.estimates = now
-        else:
-            m = self.moving_average
-            self.estimates = {k: m * self.estimates[k] + (1 - m) * now[k] for k in now}
-        e, c, b, budget = self.estimates, feedback.step_time_s, feedback.sync_time_s, feedback.budget_s
-        tau = self.choose_tau(e["beta"], e["rho"], e["delta"], feedback.lr, c, b, budget)
+    def observe(self, state: State, feedback: RoundFeedback) -> tuple[State, dict[str, float]]:
+        now, e = self.estimate(feedback), state["estimates"]
+        m = self.moving_average
+        e = now if e is None else {k: m * e[k] + (1 - m) * now[k] for k in now}
+        c, b, budget = feedback.step_time_s, feedback.sync_time_s, feedback.budget_s
+        tau = self.choose_tau(state["tau"], e["beta"], e["rho"], e["delta"], feedback.lr, c, b, budget)
         spent = feedback.elapsed_s or 0.0
         if spent + c * (tau + 1) + 2 * b >= budget:  # the budget cannot pay for another round of this tau
             tau = min(tau, max(1, int((budget - spent - 2 * b - c) / c)))
-        self.tau = tau
-        return {f"afl_{k}": v for k, v in e.items()} | {"next_tau": float(tau)}
+        return {"tau": tau, "estimates": e}, {f"afl_{k}": v for k, v in e.items()} | {"next_tau": float(tau)}

@@ -17,6 +17,8 @@ import math
 import numpy as np
 import torch
 
+from .base import State, StatefulPart
+
 # Greedy scores within this fraction of the largest squared deviation of the minimum count as tied: exact ties (a
 # client with two steps has two opposite centred gradients) are then settled by the lowest index, as Algorithm 2's
 # "iterate through sigma_i" does, not by rounding.
@@ -106,7 +108,7 @@ def herd_diagnostics(g: torch.Tensor, distance: torch.Tensor, residual: torch.Te
     return out
 
 
-class Herd:
+class Herd(StatefulPart):
     """BHerd (Luo et al., Algorithms 2-3, eqs. 4-6): the client herds its tau_i step gradients, sends
     g_i = the sum of the first alpha*tau_i of the herded order (eq. 5, raw gradients), and the server steps
     w <- w - eta (E / alpha) sum_i p_i g_i (eq. 6). The factor -eta E / alpha is applied here, to each client's g_i,
@@ -122,19 +124,23 @@ class Herd:
     def __init__(self, alpha: float, local_epochs: float, block: int | None = None):
         self.alpha, self.epochs, self.block = float(alpha), float(local_epochs), block
 
-    def order(self, z: torch.Tensor, client: int, rnd: int, k: int, device: torch.device) -> list[int]:
+    def order(self, state: State, z: torch.Tensor, client: int, rnd: int, k: int, device: torch.device) -> list[int]:
         return herd_order(z, k, self.block, device)
 
-    def __call__(self, updates, steps, plans, uploads, ctx, weights):
-        """(updates to send, uploads, diagnostics: :func:`herd_diagnostics` of the selected sums g_i of eq. 5,
-        ||g_i / (alpha tau_i) - mu_i|| (Fig. 6) and ||g_i / alpha - sum_l z_l|| / ||sum_l z_l||, how far the step the
-        client asks for is from FedAvg's, 0 when every step is selected). The steps may live in host memory (see the
-        module doc); what is sent is on the updates' device."""
+    def after(self, state: State, plans, steps) -> State:
+        """The state the next round starts from, once the round's steps are known (herding keeps none)."""
+        return state
+
+    def __call__(self, state, updates, steps, plans, uploads, ctx, weights):
+        """(new state, updates to send, uploads, diagnostics: :func:`herd_diagnostics` of the selected sums g_i of
+        eq. 5, ||g_i / (alpha tau_i) - mu_i|| (Fig. 6) and ||g_i / alpha - sum_l z_l|| / ||sum_l z_l||, how far the
+        step the client asks for is from FedAvg's, 0 when every step is selected). The steps may live in host memory
+        (see the module doc); what is sent is on the updates' device."""
         scale, lr = self.epochs / self.alpha, ctx.lr
         out, sums, distances, residuals, counts = [], [], [], [], []
         for update, z, plan in zip(updates, steps, plans):
             k = num_selected(self.alpha, plan.tau)
-            g = z[self.order(z, plan.id, ctx.round, k, update.device)[:k]].sum(dim=0).to(update.device)
+            g = z[self.order(state, z, plan.id, ctx.round, k, update.device)[:k]].sum(dim=0).to(update.device)
             total = z.sum(dim=0).to(update.device)
             sums.append(g)
             distances.append(torch.linalg.vector_norm(g / k - total / len(z)))
@@ -143,8 +149,8 @@ class Herd:
             out.append(update * scale if k == plan.tau else -lr * scale * g)
         if "a" in uploads:
             uploads = {**uploads, "a": torch.tensor(counts, dtype=uploads["a"].dtype, device=uploads["a"].device)}
-        return torch.stack(out), uploads, herd_diagnostics(torch.stack(sums), torch.stack(distances),
-                                                           torch.stack(residuals), plans, weights, steps)
+        return self.after(state, plans, steps), torch.stack(out), uploads, herd_diagnostics(
+            torch.stack(sums), torch.stack(distances), torch.stack(residuals), plans, weights, steps)
 
 
 class GraB(Herd):
@@ -153,16 +159,15 @@ class GraB(Herd):
     alpha*tau_i of GraB's order are sent."""
 
     name = "grab"
-    state_attrs = ("stale_means",)  # what a round changes: a checkpoint saves these, nothing else
 
-    def __init__(self, alpha: float, local_epochs: float, block: int | None = None):
-        super().__init__(alpha, local_epochs, block)
-        self.stale_means: dict[int, torch.Tensor] = {}
+    def init(self, params=None, num_clients: int = 0) -> State:
+        return {"stale_means": {}}  # client id -> the mean of its step gradients in the last round it took part
 
-    def order(self, z, client, rnd, k, device):
-        order = grab_order(z, self.stale_means.get(client, torch.zeros_like(z[0])), self.block, device)
-        self.stale_means[client] = z.mean(dim=0)
-        return order
+    def order(self, state, z, client, rnd, k, device):
+        return grab_order(z, state["stale_means"].get(client, torch.zeros_like(z[0])), self.block, device)
+
+    def after(self, state, plans, steps):
+        return {"stale_means": state["stale_means"] | {p.id: z.mean(dim=0) for p, z in zip(plans, steps)}}
 
 
 class RandomSubset(Herd):
@@ -176,7 +181,7 @@ class RandomSubset(Herd):
         super().__init__(alpha, local_epochs, block)
         self.seed = int(seed)
 
-    def order(self, z, client, rnd, k, device):
+    def order(self, state, z, client, rnd, k, device):
         return np.random.default_rng([self.seed, _RANDOM_SUBSET, rnd, client]).permutation(len(z)).tolist()
 
 

@@ -165,4 +165,4 @@ def training_inputs(data, data_cfg, seed: int):
         return data.x_train
     if data.pixel_stats is None:
         raise ValueError(f"data.augment: {data.name} carries no pixel statistics to augment from")
-    return AugmentedImages(data.x_train, data.pixel_stats, data_cfg.get("augment_policy", "cifar10"), seed)
+    return AugmentedImages(data.x_train, data.pixel_stats, data_cfg.augment_policy, seed)

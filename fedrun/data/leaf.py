@@ -199,8 +199,11 @@ def loader(task: str) -> Callable:
 
 def _meta(task: str) -> Callable:
     def meta(cfg):
-        shape = {"femnist": (1, 28, 28), "shakespeare": (80,), "celeba": (3, CELEBA_SIZE, CELEBA_SIZE),
-                 "sent140": (int(cfg.get("max_len", 25)),), "reddit": (REDDIT_SEQ_LEN,)}[task]
+        if task == "sent140":
+            shape = (int(cfg.get("max_len", 25)),)
+        else:
+            shape = {"femnist": (1, 28, 28), "shakespeare": (80,), "celeba": (3, CELEBA_SIZE, CELEBA_SIZE),
+                     "reddit": (REDDIT_SEQ_LEN,)}[task]
         return TASKS[task].kind, shape, num_classes(task, cfg)
 
     return meta

@@ -30,9 +30,10 @@ class Evaluation:
         ``test_acc``/``test_loss`` are the best model's. ``eval.class_metrics`` adds macro and micro precision,
         recall and F1 (of the best model). With natural (user) clients, the readings of :meth:`user_accuracies`."""
         sim = self.sim
-        models = sim.algo.bank.models if sim.algo.bank.models is not None else sim.params[None]
-        scores = [sim.model.evaluate_hits(w, sim.buffers, sim.data.x_test, sim.data.y_test, sim.cfg.eval.batch_size)
-                  for w in models]
+        bank = sim.state.bank["models"]
+        models = bank if bank is not None else sim.state.params[None]
+        scores = [sim.model.evaluate_hits(w, sim.state.buffers, sim.data.x_test, sim.data.y_test,
+                                          sim.cfg.eval.batch_size) for w in models]
         accs = [float(h.sum()) / max(1.0, float(u.sum())) for h, u, _ in scores]
         best = int(np.argmax(accs))
         hits, units, loss = scores[best]
@@ -56,15 +57,15 @@ class Evaluation:
         """Accuracy over every client's held-out samples (``eval.holdout``), each scored by its owner's model: the
         global model, or with a bank the model the owner prefers (eq. 18 on its training data)."""
         sim = self.sim
-        bank = sim.algo.bank.models
+        bank = sim.state.bank["models"]
         preferred = self.preferred_models() if bank is not None else None
         hits = units = 0.0
         for c, ix in enumerate(sim.holdout):
             if len(ix) == 0:
                 continue
-            w = sim.params if preferred is None else bank[int(preferred[c])]
+            w = sim.state.params if preferred is None else bank[int(preferred[c])]
             ix = torch.as_tensor(ix, device=sim.device)
-            h, u, _ = sim.model.evaluate_hits(w, sim.buffers, sim.data.x_train[ix], sim.data.y_train[ix],
+            h, u, _ = sim.model.evaluate_hits(w, sim.state.buffers, sim.data.x_train[ix], sim.data.y_train[ix],
                                               sim.cfg.eval.batch_size)
             hits, units = hits + float(h.sum()), units + float(u.sum())
         return hits / max(1.0, units)
@@ -99,7 +100,7 @@ class Evaluation:
             own = []
             for k, u in rows:
                 ix = torch.as_tensor(np.flatnonzero(index == u), device=sim.data.x_test.device)
-                h, n, _ = sim.model.evaluate_hits(step.start + step.result.updates[k], sim.buffers,
+                h, n, _ = sim.model.evaluate_hits(step.start + step.result.updates[k], sim.state.buffers,
                                                   sim.data.x_test[ix], sim.data.y_test[ix], sim.cfg.eval.batch_size)
                 own.append((float(h.sum()), float(n.sum())))
             own = np.array(own)
@@ -112,7 +113,7 @@ class Evaluation:
         sim = self.sim
         sim.model.set_training(False)
         b = sim.cfg.eval.batch_size
-        return torch.cat([sim.model.forward(w, sim.buffers, x[s : s + b]).argmax(dim=-1)
+        return torch.cat([sim.model.forward(w, sim.state.buffers, x[s : s + b]).argmax(dim=-1)
                           for s in range(0, len(x), b)])
 
     @torch.no_grad()
@@ -121,7 +122,7 @@ class Evaluation:
         computation (losses and :func:`preferences`) as a bank round's, for every client and any loss. Computed
         once per state of the bank (the evaluations of a round share it)."""
         sim = self.sim
-        models = sim.algo.bank.models
+        models = sim.state.bank["models"]
         held = self._preferred
         if held is None or held[0] is not models or held[1] != models._version:
             losses, _ = sim.full_losses_and_gradients(models, range(sim.num_clients))
@@ -139,20 +140,20 @@ class Evaluation:
         (Per-FedAvg) the global model adapted on one batch of the client's data."""
         sim = self.sim
         test_labels = sim.data.y_test
-        ctx = ClientContext(rnd, sim.params, sim.buffers, sim.lr(rnd))
+        ctx = ClientContext(rnd, sim.state.params, sim.state.buffers, sim.lr(rnd))
         accs = []
-        preferred = self.preferred_models() if sim.algo.bank.models is not None else None
+        preferred = self.preferred_models() if sim.state.bank["models"] is not None else None
         for c in range(sim.num_clients):
             held = torch.unique(sim.data.y_train[torch.as_tensor(sim.partition.indices[c], device=sim.device)])
             mask = torch.isin(test_labels, held)
             if not bool(mask.any()):
                 continue
-            w = sim.params if preferred is None else sim.algo.bank.models[int(preferred[c])]
+            w = sim.state.params if preferred is None else sim.state.bank["models"][int(preferred[c])]
             if sim.algo.local.personalizes:
                 batch = plan_client(c, sim.partition.indices[c], 1, sim.cfg.fl.batch_size, sim.cfg.seed, rnd, True,
                                     sim.device).batches[0]
                 w = sim.algo.local.personalize(sim.model, ctx, sim.data.x_train[batch], sim.data.y_train[batch])
-            acc, _ = sim.model.evaluate(w, sim.buffers, sim.data.x_test[mask], test_labels[mask],
+            acc, _ = sim.model.evaluate(w, sim.state.buffers, sim.data.x_test[mask], test_labels[mask],
                                         sim.cfg.eval.batch_size)
             accs.append(acc)
         return float(np.mean(accs))

@@ -97,9 +97,9 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}", initial=first)
         status = {"status": "finished", "rounds_completed": rounds}
         for rnd in range(first + 1, rounds + 1):
-            clock = sim.sim_time
+            clock = sim.state.sim_time
             step = sim.run_round(rnd)
-            diverged = not (math.isfinite(step.train_loss) and bool(torch.isfinite(sim.params).all()))
+            diverged = not (math.isfinite(step.train_loss) and bool(torch.isfinite(sim.state.params).all()))
             if step.similarity is not None:  # FedGH Fig. 2, DGT Figs. 3-4
                 (out.path / "similarity").mkdir(exist_ok=True)
                 np.savez(out.path / "similarity" / f"round_{rnd:05d}.npz", **step.similarity)
@@ -107,14 +107,16 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             bytes_down += step.bytes_down
             bytes_up += step.bytes_up
             budget = cfg.get("timing", {}).get("budget_s")
-            spent = budget is not None and "sim_round_s" in step.diagnostics and sim.sim_time >= budget
+            spent = budget is not None and "sim_round_s" in step.diagnostics and sim.state.sim_time >= budget
             row = None
-            if grid.due(rnd, clock, sim.sim_time) or rnd == rounds or diverged or spent:
+            if grid.due(rnd, clock, sim.state.sim_time) or rnd == rounds or diverged or spent:
                 row = {"round": rnd, **sim.evaluation.evaluate(step), "train_loss": step.train_loss,
                        "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
                        "bytes_down": bytes_down}
-                row |= step.diagnostics | ({"sim_time_s": sim.sim_time} if "sim_round_s" in step.diagnostics else {})
+                row |= step.diagnostics
+                if "sim_round_s" in step.diagnostics:
+                    row["sim_time_s"] = sim.state.sim_time
                 if sim.evaluation.personalized:
                     row["personal_acc"] = sim.evaluation.evaluate_personalized(rnd)
                 history.append(row)

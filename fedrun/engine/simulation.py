@@ -15,11 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..algorithms import PARTS, ClientContext, aggregate_buffers, build_algorithm
+from ..algorithms import STATEFUL_PARTS, ClientContext, aggregate_buffers, build_algorithm
 from ..algorithms.fsvrg import feature_counts
 from ..algorithms.harmonize import conflict_statistics, cosine_matrix
 from ..algorithms.schedule import RoundFeedback
-from ..checkpoint import part_state, restore_part_state, to_device
 from ..config import validate
 from ..data import FedDataset, get_spec, load_dataset
 from ..data.augment import AugmentedImages, training_inputs
@@ -31,6 +30,7 @@ from .cohort import ClientPlan, earliest_reporters, plan_client, report_delays, 
 from .evaluation import Evaluation
 from .executor import CohortResult, make_executor
 from .full_batch import full_losses_and_gradients
+from .state import ServerState
 
 log = logging.getLogger("fedrun")
 
@@ -79,7 +79,7 @@ class Simulation:
         kind = get_spec(cfg.data.name).meta(cfg.data)[0]
         module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
         self.model = FunctionalModel(module.to(self.device, self.dtype), objective)
-        self.params, self.buffers = self.model.init_params(), self.model.init_buffers()
+        params, buffers = self.model.init_params(), self.model.init_buffers()
 
         task = objective.task_class(self.labels) if objective.task_class is not None else None
         partition = make_partition(cfg.partition, self.labels, self.data.train_users, cfg.fl.num_clients, cfg.seed,
@@ -90,14 +90,14 @@ class Simulation:
         partition, self.holdout = held_out(partition, float(cfg.eval.get("holdout") or 0.0), cfg.seed)
         self.partition = partition
         self.num_clients = len(partition.indices)
-        refuse_single_sample_batches(self.model, self.params, self.buffers, self.data.x_train, partition,
-                                     cfg.model.name)
-        self.server_state = self.algo.server_opt.init(self.params)
-        self.rule_state = self.algo.local.server_init(self.params, self.num_clients)
-        self.client_states: dict[int, object] = {}
+        refuse_single_sample_batches(self.model, params, buffers, self.data.x_train, partition, cfg.model.name)
+        self.state = ServerState(params, buffers, self.algo.server_opt.init(params),
+                                 self.algo.local.server_init(params, self.num_clients),
+                                 **{part: getattr(self.algo, part).init(params, self.num_clients)
+                                    for part in STATEFUL_PARTS})
         if self.algo.local.needs_feature_counts:  # FSVRG: Lambda_i and A_r (Zhao et al. eqs. 21, 59)
             features = MODELS[cfg.model.name].parameter_features
-            self.client_states, self.rule_state["omega"] = self.algo.local.client_statics(
+            self.state.clients, self.state.local["omega"] = self.algo.local.client_statics(
                 feature_counts(self.data.x_train, partition.indices),
                 torch.tensor([len(ix) for ix in partition.indices], dtype=torch.float64, device=self.device),
                 features(self.data.input_shape, self.data.num_classes).to(self.device) if features else None,
@@ -105,9 +105,8 @@ class Simulation:
         b = min(cfg.fl.batch_size, len(self.labels))
         self.executor = make_executor(cfg.hardware, self.model, self.device, self.data.x_train[:b],
                                       self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients))
-        self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.buffers)
+        self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.state.buffers)
         self.step_store = self._step_store() if self.algo.selector.records_steps else None
-        self.sim_time = 0.0  # simulated seconds so far (timing=simulated)
         track = int((cfg.get("diagnostics") or {}).get("track_params", 0))
         self.tracked = np.sort(np.random.default_rng([cfg.seed, 0x7AC4ED]).choice(
             self.model.dim, min(track, self.model.dim), replace=False)) if track else None
@@ -120,7 +119,7 @@ class Simulation:
         memory)."""
         hw = self.cfg.hardware
         taus = sorted(self.local_steps(range(self.num_clients)), reverse=True)
-        need = sum(taus[: self.cfg.fl.clients_per_round]) * len(self.params) * self.params.element_size()
+        need = sum(taus[: self.cfg.fl.clients_per_round]) * len(self.state.params) * self.state.params.element_size()
         choice = hw.get("step_store", "auto")
         if choice == "auto":
             free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
@@ -133,26 +132,18 @@ class Simulation:
         return store
 
     def state_dict(self) -> dict:
-        """Everything a round changes: the global model, server and rule state, the clients' persistent state, each
-        algorithm part's state, the simulated clock and the RNG states (client sampling and batch orders are
+        """What a checkpoint saves: the :class:`ServerState` and the RNG states (client sampling and batch orders are
         functions of (seed, round, client), so they need none)."""
-        return {"params": self.params, "buffers": self.buffers, "server_state": self.server_state,
-                "rule_state": self.rule_state, "client_states": self.client_states, "sim_time": self.sim_time,
-                "parts": {part: part_state(getattr(self.algo, part)) for part in PARTS},
-                "torch_rng": torch.get_rng_state(),
+        return {"state": self.state.to_plain(), "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
-    def load_state_dict(self, state: dict) -> None:
-        on = lambda tree: to_device(tree, self.device)  # noqa: E731
-        self.params, self.buffers = on(state["params"]), on(state["buffers"])
-        self.server_state, self.rule_state = on(state["server_state"]), on(state["rule_state"])
-        self.client_states = {int(c): on(s) for c, s in state["client_states"].items()}
-        self.sim_time = float(state["sim_time"])
-        for part, attrs in state["parts"].items():
-            restore_part_state(getattr(self.algo, part), on(attrs))
-        torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+    def load_state_dict(self, saved: dict) -> None:
+        """Continue from :meth:`state_dict` (or a checkpoint of the format before ServerState, see
+        :meth:`ServerState.from_plain`)."""
+        self.state = ServerState.from_plain(saved.get("state", saved), self.device, self.state)
+        torch.set_rng_state(saved["torch_rng"])
+        if saved["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
 
     def plans(self, cohort, rnd: int) -> list[ClientPlan]:
         """Each cohort client's steps and minibatches this round; a rule that draws k batches per step (Per-FedAvg)
@@ -169,7 +160,8 @@ class Simulation:
     def local_steps(self, clients) -> list[int]:
         """tau_i of each of ``clients`` under the schedule as it stands (the config read once for all of them)."""
         epochs, width, steps = self.cfg.fl.local_epochs, self.batch_width, self.algo.schedule.local_steps
-        return [steps(len(self.partition.indices[int(c)]), epochs, width) for c in clients]
+        state = self.state.schedule
+        return [steps(state, len(self.partition.indices[int(c)]), epochs, width) for c in clients]
 
     def lr(self, rnd: int) -> float:
         """``fl.lr``, times ``fl.lr_gamma`` for every milestone in ``fl.lr_milestones`` reached (BHerd Fig. 4:
@@ -179,54 +171,58 @@ class Simulation:
 
     def full_gradients(self, cohort) -> torch.Tensor:
         """Each client's full-batch gradient of the loss at the global model, (K, d) (Mime's and FSVRG's anchor)."""
-        return self.full_losses_and_gradients(self.params[None], cohort)[1][:, 0]
+        return self.full_losses_and_gradients(self.state.params[None], cohort)[1][:, 0]
 
     def full_losses_and_gradients(self, points: torch.Tensor, clients, own: bool = False
                                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each of ``clients``' mean loss over its whole local dataset and its gradient at each of ``points``
         (:func:`~fedrun.engine.full_batch.full_losses_and_gradients`, in calls of ``eval.batch_size`` samples)."""
         indices = [torch.as_tensor(self.partition.indices[int(c)], device=self.device) for c in clients]
-        return full_losses_and_gradients(self.model, self.buffers, self.data.x_train, self.data.y_train, indices,
-                                         points, int(self.cfg.eval.batch_size), own)
+        return full_losses_and_gradients(self.model, self.state.buffers, self.data.x_train, self.data.y_train,
+                                         indices, points, int(self.cfg.eval.batch_size), own)
 
     def run_round(self, rnd: int) -> RoundOutput:
-        if self.algo.bank.owns_round(rnd):
-            return RoundOutput(rnd, *self.algo.bank.run_round(self, rnd))
+        """Round ``rnd``: the run's :class:`ServerState` becomes the round's new one."""
+        algo, state = self.algo, self.state
+        if algo.bank.owns_round(rnd):
+            state.bank, plans, weights, result, down, up, diagnostics = algo.bank.run_round(self, state.bank, rnd)
+            self.keep_client_states(plans, result)
+            state.params = state.bank["models"][0]
+            return RoundOutput(rnd, plans, weights, result, down, up, diagnostics)
         fl = self.cfg.fl
         cohort, last_report = self.participants(rnd)
         plans = self.plans(cohort, rnd)
-        algo = self.algo
-        extras = algo.local.broadcast(self.rule_state)
+        extras = algo.local.broadcast(state.local)
         up = 0
         if algo.local.needs_full_gradients:
-            counts = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=self.params.dtype)
+            counts = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=state.params.dtype)
             full = self.full_gradients(cohort)
             up += nbytes(full)
-            more, self.rule_state = algo.local.round_extras(self.rule_state, full, counts)
+            more, state.local = algo.local.round_extras(state.local, full, counts)
             extras = {**extras, **more}
-        ctx = ClientContext(rnd, self.params, self.buffers, self.lr(rnd), fl.momentum, fl.weight_decay, extras=extras)
+        ctx = ClientContext(rnd, state.params, state.buffers, self.lr(rnd), fl.momentum, fl.weight_decay,
+                            extras=extras)
         started = time.perf_counter()
         if isinstance(self.train_inputs, AugmentedImages):
             self.train_inputs.begin_round(rnd)
         result = self.executor.run(algo.local, self.model, ctx, plans, self.train_inputs, self.data.y_train,
-                                   [self.client_states.get(int(c)) for c in cohort], self.step_store)
+                                   [state.clients.get(int(c)) for c in cohort], self.step_store)
         train_s = time.perf_counter() - started
-        for c, state in zip(cohort, result.client_states):
-            if state is not None:
-                self.client_states[int(c)] = state
+        self.keep_client_states(plans, result)
         if algo.aggregator.weighting == "uniform":
             sizes = torch.ones(len(plans), dtype=torch.float64)
         else:
             sizes = torch.tensor([p.num_samples for p in plans], dtype=torch.float64)
-        weights = (sizes / sizes.sum()).to(device=self.device, dtype=self.params.dtype)
-        updates, uploads, selection = algo.selector(result.updates, result.steps, plans, result.uploads, ctx, weights)
+        weights = (sizes / sizes.sum()).to(device=self.device, dtype=state.params.dtype)
+        state.selector, updates, uploads, selection = algo.selector(state.selector, result.updates, result.steps,
+                                                                    plans, result.uploads, ctx, weights)
         clients = [p.id for p in plans]
         sent = updates  # what the schedule sees (GIFT uses nothing else)
         diagnostics = {}
         conflicts = bool(self.cfg.get("diagnostics", {}).get("conflicts", False))
         if conflicts:
             diagnostics |= {f"pre_{k}": v for k, v in conflict_statistics(updates).items()}
-        harmonized, info = algo.harmonizer(updates, weights, clients, rnd)
+        state.harmonizer, harmonized, info = algo.harmonizer(state.harmonizer, updates, weights, clients, rnd)
         diagnostics |= info
         if conflicts and algo.harmonizer.name != "none":
             diagnostics |= {f"post_{k}": v for k, v in conflict_statistics(harmonized).items()}
@@ -236,29 +232,36 @@ class Simulation:
             similarity = {"clients": clients, "before": cosine_matrix(updates), "after": cosine_matrix(harmonized)}
         updates = harmonized
         update = algo.aggregator(updates, weights, uploads)
-        update, self.rule_state = algo.local.server_update(self.rule_state, update, updates, uploads, weights,
-                                                           self.num_clients)
-        old_params = self.params
-        self.params, self.server_state = algo.server_opt.apply(self.params, update, self.server_state)
-        self.buffers = aggregate_buffers(result.buffers, weights)
+        update, state.local = algo.local.server_update(state.local, update, updates, uploads, weights,
+                                                       self.num_clients)
+        old_params = state.params
+        state.params, state.server_opt = algo.server_opt.apply(state.params, update, state.server_opt)
+        state.buffers = aggregate_buffers(result.buffers, weights)
         step_s = sync_s = None
         if self.cfg.get("timing", {}).get("name", "none") == "simulated":
             step_s, sync_s = self.simulated_times(plans, train_s, last_report)
             diagnostics["sim_round_s"] = max(p.tau for p in plans) * step_s + sync_s
-            self.sim_time += diagnostics["sim_round_s"]
-        diagnostics |= algo.schedule.observe(RoundFeedback(
+            state.sim_time += diagnostics["sim_round_s"]
+        state.schedule, logged = algo.schedule.observe(state.schedule, RoundFeedback(
             updates=sent, local_params=lambda: old_params + result.updates, old_params=old_params,
-            new_params=self.params, sizes=torch.tensor([float(p.num_samples) for p in plans], device=self.device),
+            new_params=state.params, sizes=torch.tensor([float(p.num_samples) for p in plans], device=self.device),
             probe=lambda points: self.probe_last_batches(plans, points), lr=self.lr(rnd + 1), lr0=self.lr(1),
-            step_time_s=step_s, sync_time_s=sync_s, elapsed_s=self.sim_time if step_s is not None else None,
+            step_time_s=step_s, sync_time_s=sync_s, elapsed_s=state.sim_time if step_s is not None else None,
             budget_s=self.cfg.get("timing", {}).get("budget_s")))
+        diagnostics |= logged
         k = len(plans)
         down = k * (self.model_bytes + sum(nbytes(v) for v in extras.values()))
         up += k * self.model_bytes + sum(nbytes(v) for v in result.uploads.values())
         diagnostics |= selection
         if self.tracked is not None:
-            diagnostics |= tracked_values(self.tracked, self.params, sent, plans)
+            diagnostics |= tracked_values(self.tracked, state.params, sent, plans)
         return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity, old_params)
+
+    def keep_client_states(self, plans: list[ClientPlan], result: CohortResult) -> None:
+        """The round's clients' new persistent states (a rule without any returns None for them)."""
+        for plan, client_state in zip(plans, result.client_states):
+            if client_state is not None:
+                self.state.clients[plan.id] = client_state
 
     def participants(self, rnd: int) -> tuple[np.ndarray, float]:
         """The round's clients (sorted ids) and when the last of them reported (seconds; 0 without delays):
@@ -284,7 +287,7 @@ class Simulation:
         for i, plan in enumerate(plans):
             w = points[i] if points.dim() == 2 else points
             batch = plan.batches[-1]
-            loss, g = self.model.loss_and_grad(w, {k: v.clone() for k, v in self.buffers.items()},
+            loss, g = self.model.loss_and_grad(w, {k: v.clone() for k, v in self.state.buffers.items()},
                                                self.data.x_train[batch], self.data.y_train[batch])
             losses.append(loss.detach() + 0.5 * wd * w.dot(w))
             grads.append(g + wd * w)
