@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch._C._functorch import maybe_current_level
 from torch.func import functional_call, grad_and_value
 
 from .models import Objective
@@ -77,8 +78,14 @@ class FunctionalModel:
         updated in place (pass a client's own copy). ``feature_penalty(z)`` adds a term on the penultimate
         features z (the input of the last linear layer)."""
         self.set_training(True)
-        g, loss = self.grad_and_loss(flat, buffers, x, y, feature_penalty)
-        return loss, g
+        if maybe_current_level() is not None:  # inside a torch.func transform (the vmap executor)
+            g, loss = self.grad_and_loss(flat, buffers, x, y, feature_penalty)
+            return loss, g
+        with torch.enable_grad():  # one client at a time: plain autograd, without torch.func's per-call wrapping
+            w = flat.detach().requires_grad_(True)
+            loss = self._loss(w, buffers, x, y, feature_penalty)
+            (g,) = torch.autograd.grad(loss, w)
+        return loss.detach(), g
 
     @torch.no_grad()
     def evaluate(self, flat, buffers, x, y, batch_size: int = 2048) -> tuple[float, float]:
