@@ -302,3 +302,29 @@ def test_a_compiled_step_equals_the_eager_one(cfg_factory, algo, more):
     for client, state in eager.state.clients.items():
         for key, value in state.items():
             torch.testing.assert_close(compiled.state.clients[client][key], value)
+
+
+@pytest.mark.parametrize("name", ["svm", "mlp", "cnn_bherd", "cnn_fedgh", "cnn_reddi", "cnn3", "cnn_leaf_femnist",
+                                  "cnn_leaf_celeba", "lenet5", "mobilenetv2"])
+def test_the_step_flop_count_equals_torchs_flop_counter(name):
+    """``auto`` decides from one step's FLOPs, counted from the layers' shapes (FlopCounterMode would import
+    torch._dynamo in every run): the count is FlopCounterMode's, for every image model (depthwise convolutions,
+    whose weight gradient torch counts ``groups`` times, included)."""
+    from omegaconf import OmegaConf
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fedrun.engine.executor import flops_per_step
+    from fedrun.functional import FunctionalModel
+    from fedrun.models import MODELS, build_model
+
+    side = max(MODELS[name].min_hw, 8)
+    extra = {"width_mult": 0.25, "dropout": 0.0} if name == "mobilenetv2" else {}
+    module, objective = build_model(OmegaConf.create({"name": name, **extra}), "image", (3, side, side), 5, "x")
+    model = FunctionalModel(module, objective)
+    x, y = torch.randn(4, 3, side, side), torch.randint(0, 5, (4,))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model.loss_and_grad(model.init_params(), model.init_buffers(), x, y)
+    buffers = model.init_buffers()
+    assert flops_per_step(model, x, y) == counter.get_total_flops() > 0
+    assert all(torch.equal(v, model.init_buffers()[k]) for k, v in buffers.items()), "the template's buffers kept"

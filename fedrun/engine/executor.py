@@ -14,6 +14,7 @@ per number of active clients, at the price of stepping finished clients' rows (d
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -212,13 +213,31 @@ CPU_VMAP_MAX_FLOPS_PER_STEP = 100e6
 
 
 def flops_per_step(model: FunctionalModel, x: torch.Tensor, y: torch.Tensor) -> int:
-    """FLOPs of one client's local step (forward and backward) on the minibatch (x, y)."""
-    from torch.utils.flop_counter import FlopCounterMode
+    """FLOPs of one client's local step (forward and backward) on the minibatch (x, y), counted as
+    ``torch.utils.flop_counter`` counts them (the multiplications of convolutions and matrix products, each counted
+    twice; a layer's input gradient only where its input needs one; a grouped convolution's weight gradient ``groups``
+    times), from the layers' shapes in one forward pass: running FlopCounterMode imports torch._dynamo, a second of
+    every run's start. ``tests/test_executor.py`` checks the count against FlopCounterMode's."""
+    total = 0
 
-    counter = FlopCounterMode(display=False)
-    with counter:
-        model.loss_and_grad(model.init_params(), model.init_buffers(), x, y)
-    return counter.get_total_flops()
+    def count(module, args, out):
+        nonlocal total
+        if isinstance(module, _CONV):
+            forward = 2 * out.numel() * module.weight.shape[1] * math.prod(module.kernel_size)
+            weight_grad = forward * module.groups
+        else:  # nn.Linear
+            forward = weight_grad = 2 * out.numel() * module.in_features
+        total += forward + weight_grad + (forward if args[0].requires_grad else 0)
+
+    hooks = [m.register_forward_hook(count) for m in model.module.modules() if isinstance(m, (*_CONV, nn.Linear))]
+    try:
+        model.set_training(True)
+        with torch.enable_grad():
+            model.forward(model.init_params().requires_grad_(True), model.init_buffers(), x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return total
 
 
 def is_recurrent(model: FunctionalModel) -> bool:
