@@ -219,8 +219,8 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     clients = [p.id for p in plans]
     herd, fedgh = make("selector", "herd", alpha=0.5, local_epochs=1.0), make("harmonizer", "fedgh", seed=0)
     dgt, gift = make("harmonizer", "dgt", momentum=0.5), make("schedule", "gift")
-    run = {"herd": lambda r: herd({}, r.updates, r.steps, plans, r.uploads, ctx, weights),
-           "fedgh": lambda r: fedgh({}, r.updates, weights, clients, 1)[1],
+    run = {"herd": lambda r: herd(herd.init(), r.updates, r.steps, plans, r.uploads, ctx, weights),
+           "fedgh": lambda r: fedgh(fedgh.init(), r.updates, weights, clients, 1)[1],
            "dgt": lambda r: dgt(dgt.init(), r.updates, weights, clients, 1)[1],
            "gift": lambda r: (gift.observe(gift.init(), RoundFeedback(r.updates, lambda: r.updates, ctx.params,
                                                                       ctx.params, weights, None, ctx.lr, ctx.lr)),
