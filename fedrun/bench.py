@@ -28,12 +28,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from . import __version__
 from .algorithms import ClientContext
 from .algorithms.schedule import RoundFeedback
 from .algorithms.schema import make
+from .compose import option
 from .engine.cohort import plan_client
 from .engine.executor import EXECUTORS, LoopExecutor, VmapExecutor, flops_per_step, resolve_auto
 from .engine.accounting import simulated_times
@@ -46,7 +46,7 @@ from .results import git_commit
 class Workload:
     name: str
     paper: str
-    model: dict
+    model: str  # the conf/model option
     kind: str
     shape: tuple
     classes: int
@@ -57,23 +57,23 @@ class Workload:
 
 
 WORKLOADS = [
-    Workload("softmax576_400", "MA/GA-FSVRG (MNIST-HOG)", {"name": "logreg"}, "vector", (576,), 10, 400, 150, 1),
-    Workload("softmax576_1000", "MA/GA-FSVRG (CIFAR-HOG)", {"name": "logreg"}, "vector", (576,), 10, 1000, 50, 1),
-    Workload("svm_mnist_5", "BHerd (SVM-MNIST)", {"name": "svm"}, "image", (1, 28, 28), 10, 5, 12000, 100),
-    Workload("lenet5_cifar_100", "GIFT (LeNet-5)", {"name": "lenet5"}, "image", (3, 32, 32), 10, 100, 20, 10, 5.0),
-    Workload("cnn_fedgh_20", "FedGH (CNN)", {"name": "cnn_fedgh"}, "image", (3, 32, 32), 10, 20, 320, 64),
+    Workload("softmax576_400", "MA/GA-FSVRG (MNIST-HOG)", "logreg", "vector", (576,), 10, 400, 150, 1),
+    Workload("softmax576_1000", "MA/GA-FSVRG (CIFAR-HOG)", "logreg", "vector", (576,), 10, 1000, 50, 1),
+    Workload("svm_mnist_5", "BHerd (SVM-MNIST)", "svm", "image", (1, 28, 28), 10, 5, 12000, 100),
+    Workload("lenet5_cifar_100", "GIFT (LeNet-5)", "lenet5", "image", (3, 32, 32), 10, 100, 20, 10, 5.0),
+    Workload("cnn_fedgh_20", "FedGH (CNN)", "cnn_fedgh", "image", (3, 32, 32), 10, 20, 320, 64),
 ]
 
 ADDON_WORKLOADS = [  # (workload, add-ons timed on its round)
-    (Workload("herd_svm_mnist", "BHerd (SVM-MNIST)", {"name": "svm"}, "image", (1, 28, 28), 10, 5, 12000, 100),
+    (Workload("herd_svm_mnist", "BHerd (SVM-MNIST)", "svm", "image", (1, 28, 28), 10, 5, 12000, 100),
      ("herd",)),
-    (Workload("herd_cnn_cifar10", "BHerd (CNN-CIFAR10)", {"name": "cnn_bherd"}, "image", (3, 32, 32), 10, 5, 10000,
+    (Workload("herd_cnn_cifar10", "BHerd (CNN-CIFAR10)", "cnn_bherd", "image", (3, 32, 32), 10, 5, 10000,
               100), ("herd",)),
-    (Workload("harmonize_cnn_k20", "FedGH/DGT (CIFAR-10 CNN, K=20, E=5)", {"name": "cnn_fedgh"}, "image", (3, 32, 32),
+    (Workload("harmonize_cnn_k20", "FedGH/DGT (CIFAR-10 CNN, K=20, E=5)", "cnn_fedgh", "image", (3, 32, 32),
               10, 20, 320, 64, 5.0), ("fedgh", "dgt")),
-    (Workload("harmonize_perceptron_k1000", "FedGH/DGT (LEAF Synthetic perceptron, K=1000)", {"name": "logreg"},
+    (Workload("harmonize_perceptron_k1000", "FedGH/DGT (LEAF Synthetic perceptron, K=1000)", "logreg",
               "vector", (60,), 5, 1000, 20, 5), ("fedgh", "dgt")),
-    (Workload("gift_lenet5_k40", "GIFT (LeNet-5, 40 of 100 clients, tau = 100)", {"name": "lenet5"}, "image",
+    (Workload("gift_lenet5_k40", "GIFT (LeNet-5, 40 of 100 clients, tau = 100)", "lenet5", "image",
               (3, 32, 32), 10, 40, 600, 32, 5.34), ("gift",)),
 ]
 
@@ -144,7 +144,7 @@ def sync(device: torch.device) -> None:
 
 def setup(w: Workload, device: torch.device, seed: int = 0):
     torch.manual_seed(seed)
-    module, objective = build_model(OmegaConf.create(w.model), w.kind, w.shape, w.classes, w.name)
+    module, objective = build_model(option("model", w.model), w.kind, w.shape, w.classes, w.name)
     model = FunctionalModel(module.to(device), objective)
     n = w.clients * w.samples
     x = (torch.randint(0, 1000, (n, *w.shape)) if w.kind == "tokens" else torch.randn(n, *w.shape)).to(device)
@@ -198,7 +198,7 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float) -
     flops = flops_per_round(model, x, y, plans)
     best = min(seconds["loop"], seconds["vmap"])
     return {
-        "workload": w.name, "paper": w.paper, "model": w.model["name"], "clients": w.clients,
+        "workload": w.name, "paper": w.paper, "model": w.model, "clients": w.clients,
         "samples_per_client": w.samples, "batch": w.batch, "steps": sum(p.tau for p in plans),
         "loop_s": seconds["loop"], "vmap_s": seconds["vmap"], "auto_s": seconds["auto"], "auto": auto_name,
         "auto_reason": why, "speedup": seconds["loop"] / seconds["vmap"], "auto_vs_best": seconds["auto"] / best,
@@ -240,7 +240,7 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
         times = {"train": t} | {a: timed(lambda a=a: run[a](result))[0] for a in addons}  # noqa: B023
         if attempt:
             best = {k: min(best[k], times[k]) for k in best}
-    rec = {"workload": w.name, "paper": w.paper, "model": w.model["name"], "clients": w.clients, "tau": plans[0].tau,
+    rec = {"workload": w.name, "paper": w.paper, "model": w.model, "clients": w.clients, "tau": plans[0].tau,
            "parameters": len(ctx.params), "executor": executor.name, "train_s": best["train"],
            "addons": list(addons), "device": device_name(device)}
     for a in addons:

@@ -25,13 +25,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .checkpoint import checkpoints
+from .compose import CONF_DIR
 from .engine.experiment import run_experiment
 from .errors import ConfigError, FedrunError, OverwriteError, StaleRunError
 from .overrides import check_overrides, check_sweep_jobs
 from .results import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
 from .sweeps import FAILED_JOBS
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("fedrun")
 
 
@@ -102,10 +102,10 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
     held = checkpoints(run_dir)
     if summary is None and not held:
         return
-    if cfg.get("resume", False):
+    if cfg.resume:
         return
     status = (summary or {}).get("status", "unknown")
-    if not cfg.get("overwrite", False) and (held or status != "failed"):
+    if not cfg.overwrite and (held or status != "failed"):
         what = {"running": "a run that was killed (status running)", "interrupted": "an interrupted run"}.get(
             status, f"a {status} run")
         saved = f" with checkpoints up to round {int(held[0].stem.removeprefix('checkpoint_'))}" if held else ""

@@ -31,7 +31,7 @@ def validate(cfg) -> None:
 
     problems += section_problems(cfg)  # the run's sections and the typed groups: their schemas' ranges
     every_s = cfg.eval.every_s
-    need(every_s is None or (every_s > 0 and cfg.get("timing", {}).get("name") == "simulated"),
+    need(every_s is None or (every_s > 0 and cfg.timing.name == "simulated"),
          "eval.every_s", every_s, "must be null (evaluate every eval.every rounds) or > 0 seconds of simulated time "
          "(with timing=simulated)", "eval.every_s=null, or timing=simulated eval.every_s=25")
 
@@ -41,7 +41,7 @@ def validate(cfg) -> None:
     if spec is None:
         problems.append(f"data={data_name!r}: unknown dataset. Fix: choose one of {sorted(DATASETS)}")
     p = cfg.partition  # its options' own ranges are their schemas' (fedrun/settings.py); here: against the data
-    augment = cfg.data.get("augment") or "none"  # its own range is its schema's (fedrun/settings.py)
+    augment = cfg.data.augment  # its own range is its schema's (fedrun/settings.py)
     if augment != "none" and spec is not None:
         need(spec.pixel_images, "data.augment", augment, f"needs images made of uint8 pixels, which "
              f"data={data_name} is not (those are {sorted(n for n, s in DATASETS.items() if s.pixel_images)})",
@@ -66,9 +66,9 @@ def validate(cfg) -> None:
         if spec.sequence_targets and p.name not in ("natural", "iid"):
             problems.append(f"partition={p.name}: data={data_name} has next-word targets, not classes, to partition "
                             "by. Fix: partition=natural (its users) or partition=iid")
-        local = cfg.algo.get("local") or {}
-        if local.get("name") == "fsvrg" and local.get("scaling", "features") == "features" \
-                and model_spec is not None and model_spec.parameter_features is None:
+        local = cfg.algo.local
+        if (local.name == "fsvrg" and local.scaling == "features" and model_spec is not None
+                and model_spec.parameter_features is None):
             mapped = sorted(n for n, m in MODELS.items() if m.parameter_features is not None)
             problems.append(f"algo.local.scaling=features with model={cfg.model.name}: FSVRG's Lambda_i and A_r scale "
                             "each parameter by its input feature's counts, which only a model that maps parameters to "
@@ -77,19 +77,24 @@ def validate(cfg) -> None:
         why = check_fit(cfg.model.name, kind, shape, data_name)
         if why:
             problems.append(f"{why}. Fix: choose a model that fits (model=...)")
+        elif kind == "tokens" and "vocab_size" in cfg.model and cfg.model.vocab_size is None:
+            problems.append(f"model.vocab_size=None: model={cfg.model.name} embeds data={data_name}'s token ids, so it "
+                            "needs the vocabulary's size (it follows data.vocab_size, which this dataset does not "
+                            "set). Fix: model.vocab_size=<the number of token ids>, e.g. model.vocab_size=80 for "
+                            "LEAF Shakespeare's characters")
 
     problems += check_parts(cfg.algo)  # every part's ranges (its schema) and whether the parts fit together
     timing = cfg.timing  # (participation, timing, hardware and logger have their ranges in fedrun/settings.py)
-    sched = cfg.algo.get("schedule", {})
-    simulated = timing.get("name") == "simulated"
+    sched = cfg.algo.schedule
+    simulated = timing.name == "simulated"
     # each part's own ranges are its schema's (fedrun/algorithms/schema.py, via check_parts); here: what a schedule
     # needs from other groups
-    if sched.get("name") == "afl":
-        need(simulated and timing.get("budget_s") is not None, "algo/schedule", "afl",
+    if sched.name == "afl":
+        need(simulated and timing.budget_s is not None, "algo/schedule", "afl",
              "needs the time model and a budget (AFL picks tau from the per-step and per-round times within R)",
              "timing=simulated timing.budget_s=<seconds>")
-    if sched.get("name") == "adacomm":
-        need(sched.get("interval_s") is None or simulated, "algo.schedule.interval_s", sched.get("interval_s"),
+    if sched.name == "adacomm":
+        need(sched.interval_s is None or simulated, "algo.schedule.interval_s", sched.interval_s,
              "must be null (every round) or > 0 seconds of simulated time (with timing=simulated)",
              "algo.schedule.interval_s=null, or timing=simulated")
     if cfg.hardware.device == "cuda" and not torch.cuda.is_available():

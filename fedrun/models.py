@@ -80,8 +80,8 @@ def _linear(shape, classes, mcfg):
 def _svm(shape, classes, mcfg):
     """BHerd footnote 1: one linear unit scoring even vs odd. ``bias`` and ``init=zeros`` select the prototype
     system's w.x with w_0 = 0 (Wang et al.); the defaults are PyTorch's Linear."""
-    layer = nn.Linear(math.prod(shape), 1, bias=bool(mcfg.get("bias", True)))
-    if mcfg.get("init", "default") == "zeros":
+    layer = nn.Linear(math.prod(shape), 1, bias=bool(mcfg.bias))
+    if mcfg.init == "zeros":
         nn.init.zeros_(layer.weight)
         if layer.bias is not None:
             nn.init.zeros_(layer.bias)
@@ -89,7 +89,7 @@ def _svm(shape, classes, mcfg):
 
 
 def _mlp(shape, classes, mcfg):
-    hidden = list(mcfg.get("hidden", [200, 200]))
+    hidden = list(mcfg.hidden)
     layers, width = [Flatten()], math.prod(shape)
     for h in hidden:
         layers += [nn.Linear(width, h), nn.ReLU()]
@@ -174,7 +174,7 @@ def _vgg16(shape, classes, mcfg):
     (global pooling, FC 512 -> C) that CIFAR papers use instead of the 4096-wide ImageNet head."""
     from torchvision.models import vgg16, vgg16_bn
 
-    net = (vgg16_bn if mcfg.get("batch_norm", False) else vgg16)(weights=None)
+    net = (vgg16_bn if mcfg.batch_norm else vgg16)(weights=None)
     features = net.features
     if shape[0] != 3:
         features[0] = nn.Conv2d(shape[0], 64, 3, padding=1)
@@ -185,8 +185,8 @@ def _mobilenetv2(shape, classes, mcfg):
     """torchvision's MobileNetV2 (BatchNorm); the stem takes the dataset's channel count."""
     from torchvision.models import mobilenet_v2
 
-    net = mobilenet_v2(weights=None, num_classes=classes, width_mult=float(mcfg.get("width_mult", 1.0)),
-                       dropout=float(mcfg.get("dropout", 0.2)))
+    net = mobilenet_v2(weights=None, num_classes=classes, width_mult=float(mcfg.width_mult),
+                       dropout=float(mcfg.dropout))
     if shape[0] != 3:
         net.features[0][0] = nn.Conv2d(shape[0], net.features[0][0].out_channels, 3, 2, 1, bias=False)
     return net
@@ -229,15 +229,13 @@ class RecurrentLanguageModel(nn.Module):
 
 
 def _lstm_lm(shape, classes, mcfg):
-    return RecurrentLanguageModel(shape, classes, int(mcfg.get("vocab_size", classes)), int(mcfg.get("hidden", 256)),
-                                  int(mcfg.get("layers", 2)))
+    return RecurrentLanguageModel(shape, classes, int(mcfg.vocab_size), int(mcfg.hidden), int(mcfg.layers))
 
 
-def _recurrent(cell, defaults):
+def _recurrent(cell):
     def build(shape, classes, mcfg, kind):
-        g = lambda k: mcfg.get(k, defaults[k])  # noqa: E731
-        return RecurrentClassifier(cell, shape, classes, g("vocab_size"), g("embed_dim"), g("hidden"), g("layers"),
-                                   g("head_hidden"), tokens=(kind == "tokens"))
+        return RecurrentClassifier(cell, shape, classes, mcfg.vocab_size, mcfg.embed_dim, mcfg.hidden, mcfg.layers,
+                                   mcfg.head_hidden, tokens=(kind == "tokens"))
 
     return build
 
@@ -277,10 +275,8 @@ MODELS: dict[str, ModelSpec] = {
     "lenet5": ModelSpec(_lenet5, ("image",), min_hw=28),
     "vgg16": ModelSpec(_vgg16, ("image",), min_hw=32),
     "mobilenetv2": ModelSpec(_mobilenetv2, ("image",), min_hw=32),
-    "gru": ModelSpec(_recurrent("gru", dict(vocab_size=1000, embed_dim=100, hidden=100, layers=2, head_hidden=50)),
-                     ("tokens", "sequence"), needs_kind=True),
-    "lstm": ModelSpec(_recurrent("lstm", dict(vocab_size=1000, embed_dim=64, hidden=64, layers=2, head_hidden=0)),
-                      ("tokens", "sequence"), needs_kind=True),
+    "gru": ModelSpec(_recurrent("gru"), ("tokens", "sequence"), needs_kind=True),
+    "lstm": ModelSpec(_recurrent("lstm"), ("tokens", "sequence"), needs_kind=True),
     "lstm_lm": ModelSpec(_lstm_lm, ("tokens",), objective=SEQUENCE_CROSS_ENTROPY),
 }
 

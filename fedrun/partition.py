@@ -198,7 +198,7 @@ def make_partition(cfg, labels: np.ndarray, users: np.ndarray | None, num_client
     if name in ("iid", "case1"):
         return Partition(iid(labels, num_clients, rng), name)
     if name == "dirichlet":
-        return Partition(dirichlet(labels, num_clients, rng, cfg.alpha, cfg.get("min_size", 1)),
+        return Partition(dirichlet(labels, num_clients, rng, cfg.alpha, cfg.min_size),
                          f"dirichlet(alpha={cfg.alpha})")
     if name == "dirichlet_resample":
         return Partition(dirichlet_resample(labels, num_clients, rng, cfg.alpha, cfg.client_fraction),
@@ -207,7 +207,7 @@ def make_partition(cfg, labels: np.ndarray, users: np.ndarray | None, num_client
         return Partition(classes_per_client(labels, num_clients, rng, cfg.classes_per_client),
                          f"classes(k={cfg.classes_per_client})")
     if name in ("case2", "case3"):
-        deal, split = cfg.get("label_deal", "blocks"), cfg.get("split", "samples")
+        deal, split = cfg.label_deal, cfg.split
         layout = f"case2(split={split}, label_deal={deal})" + (" [case3 is an alias of case2]" if name == "case3"
                                                                else "")
         return Partition(bherd_case2(labels, num_clients, rng, deal, split, task_labels), layout)

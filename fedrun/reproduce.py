@@ -18,10 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-
 from .bench import device_name
+from .compose import compose_config
 from .data import DATASETS, resolve_root
 from .data.fixtures import (
     write_cifar,
@@ -33,15 +31,6 @@ from .data.fixtures import (
 from .results import METRICS_FILE, finished_summary, git_commit
 
 Job = tuple[list[str], str]
-
-
-def compose_config(overrides: list[str]):
-    """The config ``fedrun <overrides>`` would run (Hydra's sweep keys are dropped: a job is one point)."""
-    from .cli import CONF_DIR
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose("config", overrides=["progress=false", *overrides])
 
 
 def run_job(job: Job) -> dict:
@@ -94,7 +83,7 @@ def fixture_for(dataset: str) -> tuple[list[str], str | None]:
     """Overrides that point ``dataset`` at a small fixture in its official format when the real data is missing, and
     the note for the table; ``([], None)`` when the real data is present. LEAF tasks also get the fixture's users as
     the clients, all taking part (``fl.num_clients``, ``fl.clients_per_round``)."""
-    if DATASETS[dataset].is_present(resolve_root(None), None):
+    if DATASETS[dataset].is_present(resolve_root(None)):
         return [], None
     if dataset not in _FIXTURE_ROOTS:
         root = Path(tempfile.mkdtemp(prefix=f"fedrun-{dataset}-fixture-"))

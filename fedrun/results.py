@@ -144,7 +144,7 @@ def finished_summary(run_dir: str | Path, cfg=None) -> dict | None:
         config, wanted | {"fl": wanted["fl"] | {"rounds": started}})
     if longer and summary["status"] == "diverged":
         return summary
-    if longer and cfg.get("resume", False):
+    if longer and cfg.resume:
         return None
     if differences:
         more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""

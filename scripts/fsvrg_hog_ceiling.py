@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 
 from fedrun.bench import device_name
+from fedrun.compose import option
 from fedrun.data import DATASETS, default_root
 from fedrun.results import git_commit
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = ["| hog_normalize | mean feature norm | " + " | ".join(f"L2 {v}" for v in args.l2.split(",")) + " |",
             "|---|---|" + "---|" * len(args.l2.split(","))]
     for normalize in ("none", "l2"):
-        d = DATASETS["mnist_hog"].load(default_root(), OmegaConf.create({"hog_normalize": normalize}))
+        d = DATASETS["mnist_hog"].load(default_root(), option("data", "mnist_hog", hog_normalize=normalize))
         accs = [ceiling(d.x_train, d.y_train, d.x_test, d.y_test, float(v)) for v in args.l2.split(",")]
         rows.append(f"| {normalize} | {float(d.x_train.norm(dim=1).mean()):.2f} | "
                     + " | ".join(f"{100 * a:.2f}%" for a in accs) + " |")

@@ -8,10 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-
-from fedrun.cli import CONF_DIR
+from fedrun.compose import compose_config
 from fedrun.data import DATASETS, DatasetSpec, FedDataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,9 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def make_cfg(*overrides: str):
     """The config `fedrun <overrides>` would run, composed in-process."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=["progress=false", *overrides])
+    return compose_config(list(overrides))
 
 
 @pytest.fixture
@@ -53,7 +48,7 @@ def register_tiny(monkeypatch, name: str, x: np.ndarray, y: np.ndarray, x_test=N
                           test_users=test_users)
 
     spec = DatasetSpec(name=name, description="test data", meta=lambda cfg: (kind, tuple(x.shape[1:]), classes),
-                       load=load, is_present=lambda root, cfg=None: True, how_to_get="test",
+                       load=load, is_present=lambda root: True, how_to_get="test",
                        has_users=users is not None)
     monkeypatch.setitem(DATASETS, name, spec)
     return spec

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import register_tiny, run_cli
-from omegaconf import OmegaConf
 
 from fedrun.algorithms import ClientContext, build_algorithm
 from fedrun.algorithms.local_sgd import decorrelation_loss
 from fedrun.algorithms.schema import make
+from fedrun.compose import option
 from fedrun.config import validate
 from fedrun.engine.simulation import Simulation
 from fedrun.errors import ConfigError
@@ -29,7 +29,7 @@ def rounds(cfg, n):
 
 def logreg(d=3, classes=2, seed=0):
     torch.manual_seed(seed)
-    module, objective = build_model(OmegaConf.create({"name": "logreg"}), "vector", (d,), classes)
+    module, objective = build_model(option("model", "logreg"), "vector", (d,), classes)
     return FunctionalModel(module.double(), objective)
 
 
@@ -133,7 +133,7 @@ def test_feddyn_server_state_after_two_rounds_by_hand(monkeypatch, cfg_factory):
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=3", "fl.clients_per_round=3",
                       "fl.batch_size=100", "fl.local_epochs=1", f"fl.lr={lr}", "algo=feddyn",
                       f"algo.local.alpha={alpha}", "hardware=cpu", "hardware.dtype=float64")
-    cfg.data = {"name": "tiny", "root": None}
+    cfg.data.name = "tiny"
     sim = Simulation(cfg)
     w = sim.state.params.numpy().copy()
     x = sim.data.x_train.numpy()  # the features as the run holds them (stored as float32, run in float64)
@@ -171,7 +171,7 @@ def test_feddecorr_loss_on_known_features_matches_the_formula():
     off = [corr[i, j] ** 2 for i in range(3) for j in range(3) if i != j]
     assert float(decorrelation_loss(z)) == pytest.approx(np.mean(off) / 4, rel=1e-12)
     assert float(decorrelation_loss(z[:1])) == 0.0
-    module, objective = build_model(OmegaConf.create({"name": "mlp", "hidden": [5]}), "vector", (3,), 2)
+    module, objective = build_model(option("model", "mlp", hidden=[5]), "vector", (3,), 2)
     model = FunctionalModel(module.double(), objective)
     x, y = z, torch.tensor([0, 1, 1, 0])
     w = model.init_params()
@@ -226,7 +226,7 @@ def test_each_algorithm_moves_a_convex_problem_toward_its_optimum(monkeypatch, c
     cfg = cfg_factory("model=logreg", "partition=iid", "fl.num_clients=4", "fl.clients_per_round=4",
                       "fl.batch_size=20", "fl.lr=0.1", f"fl.weight_decay={wd}", f"algo={algo}", "fl.rounds=30",
                       "hardware=cpu", "hardware.dtype=float64", *CONVEX.get(algo, []))
-    cfg.data = {"name": "convex", "root": None}
+    cfg.data.name = "convex"
     sim = Simulation(cfg)
     xs, ys = sim.data.x_train, sim.data.y_train
 

@@ -15,6 +15,7 @@ from fedrun.errors import ConfigError
     (["fl.local_epochs=-0.5"], ["fl.local_epochs=-0.5"]),
     (["model=vgg16", "data=mnist"], ["model=vgg16 needs images of at least 32x32", "data=mnist", "models that fit"]),
     (["model=gru", "data=digits"], ["model=gru takes tokens/sequence inputs", "image"]),
+    (["model=lstm", "data=leaf_shakespeare", "partition=natural"], ["model.vocab_size=None", "model.vocab_size=80"]),
     (["fl.batch_size=0"], ["fl.batch_size=0", "integer >= 1"]),
     (["data.normalize=zscore"], ["data.normalize='zscore'", "standardize", "Fix: data.normalize=standardize"]),
     (["model=svm", "model.init=xavier"], ["model.init='xavier'", "default or zeros"]),

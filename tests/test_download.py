@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
+from fedrun.compose import option
 from fedrun.data import DATASETS, download
 from fedrun.data.cli import main as data_cli
 from fedrun.data.fixtures import write_cifar, write_imdb, write_speech_commands, write_tiny_imagenet
@@ -71,11 +71,11 @@ def test_fetch_downloads_verifies_and_unpacks_into_the_layout_the_loader_reads(t
     spec = DATASETS[name]
     if name == "fashion_mnist":  # the loader also looks in Debian's folder; fetching must not depend on it
         monkeypatch.setattr("fedrun.data.fashion_mnist.DEBIAN_DIR", tmp_path / "no-debian")
-    assert not spec.is_present(root, None)
+    assert not spec.is_present(root)
     assert data_cli(["--root", str(root), "fetch", name]) == 0
-    assert spec.is_present(root, None)
-    fetched = spec.load(root, OmegaConf.create({"vocab_size": 10, "max_len": 8}))
-    reference = spec.load(tmp_path / "publisher", OmegaConf.create({"vocab_size": 10, "max_len": 8}))
+    assert spec.is_present(root)
+    fetched = spec.load(root, option("data", name, vocab_size=10, max_len=8))
+    reference = spec.load(tmp_path / "publisher", option("data", name, vocab_size=10, max_len=8))
     assert fetched.y_train.tolist() == reference.y_train.tolist() and fetched.x_test.equal(reference.x_test)
     leftovers = [p.name for p in root.rglob("*") if p.name.endswith((".part", ".unpacking", ".tar.gz", ".zip"))]
     assert leftovers == []  # archives are removed once unpacked
@@ -88,7 +88,7 @@ def test_a_download_with_the_wrong_checksum_is_refused_and_deleted(tmp_path, mon
     assert data_cli(["--root", str(root), "fetch", "cifar10"]) == 1
     err = capsys.readouterr().err
     assert "expected " + "0" * 32 in err and good.checksum.split(":")[1] in err  # names both digests
-    assert [p for p in root.rglob("*") if p.is_file()] == [] and not DATASETS["cifar10"].is_present(root, None)
+    assert [p for p in root.rglob("*") if p.is_file()] == [] and not DATASETS["cifar10"].is_present(root)
 
 
 def test_an_archive_member_outside_its_folder_is_refused(tmp_path):

@@ -21,7 +21,7 @@ def two_users(monkeypatch, cfg_factory):
 def config(cfg_factory, *overrides):
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2",
                       *overrides)
-    cfg.data = {"name": "two_users", "root": None}
+    cfg.data.name = "two_users"
     return cfg
 
 
@@ -76,7 +76,7 @@ def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch,
     register_tiny(monkeypatch, "owners", x, y, classes=2, users=np.repeat([0, 1], 10))
     cfg = cfg_factory("algo=mafsvrg", "model=logreg", "partition=natural", "fl.num_clients=2",
                       "fl.clients_per_round=2", "eval.holdout=0.3", "eval.personalized=true", "algo.bank.models=2")
-    cfg.data = {"name": "owners", "root": None}
+    cfg.data.name = "owners"
     sim = Simulation(cfg)
     assert [len(ix) for ix in sim.holdout] == [3, 3] and [len(ix) for ix in sim.partition.indices] == [7, 7]
     assert not set(np.concatenate(sim.holdout)) & set(np.concatenate(sim.partition.indices)), "held out of training"
@@ -96,7 +96,7 @@ def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch,
     # one global model: each owner's held-out samples are scored by it
     cfg = cfg_factory("algo=fsvrg", "model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2",
                       "eval.holdout=0.3")
-    cfg.data = {"name": "owners", "root": None}
+    cfg.data.name = "owners"
     single = Simulation(cfg)
     single.state.params = always(0)
     assert "oracle_acc" not in single.evaluation.evaluate()

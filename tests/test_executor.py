@@ -45,7 +45,7 @@ def two_rounds(cfg_factory, overrides, executor, data_name=None, **hw):
     cfg = cfg_factory(*COMMON, *overrides, f"hardware.executor={executor}",
                       *[f"hardware.{k}={v}" for k, v in hw.items()])
     if data_name:
-        cfg.data = {"name": data_name, "root": None}
+        cfg.data.name = data_name
     sim = Simulation(cfg)
     outs = [sim.run_round(r) for r in (1, 2)]
     return sim, outs
@@ -310,8 +310,9 @@ def test_the_step_flop_count_equals_torchs_flop_counter(name):
     """``auto`` decides from one step's FLOPs, counted from the layers' shapes (FlopCounterMode would import
     torch._dynamo in every run): the count is FlopCounterMode's, for every image model (depthwise convolutions,
     whose weight gradient torch counts ``groups`` times, included)."""
-    from omegaconf import OmegaConf
     from torch.utils.flop_counter import FlopCounterMode
+
+    from fedrun.compose import option
 
     from fedrun.engine.executor import flops_per_step
     from fedrun.functional import FunctionalModel
@@ -319,7 +320,7 @@ def test_the_step_flop_count_equals_torchs_flop_counter(name):
 
     side = max(MODELS[name].min_hw, 8)
     extra = {"width_mult": 0.25, "dropout": 0.0} if name == "mobilenetv2" else {}
-    module, objective = build_model(OmegaConf.create({"name": name, **extra}), "image", (3, side, side), 5, "x")
+    module, objective = build_model(option("model", name, **extra), "image", (3, side, side), 5, "x")
     model = FunctionalModel(module, objective)
     x, y = torch.randn(4, 3, side, side), torch.randint(0, 5, (4,))
     counter = FlopCounterMode(display=False)

@@ -37,7 +37,7 @@ def test_fedavg_round_on_tiny_linear_problem_equals_hand_computation(monkeypatch
     register_tiny(monkeypatch, "tiny", x, y, users=users)
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=4", "fl.clients_per_round=3",
                       "fl.local_epochs=1", "fl.batch_size=2", "fl.lr=0.3", "seed=5", "hardware=cpu")
-    cfg.data = {"name": "tiny", "root": None}
+    cfg.data.name = "tiny"
     sim = Simulation(cfg)
     w0 = sim.state.params.double().numpy().copy()
     out = sim.run_round(1)
@@ -138,7 +138,7 @@ def test_local_accuracy_is_the_mean_over_users_of_their_own_test_accuracy(monkey
     test_users = np.array([0, 0, 0, 0, 1, 2, 2])  # unequal test splits: Acc_l weighs users, Acc_g samples
     register_tiny(monkeypatch, "tiny", x, y, x_test, y_test, users=np.repeat(np.arange(3), 4), test_users=test_users)
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=3", "fl.clients_per_round=3", "hardware=cpu")
-    cfg.data = {"name": "tiny", "root": None}
+    cfg.data.name = "tiny"
     sim = Simulation(cfg)
     logits = torch.tensor(x_test, dtype=torch.float32) @ sim.state.params[:6].view(2, 3).T + sim.state.params[6:]
     hits = (logits.argmax(1).numpy() == y_test)
@@ -146,7 +146,7 @@ def test_local_accuracy_is_the_mean_over_users_of_their_own_test_accuracy(monkey
     out = sim.evaluation.evaluate()
     assert out["test_acc"] == hits.mean() and out["local_acc"] == np.mean(per_user)
     cfg_iid = cfg_factory("model=logreg", "partition=iid", "fl.num_clients=3", "fl.clients_per_round=3", "hardware=cpu")
-    cfg_iid.data = {"name": "tiny", "root": None}
+    cfg_iid.data.name = "tiny"
     assert "local_acc" not in Simulation(cfg_iid).evaluation.evaluate()  # only users' own splits make Acc_l
 
 

@@ -38,7 +38,7 @@ def test_lambda_and_a_r_on_a_hand_made_sparse_dataset(monkeypatch, cfg_factory):
     register_tiny(monkeypatch, "sparse", SPARSE, SPARSE_Y, users=USERS)
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2", "algo=fsvrg",
                       "hardware=cpu", "hardware.dtype=float64")
-    cfg.data = {"name": "sparse", "root": None}
+    cfg.data.name = "sparse"
     sim = Simulation(cfg)
     torch.testing.assert_close(sim.state.clients[0]["lam"].double(),
                                torch.tensor([1.2, 1.0, 0.4, 1.2, 1.0, 0.4, 1.0, 1.0], dtype=torch.float64))
@@ -59,7 +59,7 @@ def test_fsvrg_steps_follow_eqs_20_to_23(monkeypatch, cfg_factory):
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2", "algo=fsvrg",
                       "fl.batch_size=1", "fl.local_epochs=1", f"fl.lr={lr}", f"fl.weight_decay={wd}", "hardware=cpu",
                       "hardware.dtype=float64", "hardware.executor=loop")
-    cfg.data = {"name": "sparse", "root": None}
+    cfg.data.name = "sparse"
     sim = Simulation(cfg)
     sim.state.params = torch.randn(sim.model.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     w0 = sim.state.params.clone()
@@ -89,7 +89,7 @@ def test_one_model_and_a_threshold_beyond_the_run_is_plain_fsvrg(monkeypatch, cf
         cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2",
                           f"algo={algo}", "fl.batch_size=1", "fl.lr=0.5", "fl.weight_decay=0.01", "hardware=cpu",
                           "hardware.dtype=float64", *extra)
-        cfg.data = {"name": "sparse", "root": None}
+        cfg.data.name = "sparse"
         sim = Simulation(cfg)
         for rnd in (1, 2, 3):
             sim.run_round(rnd)
@@ -183,7 +183,7 @@ def test_a_bank_round_groups_accelerates_logs_and_resumes_exactly(monkeypatch, c
                         "algo.bank.threshold=2", "fl.batch_size=1", "fl.lr=2", "fl.weight_decay=0.01", "fl.rounds=6",
                         "hardware=cpu", "hardware.dtype=float64", "eval.personalized=true", "eval.class_metrics=true",
                         "checkpoint.every=2", *more)
-        c.data = {"name": "banked", "root": None}
+        c.data.name = "banked"
         return c
 
     straight = run_experiment(cfg(), tmp_path / "straight")
@@ -248,7 +248,7 @@ def test_personalised_evaluation_uses_each_clients_preferred_model_of_eq_18(monk
     cfg = cfg_factory("model=logreg", "partition=classes", "partition.classes_per_client=[1,2]", "fl.num_clients=9",
                       "fl.clients_per_round=5", "algo=mafsvrg", "algo.bank.models=3", "algo.bank.threshold=1",
                       "fl.batch_size=1", "fl.lr=1", "fl.weight_decay=0.01", "hardware=cpu", "hardware.dtype=float64")
-    cfg.data = {"name": "pref", "root": None}
+    cfg.data.name = "pref"
     sim = Simulation(cfg)
     for rnd in (1, 2, 3):
         sim.run_round(rnd)
@@ -267,7 +267,7 @@ def test_a_r_counted_over_the_rounds_clients(monkeypatch, cfg_factory):
     register_tiny(monkeypatch, "sparse3", x, np.array([0, 1, 0, 1, 1, 0]), users=np.array([0, 0, 1, 1, 2, 2]))
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=3", "fl.clients_per_round=2",
                       "algo=fsvrg", "algo.local.omega=round", "hardware=cpu", "hardware.dtype=float64")
-    cfg.data = {"name": "sparse3", "root": None}
+    cfg.data.name = "sparse3"
     sim = Simulation(cfg)
     before = sim.state.params.clone()
     out = sim.run_round(1)

@@ -1,7 +1,7 @@
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from fedrun.compose import option
 from fedrun.data import DATASETS
 from fedrun.errors import ConfigError
 from fedrun.functional import FunctionalModel
@@ -10,8 +10,8 @@ from fedrun.models import MODELS, SQUARED_HINGE_PARITY, build_model
 IMAGE_SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar10": (3, 32, 32), "cifar100": (3, 32, 32)}
 
 
-def mcfg(name):
-    return OmegaConf.create({"name": name})
+def mcfg(name, **values):
+    return option("model", name, **values)
 
 
 def cases():
@@ -29,7 +29,8 @@ def cases():
 
 @pytest.mark.parametrize("name,kind,shape,classes", list(cases()))
 def test_output_shape_on_each_dataset_it_fits(name, kind, shape, classes):
-    module, objective = build_model(mcfg(name), kind, shape, classes)
+    module, objective = build_model(mcfg(name, **({"vocab_size": 1000} if kind == "tokens" else {})), kind, shape,
+                                    classes)
     module.eval()
     x = torch.randint(0, 1000, (3, *shape)) if kind == "tokens" else torch.randn(3, *shape)
     out = module(x)
@@ -44,7 +45,7 @@ def test_paper_layer_sizes():
     assert [m for m in fedgh.modules() if isinstance(m, torch.nn.Linear)][0].in_features == 1600
     lenet, _ = build_model(mcfg("lenet5"), "image", (3, 32, 32), 10)
     assert sum(p.numel() for p in lenet.parameters()) == 62006  # GraB's LeNet-5
-    gru, _ = build_model(OmegaConf.load("conf/model/gru.yaml"), "tokens", (100,), 2)
+    gru, _ = build_model(mcfg("gru", vocab_size=1000), "tokens", (100,), 2)
     assert [(m.in_features, m.out_features) for m in gru.head if isinstance(m, torch.nn.Linear)] == [(200, 50), (50, 2)]
     # LEAF's models: FEMNIST conv 5x5 32 and 64 (same), FC 3136 -> 2048 -> 62; CelebA four conv 3x3 32 + BN blocks
     # on 84x84 (84 -> 42 -> 21 -> 11 -> 6 with 'same' pooling), FC 1152 -> 2; Reddit's LSTM language model
@@ -53,7 +54,7 @@ def test_paper_layer_sizes():
     celeba, _ = build_model(mcfg("cnn_leaf_celeba"), "image", (3, 84, 84), 2)
     assert [m.in_features for m in celeba.modules() if isinstance(m, torch.nn.Linear)] == [32 * 6 * 6]
     assert celeba(torch.zeros(2, 3, 84, 84)).shape == (2, 2)
-    lm, objective = build_model(OmegaConf.create({"name": "lstm_lm", "vocab_size": 50, "hidden": 16, "layers": 2}),
+    lm, objective = build_model(mcfg("lstm_lm", vocab_size=50, hidden=16, layers=2),
                                 "tokens", (10,), 50)
     assert lm(torch.zeros(3, 10, dtype=torch.long)).shape == (3, 50, 10) and objective.name == "sequence_cross_entropy"
 
@@ -85,7 +86,7 @@ def test_functional_gradient_equals_autograd_on_the_module():
 
 
 def test_svm_can_start_from_zero_without_intercept_as_the_prototype_system():
-    net, _ = build_model(OmegaConf.create({"name": "svm", "bias": False, "init": "zeros"}), "image", (1, 4, 4), 10)
+    net, _ = build_model(mcfg("svm", bias=False, init="zeros"), "image", (1, 4, 4), 10)
     (layer,) = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
     assert layer.bias is None and layer.weight.shape == (1, 16) and not layer.weight.any()
 

@@ -2,8 +2,8 @@ import time
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
+from fedrun.compose import option
 from fedrun.errors import ConfigError
 from fedrun.partition import make_partition
 
@@ -12,8 +12,8 @@ def labels_like_mnist(n=6000, classes=10, seed=0):
     return np.random.default_rng(seed).integers(0, classes, n)
 
 
-def part(labels, n, seed=0, users=None, **cfg):
-    return make_partition(OmegaConf.create(cfg), labels, users, n, seed)
+def part(labels, n, seed=0, users=None, *, name, **values):
+    return make_partition(option("partition", name, **values), labels, users, n, seed)
 
 
 def assert_exact_cover(p, n_samples):
@@ -116,23 +116,22 @@ def test_case2_n5_blocks_and_round_robin():
 def mnist_labels():
     from fedrun.data import load_dataset
 
-    return load_dataset(OmegaConf.create({"name": "mnist", "root": None, "download": True, "normalize": "unit"})
-                        ).y_train.numpy()
+    return load_dataset(option("data", "mnist", normalize="unit")).y_train.numpy()
 
 
 def test_case2_task_deal_gives_one_client_every_even_digit_and_the_other_every_odd_one_on_mnist():
     y = mnist_labels()
-    p = make_partition(OmegaConf.create({"name": "case2", "label_deal": "task"}), y, None, 5, 0, y % 2)
+    p = make_partition(option("partition", "case2", label_deal="task"), y, None, 5, 0, y % 2)
     assert_exact_cover(p, len(y))
     parity = [np.unique(y[ix] % 2).tolist() for ix in p.indices]
     assert parity[:3] == [[0, 1]] * 3, "the IID half holds both task classes"
     assert parity[3:] == [[0], [1]], "client 4 all even, client 5 all odd"
     assert sum(len(ix) for ix in p.indices[:3]) == len(y) // 2
     # today's digit blocks give the same two clients both parities (57% and 40% even on MNIST)
-    blocks = make_partition(OmegaConf.create({"name": "case2"}), y, None, 5, 0, y % 2)
+    blocks = make_partition(option("partition", "case2"), y, None, 5, 0, y % 2)
     assert all(0.3 < np.mean(y[ix] % 2 == 0) < 0.7 for ix in blocks.indices[3:])
     # more clients than task classes: the label clients take the task classes in turn and share them evenly
-    p10 = make_partition(OmegaConf.create({"name": "case2", "label_deal": "task"}), y, None, 10, 0, y % 2)
+    p10 = make_partition(option("partition", "case2", label_deal="task"), y, None, 10, 0, y % 2)
     assert [np.unique(y[ix] % 2).tolist() for ix in p10.indices[5:]] == [[0], [1], [0], [1], [0]]
     even = [len(ix) for ix in p10.indices[5:] if y[ix[0]] % 2 == 0]
     assert max(even) - min(even) <= 1
@@ -147,7 +146,7 @@ def test_case2_split_by_labels_is_wang_et_al_case_4():
     assert held[3:] == [[5, 7, 9], [6, 8]]
     sizes = [len(ix) for ix in p.indices[:3]]
     assert max(sizes) - min(sizes) <= 1
-    task = make_partition(OmegaConf.create({"name": "case2", "split": "labels", "label_deal": "task"}), y, None, 5, 0,
+    task = make_partition(option("partition", "case2", split="labels", label_deal="task"), y, None, 5, 0,
                           y % 2)
     assert sorted(map(len, task.indices[3:])) == sorted(map(len, p.indices[3:])), "even/odd: the same two groups"
     with pytest.raises(ConfigError, match="partition.split"):

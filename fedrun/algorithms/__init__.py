@@ -76,7 +76,7 @@ def check_parts(algo_cfg) -> list[str]:
             problems.append(f"algo/bank={algo_cfg.bank.name} with {', '.join(others)}: a bank round (Zhao et al. "
                             "Procedures 1-4) has no plug point for them. Fix: use algo/selector=all, "
                             "algo/harmonizer=none and algo/schedule=fixed")
-    if algo_cfg.get("pooled") and rule.pooling_removes_its_correction:
+    if algo_cfg.pooled and rule.pooling_removes_its_correction:
         problems.append(f"algo=centralized with algo/local={local}: a single client holding all data makes the "
                         f"{local} correction vanish. Fix: use algo/local=sgd")
     return problems
@@ -107,7 +107,7 @@ def build_algorithm(algo_cfg) -> Algorithm:
     return Algorithm(
         name=method_name(algo_cfg),
         **{part: parse(part, algo_cfg[part]).build() for part in PARTS},
-        pooled=bool(algo_cfg.get("pooled", False)),
+        pooled=bool(algo_cfg.pooled),
     )
 
 

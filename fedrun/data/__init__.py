@@ -43,7 +43,7 @@ def get_spec(name: str) -> DatasetSpec:
 def load_dataset(data_cfg, device: torch.device | str = "cpu") -> FedDataset:
     """Load (fetching where allowed) the dataset of ``data_cfg`` and move it to ``device``."""
     spec = get_spec(data_cfg.name)
-    return spec.load(resolve_root(data_cfg.get("root")), data_cfg).to(device)
+    return spec.load(resolve_root(data_cfg.root), data_cfg).to(device)
 
 
 __all__ = ["DATASETS", "DatasetSpec", "FedDataset", "default_root", "get_spec", "load_dataset", "resolve_root"]

@@ -161,7 +161,7 @@ def uniform(keys: torch.Tensor, stream: int) -> torch.Tensor:
 def training_inputs(data, data_cfg, seed: int):
     """What the executors gather training minibatches from: ``data.x_train``, or its :class:`AugmentedImages`
     under ``data.augment=autoaugment``."""
-    if data_cfg.get("augment", "none") == "none":
+    if data_cfg.augment == "none":
         return data.x_train
     if data.pixel_stats is None:
         raise ValueError(f"data.augment: {data.name} carries no pixel statistics to augment from")

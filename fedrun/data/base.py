@@ -98,7 +98,7 @@ class DatasetSpec:
     description: str
     meta: Callable[[object], tuple[str, tuple[int, ...], int]]
     load: Callable[[Path, object], FedDataset]
-    is_present: Callable[[Path, object], bool]
+    is_present: Callable[[Path], bool]
     how_to_get: str
     fetch: Callable[[Path], None] | None = None
     has_users: bool = False

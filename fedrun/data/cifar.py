@@ -52,7 +52,7 @@ def read_batches(directory: Path, files: list[str], label_key: bytes) -> tuple[n
 def _make(name: str) -> DatasetSpec:
     layout = LAYOUTS[name]
 
-    def is_present(root: Path, cfg=None) -> bool:
+    def is_present(root: Path) -> bool:
         d = data_dir(root, name)
         return all((d / f).exists() for f in layout["train"] + layout["test"])
 
@@ -63,7 +63,7 @@ def _make(name: str) -> DatasetSpec:
         x_train, y_train = read_batches(d, layout["train"], layout["label_key"])
         x_test, y_test = read_batches(d, layout["test"], layout["label_key"])
         arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
-        return image_dataset(name, arrays, layout["classes"], str(d), cfg.get("normalize", "standardize"))
+        return image_dataset(name, arrays, layout["classes"], str(d), cfg.normalize)
 
     files = ", ".join(layout["train"] + layout["test"])
     spec = DatasetSpec(

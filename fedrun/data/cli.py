@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from omegaconf import OmegaConf
 
 from ..errors import FedrunError
 from . import DATASETS, resolve_root
@@ -20,24 +19,23 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("name", choices=sorted(DATASETS))
     args = parser.parse_args(argv)
     root = resolve_root(args.root)
-    empty = OmegaConf.create({})
     if args.cmd == "list":
         print(f"data root: {root}")
         for name, spec in DATASETS.items():
-            present = spec.is_present(root, empty)
+            present = spec.is_present(root)
             print(f"{name:18s} {'present' if present else 'missing':8s} {spec.description}")
             if not present:
                 print(f"{'':27s}{spec.how_to_get.format(root=root)}")
         return 0
     spec = DATASETS[args.name]
     if spec.fetch is None:
-        if spec.is_present(root, empty):
+        if spec.is_present(root):
             print(f"{args.name}: present ({spec.how_to_get.format(root=root)})")
             return 0
         print(f"fedrun-data: {args.name} cannot be fetched automatically. {spec.how_to_get.format(root=root)}",
               file=sys.stderr)
         return 2
-    if spec.is_present(root, empty):
+    if spec.is_present(root):
         print(f"{args.name}: already present under {root}")
         return 0
     try:

@@ -33,6 +33,6 @@ SPEC = DatasetSpec(
     description="scikit-learn digits, 1438 train / 359 test, 1x8x8, 10 classes",
     meta=lambda cfg: ("image", (1, 8, 8), 10),
     load=load,
-    is_present=lambda root, cfg=None: True,
+    is_present=lambda root: True,
     how_to_get="ships with scikit-learn",
 )

@@ -23,7 +23,7 @@ def _find_dir(root: Path) -> Path | None:
     return None
 
 
-def is_present(root: Path, cfg=None) -> bool:
+def is_present(root: Path) -> bool:
     return _find_dir(root) is not None
 
 
@@ -32,7 +32,7 @@ def load(root: Path, cfg) -> FedDataset:
     if d is None:
         raise DataMissingError(SPEC.how_to_get.format(root=root))
     return image_dataset("fashion_mnist", read_idx_split(d, "train", "t10k"), 10, str(d),
-                         cfg.get("normalize", "standardize"))
+                         cfg.normalize)
 
 
 SPEC = DatasetSpec(

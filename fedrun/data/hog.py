@@ -52,8 +52,8 @@ def num_features(height: int, width: int, block: int, stride: int, bins: int) ->
 
 
 def _settings(cfg) -> dict:
-    return {"block": int(cfg.get("hog_block", 7)), "stride": int(cfg.get("hog_stride", 3)),
-            "bins": int(cfg.get("hog_bins", 9)), "normalize": str(cfg.get("hog_normalize", "none"))}
+    return {"block": int(cfg.hog_block), "stride": int(cfg.hog_stride),
+            "bins": int(cfg.hog_bins), "normalize": str(cfg.hog_normalize)}
 
 
 def hog_spec(base: DatasetSpec, height: int, width: int, paper: str) -> DatasetSpec:

@@ -27,7 +27,7 @@ def find_dir(root: Path) -> Path | None:
     return None
 
 
-def is_present(root: Path, cfg=None) -> bool:
+def is_present(root: Path) -> bool:
     return find_dir(root) is not None
 
 
@@ -44,7 +44,7 @@ def load(root: Path, cfg) -> FedDataset:
     d = find_dir(root)
     if d is None:
         raise DataMissingError(SPEC.how_to_get.format(root=root))
-    size, length = int(cfg.get("vocab_size", 1000)), int(cfg.get("max_len", 200))
+    size, length = int(cfg.vocab_size), int(cfg.max_len)
 
     def build():
         train, y_train = read_split(d, "train")
@@ -64,7 +64,7 @@ def load(root: Path, cfg) -> FedDataset:
 SPEC = DatasetSpec(
     name="imdb",
     description="IMDB reviews (aclImdb), 25k train / 25k test, word ids (data.vocab_size, data.max_len), 2 classes",
-    meta=lambda cfg: ("tokens", (int(cfg.get("max_len", 200)),), 2),
+    meta=lambda cfg: ("tokens", (int(cfg.max_len),), 2),
     load=load,
     is_present=is_present,
     fetch=fetcher("imdb"),

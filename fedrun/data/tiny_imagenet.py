@@ -50,7 +50,7 @@ def load(root: Path, cfg) -> FedDataset:
     sources = [p for p, _ in train + val] + [d / "wnids.txt", d / "val" / "val_annotations.txt"]
     settings = {"source": source_signature(sources), "version": 2}
     arrays = load_or_build(cache_path(root / "tiny_imagenet" / "cache", "tiny_imagenet", settings), build)
-    return image_dataset("tiny_imagenet", arrays, len(wnids), str(d), cfg.get("normalize", "standardize"))
+    return image_dataset("tiny_imagenet", arrays, len(wnids), str(d), cfg.normalize)
 
 
 SPEC = DatasetSpec(
@@ -58,7 +58,7 @@ SPEC = DatasetSpec(
     description="Tiny-ImageNet: 100k train / 10k val (as test), 3x64x64, 200 classes",
     meta=lambda cfg: ("image", (3, 64, 64), 200),
     load=load,
-    is_present=lambda root, cfg=None: find_dir(root) is not None,
+    is_present=lambda root: find_dir(root) is not None,
     fetch=fetcher("tiny_imagenet"),
     pixel_images=True,
     how_to_get=(

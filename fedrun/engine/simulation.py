@@ -67,9 +67,9 @@ class Simulation:
         if cfg.hardware.num_threads:
             torch.set_num_threads(int(cfg.hardware.num_threads))
         self.device = resolve_device(cfg.hardware.device)
-        self.dtype = getattr(torch, cfg.hardware.get("dtype", "float32"))
+        self.dtype = getattr(torch, cfg.hardware.dtype)
         self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
-        if cfg.eval.get("test_subset") is not None:
+        if cfg.eval.test_subset is not None:
             self.data = self.data.test_subset(int(cfg.eval.test_subset), cfg.seed)
         self.labels, self.label_classes = self.data.class_labels()
         self.train_inputs = training_inputs(self.data, cfg.data, cfg.seed)
@@ -87,7 +87,7 @@ class Simulation:
         if self.algo.pooled:  # centralized SGD: one client holding every training sample
             partition = Partition([np.arange(len(self.labels))], f"pooled (centralized; {partition.layout} ignored)")
         # a client's held-out samples (eval.holdout) leave its training data: everything below sees the rest
-        partition, self.holdout = held_out(partition, float(cfg.eval.get("holdout") or 0.0), cfg.seed)
+        partition, self.holdout = held_out(partition, float(cfg.eval.holdout), cfg.seed)
         self.partition = partition
         self.num_clients = len(partition.indices)
         refuse_single_sample_batches(self.model, params, buffers, self.data.x_train, partition, cfg.model.name)
@@ -107,7 +107,7 @@ class Simulation:
                                       self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients))
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.state.buffers)
         self.step_store = self._step_store() if self.algo.selector.records_steps else None
-        track = int((cfg.get("diagnostics") or {}).get("track_params", 0))
+        track = cfg.diagnostics.track_params
         self.tracked = np.sort(np.random.default_rng([cfg.seed, 0x7AC4ED]).choice(
             self.model.dim, min(track, self.model.dim), replace=False)) if track else None
         self.evaluation = Evaluation(self)
@@ -120,13 +120,13 @@ class Simulation:
         hw = self.cfg.hardware
         taus = sorted(self.local_steps(range(self.num_clients)), reverse=True)
         need = sum(taus[: self.cfg.fl.clients_per_round]) * len(self.state.params) * self.state.params.element_size()
-        choice = hw.get("step_store", "auto")
+        choice = hw.step_store
         if choice == "auto":
             free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
-            choice = "host" if free is not None and need > float(hw.get("memory_fraction", 0.5)) * free else "device"
+            choice = "host" if free is not None and need > hw.memory_fraction * free else "device"
         store = torch.device("cpu") if choice == "host" else self.device
         if choice == "host":
-            self.algo.selector.block = int(hw.get("gram_block", 65536))
+            self.algo.selector.block = hw.gram_block
         log.info("%s keeps up to %.1f MB of step gradients per round on %s%s", self.algo.selector.name, need / 2**20,
                  store, f" (Gram matrix in blocks of {self.algo.selector.block})" if choice == "host" else "")
         return store
@@ -167,7 +167,7 @@ class Simulation:
         """``fl.lr``, times ``fl.lr_gamma`` for every milestone in ``fl.lr_milestones`` reached (BHerd Fig. 4:
         milestones [50], gamma 0.5 halves eta from round 50 on)."""
         fl = self.cfg.fl
-        return fl.lr * fl.get("lr_gamma", 0.5) ** sum(rnd >= m for m in fl.get("lr_milestones") or [])
+        return fl.lr * fl.lr_gamma ** sum(rnd >= m for m in fl.lr_milestones)
 
     def full_gradients(self, cohort) -> torch.Tensor:
         """Each client's full-batch gradient of the loss at the global model, (K, d) (Mime's and FSVRG's anchor)."""
@@ -219,7 +219,7 @@ class Simulation:
         clients = [p.id for p in plans]
         sent = updates  # what the schedule sees (GIFT uses nothing else)
         diagnostics = {}
-        conflicts = bool(self.cfg.get("diagnostics", {}).get("conflicts", False))
+        conflicts = self.cfg.diagnostics.conflicts
         if conflicts:
             diagnostics |= {f"pre_{k}": v for k, v in conflict_statistics(updates).items()}
         state.harmonizer, harmonized, info = algo.harmonizer(state.harmonizer, updates, weights, clients, rnd)
@@ -227,7 +227,7 @@ class Simulation:
         if conflicts and algo.harmonizer.name != "none":
             diagnostics |= {f"post_{k}": v for k, v in conflict_statistics(harmonized).items()}
         similarity = None
-        every = self.cfg.get("diagnostics", {}).get("similarity_every", 0)
+        every = self.cfg.diagnostics.similarity_every
         if every and rnd % every == 0:
             similarity = {"clients": clients, "before": cosine_matrix(updates), "after": cosine_matrix(harmonized)}
         updates = harmonized
@@ -238,7 +238,7 @@ class Simulation:
         state.params, state.server_opt = algo.server_opt.apply(state.params, update, state.server_opt)
         state.buffers = aggregate_buffers(result.buffers, weights)
         step_s = sync_s = None
-        if self.cfg.get("timing", {}).get("name", "none") == "simulated":
+        if self.cfg.timing.name == "simulated":
             step_s, sync_s = self.simulated_times(plans, train_s, last_report)
             diagnostics["sim_round_s"] = max(p.tau for p in plans) * step_s + sync_s
             state.sim_time += diagnostics["sim_round_s"]
@@ -247,7 +247,7 @@ class Simulation:
             new_params=state.params, sizes=torch.tensor([float(p.num_samples) for p in plans], device=self.device),
             probe=lambda points: self.probe_last_batches(plans, points), lr=self.lr(rnd + 1), lr0=self.lr(1),
             step_time_s=step_s, sync_time_s=sync_s, elapsed_s=state.sim_time if step_s is not None else None,
-            budget_s=self.cfg.get("timing", {}).get("budget_s")))
+            budget_s=self.cfg.timing.budget_s))
         diagnostics |= logged
         k = len(plans)
         down = k * (self.model_bytes + sum(nbytes(v) for v in extras.values()))
@@ -266,18 +266,18 @@ class Simulation:
     def participants(self, rnd: int) -> tuple[np.ndarray, float]:
         """The round's clients (sorted ids) and when the last of them reported (seconds; 0 without delays):
         ``participation=uniform`` draws fl.clients_per_round, ``earliest`` keeps the first reporters (GIFT 6.1)."""
-        part = self.cfg.get("participation", {"name": "uniform"})
+        part = self.cfg.participation
         if part["name"] == "earliest":
-            delays = report_delays(self.num_clients, self.cfg.seed, rnd, part.get("delay", "exponential"),
-                                   float(part.get("delay_scale", 1.0)))
-            cohort = earliest_reporters(delays, float(part.get("fraction", 0.4)))
+            delays = report_delays(self.num_clients, self.cfg.seed, rnd, part.delay,
+                                   part.delay_scale)
+            cohort = earliest_reporters(delays, part.fraction)
             return cohort, float(delays[cohort].max())
         per_round = min(self.cfg.fl.clients_per_round, self.num_clients)
         return sample_clients(self.num_clients, per_round, self.cfg.seed, rnd), 0.0
 
     def simulated_times(self, plans: list[ClientPlan], train_s: float, last_report: float) -> tuple[float, float]:
         return simulated_times([p.tau for p in plans], train_s, last_report, self.model_bytes,
-                               self.cfg.get("timing", {}))
+                               self.cfg.timing)
 
     def probe_last_batches(self, plans: list[ClientPlan], points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each client's training objective (minibatch loss + (weight_decay / 2) ||w||^2) and its gradient on its last
