@@ -14,9 +14,9 @@ from omegaconf import DictConfig, OmegaConf
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
-def compose_config(overrides: list[str]) -> DictConfig:
-    """The config ``fedrun <overrides>`` would run (without a progress bar; Hydra's sweep keys are dropped: a job is
-    one point)."""
+def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
+    """The config ``fedrun <overrides>`` would run (without a progress bar); with ``hydra``, Hydra's own node too
+    (a preset's sweep grid is ``hydra.sweeper.params``), else a job is one point."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -25,7 +25,7 @@ def compose_config(overrides: list[str]) -> DictConfig:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            return compose("config", overrides=["progress=false", *overrides])
+            return compose("config", overrides=["progress=false", *overrides], return_hydra_config=hydra)
     finally:
         GlobalHydra.instance().clear()
 

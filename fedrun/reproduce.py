@@ -11,24 +11,18 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
-import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 
 import pandas as pd
 import torch
-from .bench import device_name
+
 from .compose import compose_config
 from .data import DATASETS, resolve_root
-from .data.fixtures import (
-    write_cifar,
-    write_imdb,
-    write_leaf,
-    write_speech_commands,
-    write_tiny_imagenet,
-)
-from .results import METRICS_FILE, finished_summary, git_commit
+from .data.fixtures import stand_in
+from .results import METRICS_FILE, finished_summary
+from .table import provenance  # noqa: F401  (the scripts still import it from here)
 
 Job = tuple[list[str], str]
 
@@ -81,30 +75,13 @@ _FIXTURE_ROOTS: dict[str, tuple[Path, str, list[str]]] = {}
 
 def fixture_for(dataset: str) -> tuple[list[str], str | None]:
     """Overrides that point ``dataset`` at a small fixture in its official format when the real data is missing, and
-    the note for the table; ``([], None)`` when the real data is present. LEAF tasks also get the fixture's users as
-    the clients, all taking part (``fl.num_clients``, ``fl.clients_per_round``)."""
+    the note for the table; ``([], None)`` when the real data is present."""
     if DATASETS[dataset].is_present(resolve_root(None)):
         return [], None
     if dataset not in _FIXTURE_ROOTS:
         root = Path(tempfile.mkdtemp(prefix=f"fedrun-{dataset}-fixture-"))
         atexit.register(shutil.rmtree, root, ignore_errors=True)
-        extra: list[str] = []
-        if dataset == "imdb":
-            write_imdb(root, per_folder=50)
-            size = "200 reviews"
-        elif dataset == "speech_commands":
-            write_speech_commands(root, per_word=12)
-            size = "120 keyword clips"
-        elif dataset == "tiny_imagenet":
-            write_tiny_imagenet(root, classes=10, per_class=24)
-            size = "240 images of 10 classes"
-        elif dataset.startswith("leaf_"):
-            users = 4
-            write_leaf(root, dataset.removeprefix("leaf_"), users=users, per_user=10)
-            size = f"{users} users with 10 training samples each"
-            extra = [f"fl.num_clients={users}", f"fl.clients_per_round={users}"]
-        else:
-            size = f"{sum(map(len, write_cifar(root, dataset, per_file=100).values()))} images"
+        extra, size = stand_in(dataset, root)
         _FIXTURE_ROOTS[dataset] = (root, size, extra)
     root, size, extra = _FIXTURE_ROOTS[dataset]
     return [f"data.root={root}", *extra], (f"not reproduced: {dataset} is not present on this machine; ran on a "
@@ -134,15 +111,3 @@ def first_round_reaching(curve, level: float) -> int | None:
 def verdict(holds: bool) -> str:
     """How a table says whether a paper's claim held on its runs."""
     return "CONFIRMED" if holds else "NOT confirmed"
-
-
-def provenance(command: str, summaries: list[dict]) -> str:
-    """One sentence for a table's header: the command, this commit, the runs' commits, compute time, machine."""
-    commits = sorted({str(c) for s in summaries for c in s.get("git_commits") or [s.get("git_commit")]})
-    compute = sum(s.get("total_wall_time_s", s.get("wall_time_s", 0.0)) for s in summaries)
-    unknown = sum(1 for s in summaries if "resumed_from_round" in s and "total_wall_time_s" not in s)
-    before = (f" (not counting the rounds before the resumption of {unknown} run(s), whose checkpoints predate that "
-              "record)" if unknown else "")
-    return (f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')} from {len(summaries)} runs "
-            f"made at commit {', '.join(commits)}; their compute time {compute:.0f} s{before} on "
-            f"{device_name(torch.device('cpu'))}.")

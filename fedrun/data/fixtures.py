@@ -213,3 +213,39 @@ def write_shakespeare_plays(root: Path, copies: int = 3) -> None:
     for i in range(copies):
         (d / f"play{i}_gut.txt").write_text(PLAY * (i + 2))
     (d / "sonnets_gut.txt").write_text("FROM fairest creatures we desire increase,\n" * 20)
+
+
+def stand_in(dataset: str, root: Path) -> tuple[list[str], str]:
+    """Write a fixture of ``dataset`` under ``root`` (once: an existing one is kept), sized for a few rounds of a
+    paper's setting; returns the overrides a run on it needs beside ``data.root`` (a LEAF fixture's users are the
+    clients, all taking part) and its size in words."""
+    root = Path(root)
+    marker = root / f".{dataset}-written"
+    extra: list[str] = []
+    if dataset == "imdb":
+        write = lambda: write_imdb(root, per_folder=50)  # noqa: E731
+        size = "200 reviews"
+    elif dataset == "speech_commands":
+        write = lambda: write_speech_commands(root, per_word=12)  # noqa: E731
+        size = "120 keyword clips"
+    elif dataset == "tiny_imagenet":
+        write = lambda: write_tiny_imagenet(root, classes=10, per_class=24)  # noqa: E731
+        size = "240 images of 10 classes"
+        extra = ["partition.min_size=2"]  # a Dirichlet client of one image: BatchNorm cannot train on it
+    elif dataset.startswith("leaf_"):
+        users = 4
+        write = lambda: write_leaf(root, dataset.removeprefix("leaf_"), users=users, per_user=10)  # noqa: E731
+        size = f"{users} users with 10 training samples each"
+        extra = [f"fl.num_clients={users}", f"fl.clients_per_round={users}"]
+    elif dataset in LAYOUTS:
+        layout = LAYOUTS[dataset]
+        write = lambda: write_cifar(root, dataset, per_file=100)  # noqa: E731
+        size = f"{100 * (len(layout['train']) + len(layout['test']))} images"
+        extra = ["partition.min_size=2"]
+    else:
+        raise ValueError(f"no fixture for {dataset}: it can be had on this machine (fedrun-data fetch {dataset})")
+    if not marker.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        write()
+        marker.touch()
+    return extra, size

@@ -1,0 +1,146 @@
+"""fedrun-table: the papers' artefacts as data, run as sweeps through any launcher, summarised beside the paper."""
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fedrun.papers import PRESET, artefacts, normalise
+from fedrun.table import collect, grid, main, markdown, preset_config, summarise
+
+# each artefact's grid as the paper describes it: (presets, jobs per seed)
+EXPECTED = {
+    "bherd_table2": (3, 3 * 10 * 2),  # three models x ten algorithms x two cases
+    "bherd_fig5a": (1, 5 * 2),  # five alphas x two cases
+    "bherd_fig8a": (1, 5 * 2),  # five E
+    "bherd_fig8b": (1, 5 * 2),  # five B
+    "bherd_fig8c": (1, 4 * 2),  # four N
+    "fedgh_table2": (15, 15 * 4 * 2),  # 3 settings of 3 image columns and 6 LEAF columns x 4 bases x FedGH or not
+    "fedgh_table3": (9, 9 * 4 * 2),  # each column's first setting
+    "fedgh_table4": (2, 2 * 4 * 2),  # CIFAR-10/100 x four K x FedGH or not
+    "fedgh_table5": (2, 2 * 4 * 2),  # four E
+    "gift_table1": (5, 5 * 2),  # five settings x (fixed tau = 100, GIFT)
+    "dgt_fig5": (3, 3 * 3 * 2),  # three datasets x three bases x DGT or not
+}
+
+
+def test_every_artefact_composes_and_its_grid_holds_the_papers_cells():
+    known = artefacts()
+    assert set(EXPECTED) <= set(known)
+    for name, (paper, a) in known.items():
+        assert paper.title and a.presets and a.values, name
+        axes = {p: grid(p) for p in a.presets}
+        for p in a.presets:
+            preset_config(p)  # composes, with its data and model
+        if name in EXPECTED:
+            assert (len(a.presets), sum(math.prod(map(len, g.values())) for g in axes.values())) == EXPECTED[name]
+        keys = [k for k in a.paper_numbers.columns if k not in {v.name for v in a.values}]
+        for _, row in a.paper_numbers.iterrows():  # every number the paper prints is at a point of the grid
+            presets = [row[PRESET]] if PRESET in keys else list(a.presets)
+            assert any(all(row[k] in map(normalise, axes[p][k]) for k in keys if k != PRESET) for p in presets), \
+                (name, dict(row))
+
+
+TINY = ["data=digits", "fl.rounds=2", "fl.num_clients=2,3", "partition=case1"]  # 2 jobs of fig. 8c's preset
+
+
+def _write_paper(folder: Path) -> None:
+    folder.mkdir()
+    (folder / "tiny.yaml").write_text(yaml.safe_dump({
+        "cite": "Tiny et al.", "title": "A tiny paper", "venue": "nowhere", "artefacts": {"tiny_fig": {
+            "source": "Fig. 1", "what": "accuracy against N", "presets": ["bherd_fig8c"], "value": "final_test_acc",
+            "scale": 100, "rows": ["fl.num_clients"], "tolerance": 50,
+            "paper": "fl.num_clients, value\n2, 80.0\n3, 81.5\n4, 90.0\n"}}}))
+
+
+def _ran(capsys) -> int:
+    return int(re.search(r"fedrun-table: (\d+) job\(s\) ran", capsys.readouterr().out).group(1))
+
+
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]],
+                         ids=["basic", "parallel"])
+def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tmp_path, monkeypatch, capsys,
+                                                                            launcher):
+    _write_paper(tmp_path / "papers")
+    monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
+    args = ["tiny_fig", *TINY, *launcher, "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
+    assert main(args) == 0 and _ran(capsys) == 2
+    table = pd.read_csv(tmp_path / "out" / "tiny_fig.csv")
+    assert table["fl.num_clients"].tolist() == [2, 3, 4] and table["runs"].tolist()[:2] == [1, 1]
+    summaries = {json.loads(p.read_text())["final_test_acc"] for p in (tmp_path / "runs").rglob("summary.json")}
+    assert {round(v / 100, 10) for v in table["value"][:2]} == {round(v, 10) for v in summaries}
+    text = (tmp_path / "out" / "tiny_fig.md").read_text()
+    assert "shortened: 2 of 100 rounds" in text and "| 4 | – | 90.00 | – | not run |" in text
+    assert (tmp_path / "out" / "tiny_fig.png").exists()
+    assert main(args) == 0 and _ran(capsys) == 0  # every job finished: skipped by fedrun itself
+
+
+def test_collect_only_joins_the_paper_with_an_extra_seed_a_failed_job_and_a_missing_cell(tmp_path, monkeypatch,
+                                                                                         capsys):
+    _write_paper(tmp_path / "papers")
+    monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
+    runs = tmp_path / "runs"
+    assert main(["tiny_fig", *TINY, "hydra/launcher=parallel", "--runs", str(runs), "--out", str(tmp_path / "a")]) == 0
+    folder = runs / "tiny_fig" / "bherd_fig8c"
+    two, three = sorted(p for p in folder.iterdir() if (p / "summary.json").exists())
+    assert main(["tiny_fig", *TINY, "seed=1", "fl.num_clients=2", "--runs", str(runs), "--out",
+                 str(tmp_path / "b")]) == 0  # one more seed of N = 2, into its own folder
+    summary = json.loads((three / "summary.json").read_text())  # N = 3 failed
+    (three / "summary.json").write_text(json.dumps(summary | {"status": "failed", "error": "RuntimeError: boom"}))
+    capsys.readouterr()
+    assert main(["tiny_fig", "--collect-only", "--runs", str(runs), "--out", str(tmp_path / "c")]) == 0
+    assert "job(s) ran" not in capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "c" / "tiny_fig.csv")
+    assert table["fl.num_clients"].tolist() == [2, 3, 4]
+    assert table["runs"].tolist()[0] == 2 and table["seeds"].tolist()[0] == 2  # the extra seed
+    finals = [json.loads(p.read_text())["final_test_acc"] for p in folder.rglob("summary.json")
+              if json.loads(p.read_text())["status"] == "finished"]
+    assert table["value"][0] == pytest.approx(100 * sum(finals) / 2)
+    assert table["value_diff"][0] == pytest.approx(table["value"][0] - 80.0)
+    text = (tmp_path / "c" / "tiny_fig.md").read_text()
+    assert "| 3 | – | 81.50 | – | not run |" in text and "| 4 | – | 90.00 | – | not run |" in text
+    assert "1 of 3 runs did not finish" in text and "RuntimeError: boom" in text and str(three) in text
+
+
+def test_rows_and_columns_pivot_with_the_paper_beside_fedrun_and_a_tolerance_note():
+    from fedrun.papers import Artefact, Value
+
+    numbers = pd.DataFrame({"algo": ["fedavg", "fedavg", "bherd"], "partition": ["case1", "case2", "case1"],
+                            "value": [84.0, 83.0, 85.0]})
+    a = Artefact(name="t", paper="p", source="Table", what="", presets=("x",), values=(Value("value", "v", 1.0),),
+                 rows=("algo",), columns=("partition",), tolerance=1.0, paper_numbers=numbers)
+    runs = pd.DataFrame([{"run_dir": f"r{i}", PRESET: "x", "algo": algo, "partition": case, "seed": seed,
+                          "status": "finished", "error": None, "diverged_round": None, "rounds_completed": 3,
+                          "value": v, "rounds": 3, "planned_rounds": 3, "fixture": "", "summary": {}}
+                         for i, (algo, case, seed, v) in enumerate([("fedavg", "case1", 0, 84.5),
+                                                                    ("fedavg", "case1", 1, 85.5),
+                                                                    ("fedavg", "case2", 0, 80.0)])])
+    text = markdown(a, summarise(a, runs))
+    assert "| algo | fedrun case1 | paper case1 | fedrun case2 | paper case2 | note |" in text
+    assert ("| fedavg | 85.00 ± 0.71 | 84.00 | 80.00 | 83.00 | case1: within 1 of the paper; case2: NOT within 1 "
+            in text)
+    assert "| bherd | – | 85.00 | – | – | case1: not run |" in text
+
+
+def test_unknown_artefact_is_refused_with_the_nearest_name(capsys):
+    with pytest.raises(SystemExit) as err:
+        main(["bherd_fig5"])
+    assert err.value.code == 2 and "Did you mean bherd_fig5a?" in capsys.readouterr().err
+
+
+def test_collect_reads_a_runs_grid_values_from_its_config_when_hydra_recorded_none(tmp_path):
+    from fedrun.papers import Artefact, Value
+
+    run = tmp_path / "t" / "bherd_fig8c" / "old"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "fl": {"num_clients": 5, "rounds": 100},
+                                                     "partition": {"name": "case2"}}))
+    (run / "summary.json").write_text(json.dumps({"status": "finished", "final_test_acc": 0.5}))
+    a = Artefact(name="t", paper="p", source="", what="", presets=("bherd_fig8c",),
+                 values=(Value("value", "final_test_acc", 100.0),))
+    found = collect(a, tmp_path)
+    assert found[["fl.num_clients", "partition", "value"]].values.tolist() == [["5", "case2", 50.0]]
