@@ -46,7 +46,8 @@ class Artefact:
     rows: tuple[str, ...] = ()
     columns: tuple[str, ...] = ()
     tolerance: float | None = None
-    figure: str = "curves"
+    figure: str = "curves"  # curves (mean test accuracy per grid point) or none
+    x: str = "round"  # the curves' x axis: round, or a metrics.csv column (sim_time_s)
     runs_of: str = ""  # another artefact whose runs this one reads (a second table of the same sweeps)
     paper_numbers: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
 
@@ -110,14 +111,15 @@ def read_paper(path: Path) -> Paper:
     for name, a in (raw.get("artefacts") or {}).items():
         where = f"{path.name}: {name}"
         unknown = sorted(set(a) - {"source", "what", "presets", "value", "scale", "values", "rows", "columns",
-                                   "tolerance", "figure", "paper", "runs_of"})
+                                   "tolerance", "figure", "x", "paper", "runs_of"})
         if unknown:
             raise ConfigError([f"{where}: unknown keys {unknown}"])
         values = _values(a)
         artefacts[name] = Artefact(name=name, paper=key, source=a["source"], what=a.get("what", ""),
                                    presets=tuple(a["presets"]), values=values, rows=tuple(a.get("rows", ())),
                                    columns=tuple(a.get("columns", ())), tolerance=a.get("tolerance"),
-                                   figure=a.get("figure", "curves"), runs_of=a.get("runs_of", ""),
+                                   figure=a.get("figure", "curves"), x=a.get("x", "round"),
+                                   runs_of=a.get("runs_of", ""),
                                    paper_numbers=_numbers(a.get("paper"), values, where))
     return Paper(key=key, cite=raw["cite"], title=raw["title"], authors=raw.get("authors", ""),
                  venue=raw.get("venue", ""), artefacts=artefacts)

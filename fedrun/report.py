@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -149,7 +150,17 @@ def unfinished(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "") -> None:
+def on_common_grid(curves: list[pd.Series], points: int = 200) -> list[pd.Series]:
+    """Curves logged at each run's own x values (simulated seconds), interpolated linearly onto ``points`` values
+    spanning the range all of them cover, so that they can be averaged."""
+    grid = np.linspace(max(c.index.min() for c in curves), min(c.index.max() for c in curves), points)
+    return [pd.Series(np.interp(grid, c.index, c.values), index=grid) for c in curves]
+
+
+def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "", x: str = "round",
+                sort: bool = True) -> None:
+    """Each group's mean test accuracy (±1 std over its runs) against ``x``: the round, or a metrics.csv column
+    such as ``sim_time_s`` (the runs' curves then put on one grid, :func:`on_common_grid`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -157,19 +168,21 @@ def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "") ->
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups = df.groupby(by, dropna=False, sort=True) if by else [("all", df)]
+    groups = df.groupby(by, dropna=False, sort=sort) if by else [("all", df)]
     for key, g in groups:
-        curves = [pd.read_csv(Path(d) / METRICS_FILE).set_index("round")["test_acc"]
+        curves = [pd.read_csv(Path(d) / METRICS_FILE).dropna(subset=["test_acc"]).set_index(x)["test_acc"]
                   for d in g["run_dir"] if (Path(d) / METRICS_FILE).exists()]
+        curves = [c for c in curves if len(c)]
         if not curves:
             continue
-        frame = pd.concat(curves, axis=1)
+        frame = pd.concat(curves if x == "round" else on_common_grid(curves), axis=1)
         mean, std = frame.mean(axis=1), frame.std(axis=1).fillna(0)
         label = ", ".join(f"{k}={v}" for k, v in zip(by, key if isinstance(key, tuple) else (key,))) or "all runs"
         ax.plot(mean.index, mean.values, label=f"{label} (n={len(curves)})")
         ax.fill_between(mean.index, (mean - std).values, (mean + std).values, alpha=0.2)
-    ax.set_xlabel("round")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(x)
+    if x == "round":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("test accuracy")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)

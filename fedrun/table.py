@@ -347,7 +347,7 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
             by = [k for k in grid_keys(artefact, group) if k != PRESET and group[k].nunique(dropna=True) > 1]
             name = artefact.name if len(artefact.presets) == 1 else f"{artefact.name}_{preset}"
             plot_curves(group, by, out / f"{name}.png", f"{paper.cite}, {artefact.source} ({preset}): mean test "
-                        "accuracy (±1 std over seeds)")
+                        "accuracy (±1 std over seeds)", x=artefact.x, sort=False)
     return out / f"{artefact.name}.md"
 
 

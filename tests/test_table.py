@@ -25,6 +25,8 @@ EXPECTED = {
     "fedgh_table5": (2, 2 * 4 * 2),  # four E
     "gift_table1": (5, 5 * 2),  # five settings x (fixed tau = 100, GIFT)
     "dgt_fig5": (3, 3 * 3 * 2),  # three datasets x three bases x DGT or not
+    "gift_fig6": (3, 3 * 3),  # three settings x (GIFT, AFL, AdaComm)
+    "gift_fig7": (3, 3 * 2),  # with and without relaxation
 }
 
 
@@ -144,3 +146,13 @@ def test_collect_reads_a_runs_grid_values_from_its_config_when_hydra_recorded_no
                  values=(Value("value", "final_test_acc", 100.0),))
     found = collect(a, tmp_path)
     assert found[["fl.num_clients", "partition", "value"]].values.tolist() == [["5", "case2", 50.0]]
+
+
+def test_curves_against_simulated_time_are_averaged_on_the_range_every_run_covers():
+    from fedrun.report import on_common_grid
+
+    a = pd.Series([0.0, 1.0, 2.0], index=[0.0, 10.0, 20.0])  # acc = t / 10, logged at t = 0, 10, 20
+    b = pd.Series([1.0, 1.0], index=[5.0, 25.0])  # constant 1, logged at other times
+    first, second = on_common_grid([a, b], points=5)
+    assert first.index.tolist() == second.index.tolist() == [5.0, 8.75, 12.5, 16.25, 20.0]
+    assert first.tolist() == pytest.approx([0.5, 0.875, 1.25, 1.625, 2.0]) and second.tolist() == [1.0] * 5
