@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from .errors import FedrunError
 from .papers import PRESET, Artefact, Paper, artefacts, normalise
 from .report import SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
 from .results import CONFIG_FILE, METRICS_FILE, git_commit
@@ -89,7 +90,9 @@ def _stand_in(preset: str, folder: Path, overrides: list[str], fixture_rounds: i
     cfg = preset_config(preset, overrides)
     spec = DATASETS[cfg.data.name]
     if spec.is_present(resolve_root(cfg.data.root)):
-        (folder / FIXTURE_FILE).unlink(missing_ok=True)
+        if (folder / FIXTURE_FILE).exists():  # its finished fixture runs would pass for runs on the real data
+            raise FedrunError(f"{folder} holds runs on a fixture of {cfg.data.name}, which is present now: move "
+                              "that folder aside (or use another --runs) to run on the real data")
         return []
     extra, size = stand_in(cfg.data.name, folder / "fixture-data")
     note = f"{cfg.data.name} absent: ran on a fixture of {size} for {fixture_rounds} rounds"
@@ -261,8 +264,8 @@ def _note(artefact: Artefact, row) -> str:
 
 
 def markdown(artefact: Artefact, table: pd.DataFrame) -> str:
-    """The table with the artefact's rows down and, for one value, its columns across: fedrun's mean ± std over
-    seeds beside the paper's number."""
+    """The table with the artefact's rows down and its columns across: fedrun's mean ± std over seeds beside the
+    paper's number, for each value."""
     names = [v.name for v in artefact.values]
     shown = pd.DataFrame(index=table.index)
     for n in names:
@@ -280,7 +283,7 @@ def markdown(artefact: Artefact, table: pd.DataFrame) -> str:
     for k in keys:
         shown[k] = table[k].map(_cell)
     shown["runs"], shown["note"] = table["runs"].map(lambda v: _cell(v if pd.isna(v) else int(v))), table["note"]
-    across = [c for c in artefact.columns if c in keys] if len(names) == 1 else []
+    across = [c for c in artefact.columns if c in keys]
     down = [k for k in artefact.rows if k in keys] + [k for k in keys if k not in artefact.rows and k not in across]
     if not across:
         cols = [*down, *measures, "runs", "note"]
@@ -402,7 +405,11 @@ def main(argv: list[str] | None = None) -> int:
         overrides.append("seed=" + ",".join(map(str, range(args.seeds))))
     runs = Path(args.runs)
     if not args.collect_only:
-        ran = run(artefact, runs, overrides, args.fixture_rounds)
+        try:
+            ran = run(artefact, runs, overrides, args.fixture_rounds)
+        except FedrunError as e:
+            print(f"fedrun-table: {e}", file=sys.stderr)
+            return 2
         print(f"fedrun-table: {ran} job(s) ran")
     found = collect(artefact, runs)
     if found.empty:

@@ -79,6 +79,10 @@ def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tm
     assert "shortened: 2 of 100 rounds" in text and "| 4 | – | 90.00 | – | not run |" in text
     assert (tmp_path / "out" / "tiny_fig.png").exists()
     assert main(args) == 0 and _ran(capsys) == 0  # every job finished: skipped by fedrun itself
+    # what that launcher made, summarised without running: the same table
+    assert main(["tiny_fig", "--collect-only", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "again")]) == 0
+    again = pd.read_csv(tmp_path / "again" / "tiny_fig.csv")
+    pd.testing.assert_frame_equal(again, table)
 
 
 def test_collect_only_joins_the_paper_with_an_extra_seed_a_failed_job_and_a_missing_cell(tmp_path, monkeypatch,
@@ -86,7 +90,7 @@ def test_collect_only_joins_the_paper_with_an_extra_seed_a_failed_job_and_a_miss
     _write_paper(tmp_path / "papers")
     monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
     runs = tmp_path / "runs"
-    assert main(["tiny_fig", *TINY, "hydra/launcher=parallel", "--runs", str(runs), "--out", str(tmp_path / "a")]) == 0
+    assert main(["tiny_fig", *TINY, "--runs", str(runs), "--out", str(tmp_path / "a")]) == 0
     folder = runs / "tiny_fig" / "bherd_fig8c"
     two, three = sorted(p for p in folder.iterdir() if (p / "summary.json").exists())
     assert main(["tiny_fig", *TINY, "seed=1", "fl.num_clients=2", "--runs", str(runs), "--out",
@@ -156,3 +160,13 @@ def test_curves_against_simulated_time_are_averaged_on_the_range_every_run_cover
     first, second = on_common_grid([a, b], points=5)
     assert first.index.tolist() == second.index.tolist() == [5.0, 8.75, 12.5, 16.25, 20.0]
     assert first.tolist() == pytest.approx([0.5, 0.875, 1.25, 1.625, 2.0]) and second.tolist() == [1.0] * 5
+
+
+def test_fixture_runs_never_pass_for_runs_on_the_real_data(tmp_path, monkeypatch, capsys):
+    _write_paper(tmp_path / "papers")
+    monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
+    folder = tmp_path / "runs" / "tiny_fig" / "bherd_fig8c"
+    folder.mkdir(parents=True)
+    (folder / "fixture.json").write_text(json.dumps({"dataset": "digits", "note": "a fixture"}))
+    assert main(["tiny_fig", *TINY, "--runs", str(tmp_path / "runs")]) == 2
+    assert f"{folder} holds runs on a fixture of digits, which is present now" in capsys.readouterr().err
