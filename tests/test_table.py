@@ -27,6 +27,7 @@ EXPECTED = {
     "dgt_fig5": (3, 3 * 3 * 2),  # three datasets x three bases x DGT or not
     "gift_fig6": (3, 3 * 3),  # three settings x (GIFT, AFL, AdaComm)
     "gift_fig7": (3, 3 * 2),  # with and without relaxation
+    "fsvrg_figs_mnist": (3, (2 + 1 + 5) * 4),  # (MA, GA; FSVRG; five baselines) x four participation levels
 }
 
 
