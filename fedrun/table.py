@@ -21,6 +21,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -228,9 +229,13 @@ def summarise(artefact: Artefact, runs: pd.DataFrame) -> pd.DataFrame:
                             rounds=("rounds", "min"), planned_rounds=("planned_rounds", "max"),
                             fixture=("fixture", "first")).reset_index()
     paper = artefact.paper_numbers
+    if PRESET in paper:  # a table of some of the artefact's presets (--presets) shows their cells only
+        paper = paper[paper[PRESET].isin(artefact.presets)]
     on = [k for k in paper.columns if k not in names]
     missing = [k for k in on if k not in table.columns]
-    if missing:
+    if missing and table.empty:  # nothing ran yet: the paper's cells alone
+        table = table.assign(**{k: pd.Series(dtype=object) for k in missing})
+    elif missing:
         raise ValueError(f"paper/{artefact.paper}.yaml: {artefact.name}'s paper numbers are keyed by {missing}, "
                          f"which its grid does not sweep (its keys: {keys})")
     paper = paper.rename(columns={n: f"{n}_paper" for n in names})
@@ -296,8 +301,9 @@ def markdown(artefact: Artefact, table: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for index, r in wide.iterrows():
         index = index if isinstance(index, tuple) else (index,)
-        notes = "; ".join(dict.fromkeys(f"{_label(v)}: {r[('note', v)]}" for v in values
-                                        if isinstance(r[("note", v)], str) and r[("note", v)]))
+        said = {v: r[("note", v)] for v in values if isinstance(r[("note", v)], str) and r[("note", v)]}
+        same = len(said) == len(values) and len(set(said.values())) == 1  # one note for the whole row
+        notes = next(iter(said.values())) if same else "; ".join(f"{_label(v)}: {n}" for v, n in said.items())
         cells = [*map(str, index), *[_cell(r[(m, v)]) for v in values for m in measures], notes]
         lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
     return "\n".join(lines)
@@ -347,6 +353,8 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
     (out / f"{artefact.name}.md").write_text("\n".join(t for t in text if t) + "\n")
     if artefact.figure == "curves" and not runs.empty:
         for preset, group in runs.groupby(PRESET, sort=False):
+            if (group["fixture"] != "").all():  # a few rounds on a stand-in: nothing to see in its curves
+                continue
             by = [k for k in grid_keys(artefact, group) if k != PRESET and group[k].nunique(dropna=True) > 1]
             name = artefact.name if len(artefact.presets) == 1 else f"{artefact.name}_{preset}"
             plot_curves(group, by, out / f"{name}.png", f"{paper.cite}, {artefact.source} ({preset}): mean test "
@@ -385,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "resume=true, a sweep of your own: key=a,b)")
     parser.add_argument("--list", action="store_true", help="name every artefact, its grid size and its data")
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per grid point")
+    parser.add_argument("--presets", default=None, help="only these of the artefact's presets (comma-separated)")
     parser.add_argument("--collect-only", action="store_true", help="summarise the runs under --runs; run nothing")
     parser.add_argument("--fixture-rounds", type=int, default=2, help="rounds of a job whose data is absent")
     parser.add_argument("--runs", default="outputs/tables", help="the sweeps' folder (<runs>/<artefact>/<preset>)")
@@ -400,6 +409,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown artefact {args.artefact!r}.{nearest(str(args.artefact), known)} "
                      "fedrun-table --list names them")
     paper, artefact = known[args.artefact]
+    if args.presets:
+        chosen = [p.strip() for p in args.presets.split(",")]
+        unknown = [p for p in chosen if p not in artefact.presets]
+        if unknown:
+            parser.error(f"--presets {','.join(unknown)}: not a preset of {artefact.name}; its presets: "
+                         f"{','.join(artefact.presets)}")
+        artefact = replace(artefact, presets=tuple(chosen))
     overrides = list(args.overrides)
     if not any(_key(o) == "seed" for o in overrides):  # named in every job's folder, so more seeds add folders
         overrides.append("seed=" + ",".join(map(str, range(args.seeds))))

@@ -171,3 +171,16 @@ def test_fixture_runs_never_pass_for_runs_on_the_real_data(tmp_path, monkeypatch
     (folder / "fixture.json").write_text(json.dumps({"dataset": "digits", "note": "a fixture"}))
     assert main(["tiny_fig", *TINY, "--runs", str(tmp_path / "runs")]) == 2
     assert f"{folder} holds runs on a fixture of digits, which is present now" in capsys.readouterr().err
+
+
+def test_some_presets_of_an_artefact_show_their_paper_cells_only(capsys):
+    from dataclasses import replace
+
+    _, a = artefacts()["bherd_table2"]
+    svm = replace(a, presets=("bherd_table2_svm",))
+    table = summarise(svm, pd.DataFrame())
+    assert set(table[PRESET]) == {"bherd_table2_svm"} and len(table) == 18 and set(table["note"]) == {"not run"}
+    with pytest.raises(SystemExit) as err:
+        main(["bherd_table2", "--presets", "bherd_table2_lstm", "--collect-only"])
+    assert err.value.code == 2 and "its presets: bherd_table2_svm,bherd_table2_rnn,bherd_table2_cnn" in \
+        capsys.readouterr().err
