@@ -355,8 +355,10 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
         for preset, group in runs.groupby(PRESET, sort=False):
             if (group["fixture"] != "").all():  # a few rounds on a stand-in: nothing to see in its curves
                 continue
-            by = [k for k in grid_keys(artefact, group) if k != PRESET and group[k].nunique(dropna=True) > 1]
-            name = artefact.name if len(artefact.presets) == 1 else f"{artefact.name}_{preset}"
+            varying = [k for k in grid_keys(artefact, group) if k != PRESET and group[k].nunique(dropna=True) > 1]
+            by = [k for k in dict.fromkeys([*artefact.rows, *artefact.columns, *varying]) if k in varying]
+            name = artefact.name if len(artefact.presets) == 1 else \
+                f"{artefact.name}_{preset.removeprefix(artefact.name + '_')}"
             plot_curves(group, by, out / f"{name}.png", f"{paper.cite}, {artefact.source} ({preset}): mean test "
                         "accuracy (±1 std over seeds)", x=artefact.x, sort=False)
     return out / f"{artefact.name}.md"
