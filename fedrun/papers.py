@@ -46,6 +46,7 @@ class Artefact:
     rows: tuple[str, ...] = ()
     columns: tuple[str, ...] = ()
     tolerance: float | None = None
+    digits: int = 2  # decimals shown (0 for counts such as rounds)
     figure: str = "curves"  # curves (mean test accuracy per grid point) or none
     x: str = "round"  # the curves' x axis: round, or a metrics.csv column (sim_time_s)
     runs_of: str = ""  # another artefact whose runs this one reads (a second table of the same sweeps)
@@ -111,13 +112,14 @@ def read_paper(path: Path) -> Paper:
     for name, a in (raw.get("artefacts") or {}).items():
         where = f"{path.name}: {name}"
         unknown = sorted(set(a) - {"source", "what", "presets", "value", "scale", "values", "rows", "columns",
-                                   "tolerance", "figure", "x", "paper", "runs_of"})
+                                   "tolerance", "digits", "figure", "x", "paper", "runs_of"})
         if unknown:
             raise ConfigError([f"{where}: unknown keys {unknown}"])
         values = _values(a)
         artefacts[name] = Artefact(name=name, paper=key, source=a["source"], what=a.get("what", ""),
                                    presets=tuple(a["presets"]), values=values, rows=tuple(a.get("rows", ())),
                                    columns=tuple(a.get("columns", ())), tolerance=a.get("tolerance"),
+                                   digits=int(a.get("digits", 2)),
                                    figure=a.get("figure", "curves"), x=a.get("x", "round"),
                                    runs_of=a.get("runs_of", ""),
                                    paper_numbers=_numbers(a.get("paper"), values, where))

@@ -275,10 +275,11 @@ def markdown(artefact: Artefact, table: pd.DataFrame) -> str:
     shown = pd.DataFrame(index=table.index)
     for n in names:
         label = "" if n == "value" else f"{n} "
-        shown[f"{label}fedrun"] = [_fmt(m) + ("" if pd.isna(s) else f" ± {s:.2f}")
+        d = artefact.digits
+        shown[f"{label}fedrun"] = [_fmt(m, d) + ("" if pd.isna(s) else f" ± {s:.{d}f}")
                                    for m, s in zip(table[n], table[f"{n}_std"])]
         if table[f"{n}_paper"].notna().any():  # a figure whose numbers the paper does not print: no column
-            shown[f"{label}paper"] = table[f"{n}_paper"].map(_fmt)
+            shown[f"{label}paper"] = table[f"{n}_paper"].map(lambda v: _fmt(v, d))
     measures = list(shown.columns)
     keys = [k for k in grid_keys(artefact, table) if k in table.columns and k not in
             {"runs", "seeds", "rounds", "planned_rounds", "fixture", "note"} and not k.endswith(("_std", "_paper",
@@ -309,8 +310,8 @@ def markdown(artefact: Artefact, table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _fmt(v) -> str:
-    return "–" if v is None or pd.isna(v) else f"{v:.2f}"
+def _fmt(v, digits: int = 2) -> str:
+    return "–" if v is None or pd.isna(v) else f"{v:.{digits}f}"
 
 
 def _label(v) -> str:
@@ -400,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fixture-rounds", type=int, default=2, help="rounds of a job whose data is absent")
     parser.add_argument("--runs", default="outputs/tables", help="the sweeps' folder (<runs>/<artefact>/<preset>)")
     parser.add_argument("--out", default=None, help="where the table goes (default: results/<paper>)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options and overrides in any order
     if args.list:
         print(listing())
         return 0

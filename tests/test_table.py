@@ -94,8 +94,8 @@ def test_collect_only_joins_the_paper_with_an_extra_seed_a_failed_job_and_a_miss
     assert main(["tiny_fig", *TINY, "--runs", str(runs), "--out", str(tmp_path / "a")]) == 0
     folder = runs / "tiny_fig" / "bherd_fig8c"
     two, three = sorted(p for p in folder.iterdir() if (p / "summary.json").exists())
-    assert main(["tiny_fig", *TINY, "seed=1", "fl.num_clients=2", "--runs", str(runs), "--out",
-                 str(tmp_path / "b")]) == 0  # one more seed of N = 2, into its own folder
+    assert main(["tiny_fig", "--runs", str(runs), *TINY, "seed=1", "fl.num_clients=2", "--out",
+                 str(tmp_path / "b")]) == 0  # one more seed of N = 2, into its own folder (options and overrides mixed)
     summary = json.loads((three / "summary.json").read_text())  # N = 3 failed
     (three / "summary.json").write_text(json.dumps(summary | {"status": "failed", "error": "RuntimeError: boom"}))
     capsys.readouterr()
