@@ -49,6 +49,7 @@ class Artefact:
     digits: int = 2  # decimals shown (0 for counts such as rounds)
     figure: str = "curves"  # curves (mean test accuracy per grid point) or none
     x: str = "round"  # the curves' x axis: round, or a metrics.csv column (sim_time_s)
+    curves: tuple[str, ...] = ("test_acc",)  # the metrics.csv columns drawn, one panel each
     runs_of: str = ""  # another artefact whose runs this one reads (a second table of the same sweeps)
     paper_numbers: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
 
@@ -112,7 +113,8 @@ def read_paper(path: Path) -> Paper:
     for name, a in (raw.get("artefacts") or {}).items():
         where = f"{path.name}: {name}"
         unknown = sorted(set(a) - {"source", "what", "presets", "value", "scale", "values", "rows", "columns",
-                                   "tolerance", "digits", "figure", "x", "paper", "runs_of"})
+                                   "tolerance", "digits", "figure", "x", "curves", "paper",
+                                   "runs_of"})
         if unknown:
             raise ConfigError([f"{where}: unknown keys {unknown}"])
         values = _values(a)
@@ -121,6 +123,7 @@ def read_paper(path: Path) -> Paper:
                                    columns=tuple(a.get("columns", ())), tolerance=a.get("tolerance"),
                                    digits=int(a.get("digits", 2)),
                                    figure=a.get("figure", "curves"), x=a.get("x", "round"),
+                                   curves=tuple(a.get("curves", ("test_acc",))),
                                    runs_of=a.get("runs_of", ""),
                                    paper_numbers=_numbers(a.get("paper"), values, where))
     return Paper(key=key, cite=raw["cite"], title=raw["title"], authors=raw.get("authors", ""),

@@ -158,35 +158,39 @@ def on_common_grid(curves: list[pd.Series], points: int = 200) -> list[pd.Series
 
 
 def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "", x: str = "round",
-                sort: bool = True) -> None:
-    """Each group's mean test accuracy (±1 std over its runs) against ``x``: the round, or a metrics.csv column
-    such as ``sim_time_s`` (the runs' curves then put on one grid, :func:`on_common_grid`)."""
+                sort: bool = True, metrics: tuple[str, ...] = ("test_acc",)) -> None:
+    """Each group's mean (±1 std over its runs) of each metrics.csv column in ``metrics``, one panel each (test
+    accuracy by default), against ``x``: the round, or a column such as ``sim_time_s`` (the runs' curves then put on
+    one grid, :func:`on_common_grid`). A panel skips the runs that do not log its column."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups = df.groupby(by, dropna=False, sort=sort) if by else [("all", df)]
-    for key, g in groups:
-        curves = [pd.read_csv(Path(d) / METRICS_FILE).dropna(subset=["test_acc"]).set_index(x)["test_acc"]
-                  for d in g["run_dir"] if (Path(d) / METRICS_FILE).exists()]
-        curves = [c for c in curves if len(c)]
-        if not curves:
-            continue
-        frame = pd.concat(curves if x == "round" else on_common_grid(curves), axis=1)
-        mean, std = frame.mean(axis=1), frame.std(axis=1).fillna(0)
-        label = ", ".join(f"{k}={v}" for k, v in zip(by, key if isinstance(key, tuple) else (key,))) or "all runs"
-        ax.plot(mean.index, mean.values, label=f"{label} (n={len(curves)})")
-        ax.fill_between(mean.index, (mean - std).values, (mean + std).values, alpha=0.2)
-    ax.set_xlabel(x)
-    if x == "round":
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("test accuracy")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(7 * len(metrics), 4.5), squeeze=False)
+    groups = list(df.groupby(by, dropna=False, sort=sort)) if by else [("all", df)]
+    logs = {d: pd.read_csv(Path(d) / METRICS_FILE) for d in df["run_dir"] if (Path(d) / METRICS_FILE).exists()}
+    for ax, metric in zip(axes[0], metrics):
+        for key, g in groups:
+            curves = [logs[d].dropna(subset=[metric]).set_index(x)[metric] for d in g["run_dir"]
+                      if d in logs and metric in logs[d]]
+            curves = [c for c in curves if len(c)]
+            if not curves:
+                continue
+            frame = pd.concat(curves if x == "round" else on_common_grid(curves), axis=1)
+            mean, std = frame.mean(axis=1), frame.std(axis=1).fillna(0)
+            label = ", ".join(f"{k}={v}" for k, v in zip(by, key if isinstance(key, tuple) else (key,))) or "all"
+            ax.plot(mean.index, mean.values, label=f"{label} (n={len(curves)})")
+            ax.fill_between(mean.index, (mean - std).values, (mean + std).values, alpha=0.2)
+        ax.set_xlabel(x)
+        if x == "round":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("test accuracy" if metric == "test_acc" else metric)
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

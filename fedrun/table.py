@@ -360,8 +360,8 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
             by = [k for k in dict.fromkeys([*artefact.rows, *artefact.columns, *varying]) if k in varying]
             name = artefact.name if len(artefact.presets) == 1 else \
                 f"{artefact.name}_{preset.removeprefix(artefact.name + '_')}"
-            plot_curves(group, by, out / f"{name}.png", f"{paper.cite}, {artefact.source} ({preset}): mean test "
-                        "accuracy (±1 std over seeds)", x=artefact.x, sort=False)
+            plot_curves(group, by, out / f"{name}.png", f"{paper.cite}, {artefact.source} ({preset}): mean over "
+                        "seeds (±1 std)", x=artefact.x, sort=False, metrics=artefact.curves)
     return out / f"{artefact.name}.md"
 
 

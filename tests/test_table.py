@@ -25,9 +25,11 @@ EXPECTED = {
     "fedgh_table5": (2, 2 * 4 * 2),  # four E
     "gift_table1": (5, 5 * 2),  # five settings x (fixed tau = 100, GIFT)
     "dgt_fig5": (3, 3 * 3 * 2),  # three datasets x three bases x DGT or not
+    "gift_fig5": (5, 5 * 2),  # Table 1's runs
     "gift_fig6": (3, 3 * 3),  # three settings x (GIFT, AFL, AdaComm)
     "gift_fig7": (3, 3 * 2),  # with and without relaxation
     "fsvrg_figs_mnist": (3, (2 + 1 + 5) * 4),  # (MA, GA; FSVRG; five baselines) x four participation levels
+    **{f"fsvrg_fig{n}_mnist": (1, 2 * 4) for n in (8, 9, 10)},  # MA, GA x four thresholds, models or beta1
 }
 
 
