@@ -171,9 +171,10 @@ def test_bench_addon_cost_records(tmp_path):
 
     from fedrun.bench import main
 
-    assert main(["--quick", "--only", "herd_svm_mnist,harmonize_perceptron_k1000", "--repeats", "1", "--out",
-                 str(tmp_path / "h.json")]) == 0
-    herd, harm = json.loads((tmp_path / "h.json").read_text())
+    assert main(["--quick", "--only", "herd_svm_mnist,harmonize_perceptron_k1000,gift_lenet5_k40", "--repeats", "1",
+                 "--out", str(tmp_path / "h.json")]) == 0
+    herd, harm, gift = json.loads((tmp_path / "h.json").read_text())
+    assert gift["addons"] == ["gift"] and gift["gift_share"] == pytest.approx(gift["gift_s"] / gift["train_s"])
     assert herd["workload"] == "herd_svm_mnist" and herd["parameters"] == 785 and herd["tau"] == 12
     assert herd["herd_share"] == pytest.approx(herd["herd_s"] / herd["train_s"])
     assert herd["steps_mb"] == pytest.approx(herd["clients"] * herd["tau"] * 785 * 4 / 2**20)
