@@ -162,10 +162,11 @@ def flops_per_round(model, x, y, plans) -> int:
     return flops_per_step(model, x[first], y[first]) * sum(p.tau for p in plans)
 
 
-def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int) -> tuple[dict, dict]:
-    """Best seconds per executor, and peak memory MB of one round under each. After a warm-up of each, the
-    executors are timed in turn (interleaved, so drift on the machine hits all alike) until every one has been timed
-    ``repeats`` times and, for short rounds, about two seconds in all (at most 20 times)."""
+def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int) -> tuple[dict, dict, dict]:
+    """Best seconds per executor, peak memory MB of one round under each, and the seconds of each one's first round
+    (the warm-up). After the warm-up, the executors are timed in turn (interleaved, so drift on the machine hits all
+    alike) until every one has been timed ``repeats`` times and, for short rounds, about two seconds in all (at most
+    20 times)."""
     states = [None] * len(plans)
 
     def once(executor) -> float:
@@ -175,7 +176,7 @@ def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int) ->
         sync(x.device)
         return time.perf_counter() - t
 
-    first = {name: once(ex) for name, ex in executors.items()}  # warm-up
+    first = {name: once(ex) for name, ex in executors.items()}  # warm-up (a compiled step compiles here)
     repeats = max(repeats, min(20, int(2.0 / max(min(first.values()), 1e-3))))
     best = {name: float("inf") for name in executors}
     for _ in range(repeats):
@@ -186,15 +187,17 @@ def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int) ->
         with PeakMemory(x.device) as mem:
             ex.run(rule, model, ctx, plans, x, y, states)
         peak[name] = mem.peak_mb
-    return best, peak
+    return best, peak, first
 
 
-def run_workload(w: Workload, device: torch.device, repeats: int, peak: float) -> dict:
+def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, compiled: bool = False) -> dict:
     model, x, y, plans, ctx = setup(w, device)
     first = plans[0].batches[0]
     auto_name, why = resolve_auto(model, device, x[first], y[first])
     executors = {"loop": LoopExecutor(), "vmap": VmapExecutor(), "auto": EXECUTORS[auto_name]()}
-    seconds, memory = time_rounds(executors, make("local", "sgd"), model, ctx, plans, x, y, repeats)
+    if compiled:
+        executors["compiled"] = VmapExecutor(compile=True)
+    seconds, memory, warmup = time_rounds(executors, make("local", "sgd"), model, ctx, plans, x, y, repeats)
     flops = flops_per_round(model, x, y, plans)
     best = min(seconds["loop"], seconds["vmap"])
     return {
@@ -204,7 +207,8 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float) -
         "auto_reason": why, "speedup": seconds["loop"] / seconds["vmap"], "auto_vs_best": seconds["auto"] / best,
         "peak_mem_mb": memory["auto"], "loop_peak_mem_mb": memory["loop"], "vmap_peak_mem_mb": memory["vmap"],
         "gflops": flops / seconds["auto"] / 1e9, "matmul_peak_gflops": peak, "device": device_name(device),
-    }
+    } | ({"compiled_s": seconds["compiled"], "compiled_first_s": warmup["compiled"],
+          "compiled_speedup": seconds["vmap"] / seconds["compiled"]} if compiled else {})
 
 
 def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repeats: int) -> dict:
@@ -308,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default=None, help="comma-separated workload names")
+    parser.add_argument("--compiled", action="store_true",
+                        help="also time the vmap executor with hardware.compile=true (compiled_first_s: its first "
+                             "round, the compilation included)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     chosen = lambda w: not args.only or w.name in args.only.split(",")  # noqa: E731
@@ -316,11 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     peak = matmul_peak_gflops(device)
     records = []
     for w in workloads:
-        rec = run_workload(w, device, args.repeats, peak)
+        rec = run_workload(w, device, args.repeats, peak, args.compiled)
         records.append(rec)
         print(f"{rec['workload']:18s} clients={rec['clients']:5d} steps={rec['steps']:6d} loop={rec['loop_s']:.3f}s "
               f"vmap={rec['vmap_s']:.3f}s auto={rec['auto_s']:.3f}s ({rec['auto']}) speedup={rec['speedup']:.1f}x "
-              f"auto/best={rec['auto_vs_best']:.2f} peak={rec['peak_mem_mb']:.0f}MB gflops={rec['gflops']:.2f}",
+              f"auto/best={rec['auto_vs_best']:.2f} peak={rec['peak_mem_mb']:.0f}MB gflops={rec['gflops']:.2f}"
+              + (f" compiled={rec['compiled_s']:.3f}s (first {rec['compiled_first_s']:.1f}s)" if args.compiled else ""),
               flush=True)
     addon_records = []
     for w, addons in addon_workloads:
