@@ -255,7 +255,7 @@ def summarise(artefact: Artefact, runs: pd.DataFrame) -> pd.DataFrame:
 
 def _note(artefact: Artefact, row) -> str:
     if pd.isna(row.get("runs")) or not row.get("runs"):
-        return "not run"
+        return "no finished run"
     if isinstance(row.get("fixture"), str) and row["fixture"]:
         return f"not reproduced: {row['fixture']}"
     notes = []

@@ -79,7 +79,7 @@ def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tm
     summaries = {json.loads(p.read_text())["final_test_acc"] for p in (tmp_path / "runs").rglob("summary.json")}
     assert {round(v / 100, 10) for v in table["value"][:2]} == {round(v, 10) for v in summaries}
     text = (tmp_path / "out" / "tiny_fig.md").read_text()
-    assert "shortened: 2 of 100 rounds" in text and "| 4 | – | 90.00 | – | not run |" in text
+    assert "shortened: 2 of 100 rounds" in text and "| 4 | – | 90.00 | – | no finished run |" in text
     assert (tmp_path / "out" / "tiny_fig.png").exists()
     assert main(args) == 0 and _ran(capsys) == 0  # every job finished: skipped by fedrun itself
     # what that launcher made, summarised without running: the same table
@@ -111,7 +111,7 @@ def test_collect_only_joins_the_paper_with_an_extra_seed_a_failed_job_and_a_miss
     assert table["value"][0] == pytest.approx(100 * sum(finals) / 2)
     assert table["value_diff"][0] == pytest.approx(table["value"][0] - 80.0)
     text = (tmp_path / "c" / "tiny_fig.md").read_text()
-    assert "| 3 | – | 81.50 | – | not run |" in text and "| 4 | – | 90.00 | – | not run |" in text
+    assert "| 3 | – | 81.50 | – | no finished run |" in text and "| 4 | – | 90.00 | – | no finished run |" in text
     assert "1 of 3 runs did not finish" in text and "RuntimeError: boom" in text and str(three) in text
 
 
@@ -132,7 +132,7 @@ def test_rows_and_columns_pivot_with_the_paper_beside_fedrun_and_a_tolerance_not
     assert "| algo | fedrun case1 | paper case1 | fedrun case2 | paper case2 | note |" in text
     assert ("| fedavg | 85.00 ± 0.71 | 84.00 | 80.00 | 83.00 | case1: within 1 of the paper; case2: NOT within 1 "
             in text)
-    assert "| bherd | – | 85.00 | – | – | case1: not run |" in text
+    assert "| bherd | – | 85.00 | – | – | case1: no finished run |" in text
 
 
 def test_unknown_artefact_is_refused_with_the_nearest_name(capsys):
@@ -181,7 +181,7 @@ def test_some_presets_of_an_artefact_show_their_paper_cells_only(capsys):
     _, a = artefacts()["bherd_table2"]
     svm = replace(a, presets=("bherd_table2_svm",))
     table = summarise(svm, pd.DataFrame())
-    assert set(table[PRESET]) == {"bherd_table2_svm"} and len(table) == 18 and set(table["note"]) == {"not run"}
+    assert set(table[PRESET]) == {"bherd_table2_svm"} and len(table) == 18 and set(table["note"]) == {"no finished run"}
     with pytest.raises(SystemExit) as err:
         main(["bherd_table2", "--presets", "bherd_table2_lstm", "--collect-only"])
     assert err.value.code == 2 and "its presets: bherd_table2_svm,bherd_table2_rnn,bherd_table2_cnn" in \
