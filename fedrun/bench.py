@@ -295,11 +295,19 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
         f"| {r['workload']} | {r['paper']} | {r['clients']} | {r['steps']} | {r['loop_s']:.3f} | {r['vmap_s']:.3f} "
         f"| {r['auto_s']:.3f} ({r['auto']}) | {r['speedup']:.1f}x | {r['auto_vs_best']:.2f} | {r['peak_mem_mb']:.0f} "
         f"| {r['gflops']:.2f} | {r['matmul_peak_gflops']:.0f} |\n" for r in records)
+    compiled = ""
+    if records and "compiled_s" in records[0]:
+        cells = "".join(f"| {r['workload']} | {r['vmap_s']:.3f} | {r['compiled_s']:.3f} | "
+                        f"{r['compiled_speedup']:.2f}x | {r['compiled_first_s']:.1f} |\n" for r in records)
+        compiled = ("\n| workload | vmap s | compiled s | vmap/compiled | compiled first round s |\n"
+                    f"|---|---|---|---|---|\n{cells}\ncompiled = the vmap executor with hardware.compile=true, timed "
+                    "as the others after its first round (the compilation; inductor's on-disk cache makes a repeated "
+                    "one short).\n")
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
     device = (list(records) + list(addons))[0]["device"]
     executors = (f"{head}{rows}\nspeedup = loop/vmap; auto/best = auto's time over the faster executor's; peak MB = "
                  f"the peak memory of a round under the auto executor, data included (process RSS on a CPU, allocator "
-                 f"peak on a GPU).\n") if records else ""
+                 f"peak on a GPU).\n{compiled}") if records else ""
     return (f"# Benchmark on {device}\n\nMade by `{command}`.\n\n{executors}"
             f"{addons_markdown(list(addons))}\n## Machine\n{about}\n")
 
