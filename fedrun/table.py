@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -40,9 +41,7 @@ def grid(preset: str, overrides: list[str] = ()) -> dict[str, list[str]]:
     key's values, in order."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from .compose import compose_config
-
-    params = compose_config([f"experiment={preset}"], hydra=True).hydra.sweeper.params or {}
+    params = _composed(preset).hydra.sweeper.params or {}
     axes = {str(k): [v.strip() for v in str(vs).split(",")] for k, vs in params.items()}
     for o in OverridesParser.create().parse_overrides([o for o in overrides if "=" in o]):
         if o.is_sweep_override():
@@ -52,11 +51,19 @@ def grid(preset: str, overrides: list[str] = ()) -> dict[str, list[str]]:
     return axes
 
 
-def preset_config(preset: str, overrides: list[str] = ()):
+@lru_cache(maxsize=None)
+def _composed(preset: str):
     from .compose import compose_config
 
-    return compose_config([f"experiment={preset}", *[o for o in overrides if not _is_sweep(o)
-                                                      and not _key(o).startswith("hydra")]])
+    return compose_config([f"experiment={preset}"], hydra=True)
+
+
+def preset_config(preset: str, overrides: list[str] = ()):
+    """The config a job of the preset runs with ``overrides`` (their sweeps and Hydra's own keys aside)."""
+    from .compose import compose_config
+
+    given = [o for o in overrides if not _is_sweep(o) and not _key(o).startswith("hydra")]
+    return compose_config([f"experiment={preset}", *given]) if given else _composed(preset)
 
 
 def _is_sweep(override: str) -> bool:
