@@ -186,3 +186,14 @@ def test_some_presets_of_an_artefact_show_their_paper_cells_only(capsys):
         main(["bherd_table2", "--presets", "bherd_table2_lstm", "--collect-only"])
     assert err.value.code == 2 and "its presets: bherd_table2_svm,bherd_table2_rnn,bherd_table2_cnn" in \
         capsys.readouterr().err
+
+
+def test_a_value_is_a_summary_key_or_a_metrics_column_at_a_round_or_at_its_last_logged_round(tmp_path):
+    from fedrun.table import _value
+
+    (tmp_path / "metrics.csv").write_text("round,test_acc,sim_time_s\n1,0.5,10.0\n2,0.6,\n3,0.7,30.0\n4,0.8,\n")
+    summary = {"final_test_acc": 0.8, "rounds_to_target": 3, "reached": True}
+    assert _value(tmp_path, summary, "test_acc@2") == 0.6 and _value(tmp_path, summary, "test_acc@9") is None
+    assert _value(tmp_path, summary, "sim_time_s@last") == 30.0  # the last round that logged it
+    assert _value(tmp_path, summary, "tau@last") is None and _value(tmp_path, summary, "reached") is None
+    assert _value(tmp_path, summary, "final_test_acc") == 0.8 and _value(tmp_path, summary, "rounds_to_target") == 3.0
