@@ -122,7 +122,9 @@ def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: in
         before = _stamps(folder)
         cmd = sweep_command(preset, folder, [*overrides, *extra])
         log(f"fedrun-table: {' '.join(cmd[2:])}")
-        subprocess.run(cmd, check=False)  # a failed job is recorded in its folder and listed under the table
+        done = subprocess.run(cmd, check=False)  # a failed job is recorded in its folder, listed under the table
+        if done.returncode == 2:  # refused before any job ran: a bad override, said above by fedrun itself
+            raise FedrunError(f"fedrun refused the sweep of {preset} (its message is above); nothing ran")
         after = _stamps(folder)
         ran += sum(1 for p, t in after.items() if before.get(p) != t)
     return ran
@@ -413,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         print(listing())
         return 0
     known = artefacts()
+    if args.artefact is None:
+        parser.error("name an artefact (fedrun-table --list names them)")
     if args.artefact not in known:
         from .overrides import nearest
 

@@ -197,3 +197,11 @@ def test_a_value_is_a_summary_key_or_a_metrics_column_at_a_round_or_at_its_last_
     assert _value(tmp_path, summary, "sim_time_s@last") == 30.0  # the last round that logged it
     assert _value(tmp_path, summary, "tau@last") is None and _value(tmp_path, summary, "reached") is None
     assert _value(tmp_path, summary, "final_test_acc") == 0.8 and _value(tmp_path, summary, "rounds_to_target") == 3.0
+
+
+def test_a_sweep_that_fedrun_refuses_stops_the_table_with_its_message(tmp_path, monkeypatch, capfd):
+    _write_paper(tmp_path / "papers")
+    monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
+    assert main(["tiny_fig", *TINY, "fl.lr=-1", "--runs", str(tmp_path / "runs")]) == 2
+    err = capfd.readouterr().err
+    assert "fl.lr=-1" in err and "fedrun refused the sweep of bherd_fig8c" in err
