@@ -205,3 +205,27 @@ def test_a_sweep_that_fedrun_refuses_stops_the_table_with_its_message(tmp_path, 
     assert main(["tiny_fig", *TINY, "fl.lr=-1", "--runs", str(tmp_path / "runs")]) == 2
     err = capfd.readouterr().err
     assert "fl.lr=-1" in err and "fedrun refused the sweep of bherd_fig8c" in err
+
+
+def test_list_names_every_artefact_with_its_jobs_per_seed(capsys):
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for name, (presets, jobs) in EXPECTED.items():
+        assert re.search(rf"\| {name} \| [^|]+ \| [^|]+ \| {jobs}( \(the runs of \w+\))? \|", out), name
+    assert "| fedgh_table3 | Zhang et al. (FedGH) | Table III | 72 (the runs of fedgh_table2) |" in out
+
+
+def test_the_port_check_compares_an_old_scripts_cells_with_fedrun_tables(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("port_check", Path(__file__).parents[1] / "scripts" / "port_check.py")
+    port = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(port)
+    (tmp_path / "sweeps.md").write_text("## fig8c: sweep over N\n\n| case | N | acc@10 | acc@50 | acc@100 | std |\n"
+                                        "|:--|--:|--:|--:|--:|--:|\n| case1 | 5 | 82.39 | 84.77 | 86.05 | 0.1 |\n")
+    for fig in ("fig5a", "fig8a", "fig8b"):
+        pd.DataFrame(columns=["partition", "round 10", "round 50", "final", "x"]).to_csv(tmp_path / f"bherd_{fig}.csv")
+    pd.DataFrame({"fl.num_clients": [5], "partition": ["case1"], "round 10": [82.391], "round 50": [84.7],
+                  "final": [86.05]}).to_csv(tmp_path / "bherd_fig8c.csv", index=False)
+    cells = port.bherd_sweeps(tmp_path / "sweeps.md", tmp_path)
+    assert cells[["cell", "equal"]].values.tolist() == [["round 10", True], ["round 50", False], ["final", True]]

@@ -1,0 +1,107 @@
+"""Whether tables ported to fedrun-table say what the scripts before them said (issue #26): the numbers of a
+fedrun-table rendering against an earlier script's table, cell by cell.
+
+    python scripts/port_check.py fedgh --old OLD.csv [--new results/fedgh]
+    python scripts/port_check.py bherd-sweeps --new DIR [--old results/bherd/sweeps.md]
+
+``fedgh``: OLD.csv is ``tables.csv`` as scripts/fedgh_tables.py wrote it (``git show 2f97796:results/fedgh/tables.csv``,
+or a fresh run of that script from history); the new side is fedrun-table's fedgh_table2/4/5.csv. ``bherd-sweeps``:
+results/bherd/sweeps.md (scripts/bherd_sweeps.py) against the bherd_fig5a/8a/8b/8c.csv that ``fedrun-table bherd_fig...
+--out DIR`` wrote (accuracy at rounds 10 and 50 and the final, both cases). Prints how many cells are equal (to the
+old table's printed precision) and every cell that is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+NAMES = {"fedavg": "FedAvg", "fedprox": "FedProx", "fednova": "FedNova", "feddecorr": "FedDecorr"}
+ALPHA = {"a01": "0.1", "a1": "1.0", "a001": "0.01"}
+
+
+def fedgh_cells(new: Path) -> pd.DataFrame:
+    """fedrun-table's FedGH tables keyed as fedgh_tables.py's tables.csv: (table, column, setting, method)."""
+    rows = []
+    for _, r in pd.read_csv(new / "fedgh_table2.csv").iterrows():
+        parts = str(r["preset"]).split("_")  # fedgh_table2_<column>[_a<alpha>_c<C>]
+        column = parts[2]
+        method = ("+FedGH on " if r["algo/harmonizer"] == "fedgh" else "") + NAMES[r["algo"]]
+        if len(parts) == 5:
+            rows.append((2, column, f"alpha={ALPHA[parts[3]]}, C={parts[4][1:]}", method, r["acc_g"]))
+        else:
+            preset = "fedgh_sent140" if column == "twitter" else f"fedgh_{column}"
+            rows += [(2, column, f"{preset}, Acc_l", method, r["acc_l"]), (2, column, f"{preset}, Acc_g", method,
+                                                                            r["acc_g"])]
+    for table, key, label in ((4, "fl.num_clients", "K"), (5, "fl.local_epochs", "E")):
+        if not (new / f"fedgh_table{table}.csv").exists():  # a rendering of Table II's columns alone
+            continue
+        for _, r in pd.read_csv(new / f"fedgh_table{table}.csv").iterrows():
+            v = float(r[key])
+            rows.append((table, str(r["preset"]).split("_")[-1], f"{label}={int(v) if v.is_integer() else v}",
+                         "+FedGH" if r["algo/harmonizer"] == "fedgh" else "FedAvg", r["value"]))
+    return pd.DataFrame(rows, columns=["table", "column", "setting", "method", "new"])
+
+
+def fedgh(old: Path, new: Path) -> pd.DataFrame:
+    before = pd.read_csv(old).rename(columns={"fedrun": "old"})
+    both = before.merge(fedgh_cells(new), on=["table", "column", "setting", "method"])
+    both["equal"] = (both["old"] - both["new"]).abs() < 1e-9
+    return both[["table", "column", "setting", "method", "old", "new", "equal"]]
+
+
+def sweeps_cells(text: str) -> pd.DataFrame:
+    """sweeps.md's rows (figure, case, swept value, acc@10, acc@50, acc@100)."""
+    rows, fig = [], None
+    for line in text.splitlines():
+        heading = re.match(r"## (fig\w+):", line)
+        if heading:
+            fig = heading.group(1)
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if fig and len(cells) >= 5 and cells[0] in ("case1", "case2"):
+            rows.append((fig, cells[0], float(cells[1]), *map(float, cells[2:5])))
+    return pd.DataFrame(rows, columns=["fig", "partition", "value", "round 10", "round 50", "final"])
+
+
+def bherd_sweeps(old: Path, new: Path) -> pd.DataFrame:
+    swept = {"fig5a": "algo.selector.alpha", "fig8a": "fl.local_epochs", "fig8b": "fl.batch_size",
+             "fig8c": "fl.num_clients"}
+    before = sweeps_cells(old.read_text())
+    out = []
+    for fig, key in swept.items():
+        after = pd.read_csv(new / f"bherd_{fig}.csv")
+        for _, r in before[before["fig"] == fig].iterrows():
+            match = after[(after["partition"] == r["partition"]) & (after[key].astype(float) == r["value"])]
+            for col in ("round 10", "round 50", "final"):
+                value = float(match[col].iloc[0]) if len(match) else float("nan")
+                out.append((fig, r["partition"], r["value"], col, r[col], value, round(value, 2) == r[col]))
+    return pd.DataFrame(out, columns=["fig", "partition", "value", "cell", "old", "new", "equal"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["fedgh", "bherd-sweeps"])
+    parser.add_argument("--old", default=None)
+    parser.add_argument("--new", default=None)
+    args = parser.parse_args(argv)
+    if args.what == "fedgh":
+        if args.old is None:
+            parser.error("fedgh needs --old (tables.csv of scripts/fedgh_tables.py)")
+        cells = fedgh(Path(args.old), Path(args.new or "results/fedgh"))
+    else:
+        if args.new is None:
+            parser.error("bherd-sweeps needs --new (the folder fedrun-table wrote bherd_fig*.csv into)")
+        cells = bherd_sweeps(Path(args.old or "results/bherd/sweeps.md"), Path(args.new))
+    print(f"{int(cells['equal'].sum())} of {len(cells)} cells equal")
+    differing = cells[~cells["equal"]]
+    if len(differing):
+        print(differing.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
