@@ -1,7 +1,8 @@
 """The papers' artefacts as data: ``paper/<paper>.yaml`` names a paper (title, authors, venue) and each of its tables
 and figures fedrun reproduces: the experiment presets whose ``hydra.sweeper.params`` are its grid, the value it
-reports, how its rows and columns are laid out, and the paper's own numbers keyed by the grid's values (a CSV block).
-``fedrun-table`` (fedrun/table.py) runs and summarises them.
+reports, how its rows and columns are laid out, the claims it makes, and the paper's own numbers keyed by the grid's
+values (a CSV block). Also a preset's grid as Hydra composes it. ``fedrun-table`` (fedrun/table.py) runs the
+artefacts; fedrun/table_summary.py summarises their runs.
 """
 
 from __future__ import annotations
@@ -23,12 +24,29 @@ PRESET = "preset"  # the pseudo grid key naming which of an artefact's presets a
 
 @dataclass(frozen=True)
 class Value:
-    """What a table reports, named: ``of`` is a summary.json key (``final_test_acc``) or a metrics.csv column at a
-    round (``test_acc@10``); ``scale`` multiplies it for display (100: percent; 1/3600: hours)."""
+    """What a table reports, named: ``of`` is a summary.json key (``final_test_acc``) or a metrics.csv column reduced
+    over its logged rounds: at a round (``test_acc@10``), ``@last``, ``@max``, ``@mean``, ``@mean_last_K``, or
+    ``@target``, at the first round whose test accuracy reached the run's ``eval.target_acc`` (``sim_time_s@target``:
+    the simulated time to the target). ``scale`` multiplies it for display (100: percent; 1/3600: hours)."""
 
     name: str
     of: str
     scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim the paper makes of an artefact, as a comparison of grid points: on ``value``, every one of ``method``
+    (values of the grid key ``key``) is ``better`` (higher or lower) than every one of ``versus`` by more than
+    ``margin``, at each point of the artefact's other grid keys. fedrun/claims.py checks it on the mean over seeds."""
+
+    says: str
+    value: str
+    key: str
+    method: tuple[str, ...]
+    versus: tuple[str, ...]
+    better: str = "higher"
+    margin: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,7 @@ class Artefact:
     x: str = "round"  # the curves' x axis: round, or a metrics.csv column (sim_time_s)
     curves: tuple[str, ...] = ("test_acc",)  # the metrics.csv columns drawn, one panel each
     runs_of: str = ""  # another artefact whose runs this one reads (a second table of the same sweeps)
+    claims: tuple[Claim, ...] = ()
     paper_numbers: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
 
 
@@ -77,14 +96,16 @@ def normalise(value) -> str:
 
 
 def _numbers(text: str | None, values: tuple[Value, ...], where: str) -> pd.DataFrame:
+    """The paper's numbers: a column per value the paper prints (a value it does not print has none) and a column
+    per grid key the rows are keyed by."""
     names = [v.name for v in values]
     if not text:
         return pd.DataFrame(columns=names)
     frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
-    absent = [n for n in names if n not in frame]
-    if absent:
-        raise ConfigError([f"{where}: the paper's numbers need a column per value ({absent} missing); the other "
+    if not any(n in frame for n in names):
+        raise ConfigError([f"{where}: the paper's numbers have no column named after a value ({names}); the other "
                            "columns are grid keys"])
+    frame = frame.assign(**{n: "" for n in names if n not in frame})
     keys = [c for c in frame.columns if c not in names]
     frame[keys] = frame[keys].map(normalise)
     for n in names:
@@ -96,6 +117,43 @@ def _values(a: dict) -> tuple[Value, ...]:
     if "values" in a:
         return tuple(Value(name, v["of"], _scale(v.get("scale", 1.0))) for name, v in a["values"].items())
     return (Value("value", a.get("value", "final_test_acc"), _scale(a.get("scale", 1.0))),)
+
+
+REDUCTIONS = ("last", "max", "mean", "target")  # and a round number, or mean_last_K
+
+
+def _reduction_problem(of: str) -> str | None:
+    if "@" not in of:
+        return None
+    at = of.split("@", 1)[1]
+    if at in REDUCTIONS or at.isdigit() or (at.startswith("mean_last_") and at.removeprefix("mean_last_").isdigit()):
+        return None
+    return (f"{of!r}: after '@' comes a round number, {', '.join(REDUCTIONS)} or mean_last_K (test_acc@mean_last_10)")
+
+
+def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Claim, ...]:
+    """The claims block: ``says``, ``value`` (one of the artefact's values), ``better`` (higher|lower), ``margin``
+    (default 0) and two mappings of one grid key to a value or a list of values, ``method`` and ``versus``."""
+    out, names, known = [], {v.name for v in values}, {"says", "value", "better", "margin", "method", "versus"}
+    for i, c in enumerate(raw or []):
+        at = f"{where}: claims[{i}]"
+        problems = [f"{at}: unknown keys {sorted(set(c) - known)}"] if set(c) - known else []
+        value = c.get("value", "value")
+        if value not in names:
+            problems.append(f"{at}: value {value!r} is not one of the artefact's values {sorted(names)}")
+        if c.get("better", "higher") not in ("higher", "lower"):
+            problems.append(f"{at}: better={c.get('better')!r}; use higher or lower")
+        sides = [c.get("method"), c.get("versus")]
+        if not all(isinstance(s, dict) and len(s) == 1 for s in sides) or set(sides[0]) != set(sides[1]):
+            problems.append(f"{at}: method and versus each name the same one grid key and its values "
+                            "(method: {algo/harmonizer: dgt}, versus: {algo/harmonizer: none})")
+        if problems:
+            raise ConfigError(problems)
+        (key, method), versus = next(iter(sides[0].items())), sides[1][next(iter(sides[0]))]
+        listed = [tuple(normalise(v) for v in (x if isinstance(x, list) else [x])) for x in (method, versus)]
+        out.append(Claim(says=c.get("says", ""), value=value, key=key, method=listed[0], versus=listed[1],
+                         better=c.get("better", "higher"), margin=float(c.get("margin", 0.0))))
+    return tuple(out)
 
 
 def _scale(scale) -> float:
@@ -114,17 +172,19 @@ def read_paper(path: Path) -> Paper:
         where = f"{path.name}: {name}"
         unknown = sorted(set(a) - {"source", "what", "presets", "value", "scale", "values", "rows", "columns",
                                    "tolerance", "digits", "figure", "x", "curves", "paper",
-                                   "runs_of"})
+                                   "runs_of", "claims"})
         if unknown:
             raise ConfigError([f"{where}: unknown keys {unknown}"])
         values = _values(a)
+        if bad := [p for v in values if (p := _reduction_problem(v.of))]:
+            raise ConfigError([f"{where}: {p}" for p in bad])
         artefacts[name] = Artefact(name=name, paper=key, source=a["source"], what=a.get("what", ""),
                                    presets=tuple(a["presets"]), values=values, rows=tuple(a.get("rows", ())),
                                    columns=tuple(a.get("columns", ())), tolerance=a.get("tolerance"),
                                    digits=int(a.get("digits", 2)),
                                    figure=a.get("figure", "curves"), x=a.get("x", "round"),
                                    curves=tuple(a.get("curves", ("test_acc",))),
-                                   runs_of=a.get("runs_of", ""),
+                                   runs_of=a.get("runs_of", ""), claims=_claims(a.get("claims"), values, where),
                                    paper_numbers=_numbers(a.get("paper"), values, where))
     return Paper(key=key, cite=raw["cite"], title=raw["title"], authors=raw.get("authors", ""),
                  venue=raw.get("venue", ""), artefacts=artefacts)
@@ -148,3 +208,45 @@ def artefacts() -> dict[str, tuple[Paper, Artefact]]:
                 raise ConfigError([f"artefact {name} is in both {out[name][0].key} and {paper.key}"])
             out[name] = (paper, a)
     return out
+
+
+def grid(preset: str, overrides: list[str] = ()) -> dict[str, list[str]]:
+    """The preset's grid (its ``hydra.sweeper.params``) with the sweeps among ``overrides`` (``seed=0,1,2``): each
+    key's values, in order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = composed(preset).hydra.sweeper.params or {}
+    axes = {str(k): [v.strip() for v in str(vs).split(",")] for k, vs in params.items()}
+    for o in OverridesParser.create().parse_overrides([o for o in overrides if "=" in o]):
+        if o.is_sweep_override():
+            axes[o.key_or_group] = [str(v) for v in o.sweep_string_iterator()]
+        elif o.key_or_group in axes:  # one value of a grid key: the command line's, as Hydra takes it
+            axes[o.key_or_group] = [o.input_line.split("=", 1)[1]]
+    return axes
+
+
+@lru_cache(maxsize=None)
+def composed(preset: str):
+    """The preset as Hydra composes it (its sweeper's params included), once per process."""
+    from .compose import compose_config
+
+    return compose_config([f"experiment={preset}"], hydra=True)
+
+
+def preset_config(preset: str, overrides: list[str] = ()):
+    """The config a job of the preset runs with ``overrides`` (their sweeps and Hydra's own keys aside)."""
+    from .compose import compose_config
+
+    given = [o for o in overrides if not is_sweep(o) and not override_key(o).startswith("hydra")]
+    return compose_config([f"experiment={preset}", *given]) if given else composed(preset)
+
+
+def is_sweep(override: str) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    key = override.split("=", 1)[0]
+    return not key.startswith("hydra") and OverridesParser.create().parse_override(override).is_sweep_override()
+
+
+def override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")

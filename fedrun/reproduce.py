@@ -22,7 +22,7 @@ from .compose import compose_config
 from .data import DATASETS, resolve_root
 from .data.fixtures import stand_in
 from .results import METRICS_FILE, finished_summary
-from .table import provenance  # noqa: F401  (the scripts still import it from here)
+from .table_summary import provenance  # noqa: F401  (the scripts still import it from here)
 
 Job = tuple[list[str], str]
 

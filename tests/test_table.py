@@ -3,6 +3,7 @@
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -10,7 +11,9 @@ import pytest
 import yaml
 
 from fedrun.papers import PRESET, artefacts, normalise
-from fedrun.table import collect, grid, main, markdown, preset_config, summarise
+from fedrun.papers import grid, preset_config
+from fedrun.table import main
+from fedrun.table_summary import collect, markdown, summarise
 
 # each artefact's grid as the paper describes it: (presets, jobs per seed)
 EXPECTED = {
@@ -59,6 +62,8 @@ def _write_paper(folder: Path) -> None:
         "cite": "Tiny et al.", "title": "A tiny paper", "venue": "nowhere", "artefacts": {"tiny_fig": {
             "source": "Fig. 1", "what": "accuracy against N", "presets": ["bherd_fig8c"], "value": "final_test_acc",
             "scale": 100, "rows": ["fl.num_clients"], "tolerance": 50,
+            "claims": [{"says": "more clients end more accurate", "method": {"fl.num_clients": 3},
+                        "versus": {"fl.num_clients": 2}}],
             "paper": "fl.num_clients, value\n2, 80.0\n3, 81.5\n4, 90.0\n"}}}))
 
 
@@ -80,6 +85,9 @@ def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tm
     assert {round(v / 100, 10) for v in table["value"][:2]} == {round(v, 10) for v in summaries}
     text = (tmp_path / "out" / "tiny_fig.md").read_text()
     assert "shortened: 2 of 100 rounds" in text and "| 4 | – | 90.00 | – | no finished run |" in text
+    verdict = "holds" if table["value"][1] > table["value"][0] else "does not hold"  # the claim, on these runs
+    assert f"- more clients end more accurate: 3: {table['value'][1]:.4g}; 2: {table['value'][0]:.4g} (value) -> " \
+        f"**{verdict}**" in text
     assert (tmp_path / "out" / "tiny_fig.png").exists()
     assert main(args) == 0 and _ran(capsys) == 0  # every job finished: skipped by fedrun itself
     # what that launcher made, summarised without running: the same table
@@ -113,6 +121,53 @@ def test_collect_only_joins_the_paper_with_an_extra_seed_a_failed_job_and_a_miss
     text = (tmp_path / "c" / "tiny_fig.md").read_text()
     assert "| 3 | – | 81.50 | – | no finished run |" in text and "| 4 | – | 90.00 | – | no finished run |" in text
     assert "1 of 3 runs did not finish" in text and "RuntimeError: boom" in text and str(three) in text
+
+
+def test_a_claim_compares_grid_points_on_the_mean_over_seeds_at_each_point_of_the_other_keys():
+    from fedrun.claims import check
+    from fedrun.papers import Claim
+
+    table = pd.DataFrame({PRESET: ["m", "m", "m", "f", "f"],
+                          "algo": ["fedavg", "fedavg", "scaffold", "fedavg", "fedavg"],
+                          "dgt": ["none", "dgt", "none", "none", "dgt"], "runs": [2, 2, 1, 1, 1],
+                          "rounds": [10.0, 7.0, 8.0, 5.0, 4.0], "acc": [80.0, 80.4, 85.0, 70.0, 71.0],
+                          "fixture": ["", "", "", "a fixture", "a fixture"]})
+    keys = [PRESET, "algo", "dgt"]
+    faster = Claim("faster", "rounds", "dgt", ("dgt",), ("none",), better="lower")
+    out = check((faster,), table, keys)
+    assert out["where"].tolist() == [{PRESET: "m", "algo": "fedavg"}, {PRESET: "m", "algo": "scaffold"},
+                                     {PRESET: "f", "algo": "fedavg"}]
+    assert out["verdict"].tolist() == ["holds", "not checked: no finished run of ['dgt']", "not checked: fixture data"]
+    assert out["method"][0] == {"dgt": 7.0} and out["versus"][0] == {"none": 10.0}
+    higher = Claim("higher", "acc", "dgt", ("dgt",), ("none",))
+    assert check((higher,), table, keys)["verdict"][0] == "holds"
+    assert check((replace(higher, margin=0.5),), table, keys)["verdict"][0] == "does not hold"  # 0.4 < the margin
+    # several rivals: better than the best of them; a value never reached (NaN) is the worst
+    rivals = pd.DataFrame({"s": ["gift", "afl", "adacomm"], "runs": [1, 1, 1], "t": [40.0, float("nan"), 45.0],
+                           "fixture": ["", "", ""]})
+    first = Claim("first", "t", "s", ("gift",), ("afl", "adacomm"), better="lower")
+    assert check((first,), rivals, ["s"])["verdict"].tolist() == ["holds"]
+    assert check((replace(first, method=("adacomm",), versus=("gift", "afl")),), rivals, ["s"])["verdict"][0] == \
+        "does not hold"
+    assert check((replace(first, key="nothing"),), rivals, ["s"])["verdict"][0] == "not checked: no runs sweep nothing"
+
+
+def test_a_papers_file_with_a_bad_claim_or_value_is_refused_naming_it(tmp_path, monkeypatch):
+    from fedrun.errors import ConfigError
+    from fedrun.papers import read_paper
+
+    base = {"source": "Fig. 1", "presets": ["bherd_fig8c"], "value": "final_test_acc"}
+    bad = {"a": {**base, "value": "test_acc@best"},
+           "b": {**base, "claims": [{"method": {"algo": "x"}, "versus": {"partition": "y"}}]},
+           "c": {**base, "claims": [{"value": "accuracy", "method": {"algo": "x"}, "versus": {"algo": "y"}}]},
+           "d": {**base, "claims": [{"better": "more", "method": {"algo": "x"}, "versus": {"algo": "y"}}]}}
+    said = {"a": "after '@' comes a round number", "b": "method and versus each name the same one grid key",
+            "c": "value 'accuracy' is not one of the artefact's values", "d": "better='more'; use higher or lower"}
+    for name, artefact in bad.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"cite": "c", "title": "t", "artefacts": {name: artefact}}))
+        with pytest.raises(ConfigError, match=re.escape(said[name])):
+            read_paper(path)
 
 
 def test_rows_and_columns_pivot_with_the_paper_beside_fedrun_and_a_tolerance_note():
@@ -188,15 +243,24 @@ def test_some_presets_of_an_artefact_show_their_paper_cells_only(capsys):
         capsys.readouterr().err
 
 
-def test_a_value_is_a_summary_key_or_a_metrics_column_at_a_round_or_at_its_last_logged_round(tmp_path):
-    from fedrun.table import _value
+def test_a_value_is_a_summary_key_or_a_metrics_column_reduced_over_its_logged_rounds(tmp_path):
+    from fedrun.table_summary import _value
 
     (tmp_path / "metrics.csv").write_text("round,test_acc,sim_time_s\n1,0.5,10.0\n2,0.6,\n3,0.7,30.0\n4,0.8,\n")
-    summary = {"final_test_acc": 0.8, "rounds_to_target": 3, "reached": True}
-    assert _value(tmp_path, summary, "test_acc@2") == 0.6 and _value(tmp_path, summary, "test_acc@9") is None
-    assert _value(tmp_path, summary, "sim_time_s@last") == 30.0  # the last round that logged it
-    assert _value(tmp_path, summary, "tau@last") is None and _value(tmp_path, summary, "reached") is None
-    assert _value(tmp_path, summary, "final_test_acc") == 0.8 and _value(tmp_path, summary, "rounds_to_target") == 3.0
+    summary, config = {"final_test_acc": 0.8, "rounds_to_target": 3, "reached": True}, {"eval": {"target_acc": 0.65}}
+
+    def value(of, cfg=config):
+        return _value(tmp_path, summary, of, cfg)
+
+    assert value("test_acc@2") == 0.6 and value("test_acc@9") is None
+    assert value("sim_time_s@last") == 30.0  # the last round that logged it
+    assert value("tau@last") is None and value("reached") is None
+    assert value("final_test_acc") == 0.8 and value("rounds_to_target") == 3.0
+    assert value("test_acc@max") == 0.8 and value("sim_time_s@mean") == 20.0
+    assert value("test_acc@mean_last_2") == pytest.approx(0.75) and value("test_acc@mean_last_9") == pytest.approx(0.65)
+    # at the first round reaching the run's target: round 3 (0.7 >= 0.65); its simulated time; no target, no value
+    assert value("round@target") == 3.0 and value("sim_time_s@target") == 30.0
+    assert value("round@target", {"eval": {"target_acc": 0.9}}) is None and value("round@target", {}) is None
 
 
 def test_a_sweep_that_fedrun_refuses_stops_the_table_with_its_message(tmp_path, monkeypatch, capfd):
