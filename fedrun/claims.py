@@ -25,7 +25,8 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str]) -> pd
             rows.append(_row(claim, {}, None, None, f"not checked: no runs sweep {claim.key}"))
             continue
         compared = ran[ran[claim.key].astype(str).isin(claim.method + claim.versus)]
-        others = [k for k in keys if k != claim.key and k in compared and compared[k].astype(str).nunique() > 1]
+        others = [k for k in keys if k != claim.key and k not in claim.across and k in compared
+                  and compared[k].astype(str).nunique() > 1]
         groups = compared.groupby(others, dropna=False, sort=False) if others else [((), compared)]
         for where, group in groups:
             where = dict(zip(others, where if isinstance(where, tuple) else (where,)))

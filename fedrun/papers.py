@@ -25,7 +25,8 @@ PRESET = "preset"  # the pseudo grid key naming which of an artefact's presets a
 @dataclass(frozen=True)
 class Value:
     """What a table reports, named: ``of`` is a summary.json key (``final_test_acc``) or a metrics.csv column reduced
-    over its logged rounds: at a round (``test_acc@10``), ``@last``, ``@max``, ``@mean``, ``@mean_last_K``, or
+    over its logged rounds: at a round (``test_acc@10``), ``@last``, ``@max``, ``@mean``, ``@mean_last_K``,
+    ``@std_last_K`` (how much it swings at the end), or
     ``@target``, at the first round whose test accuracy reached the run's ``eval.target_acc`` (``sim_time_s@target``:
     the simulated time to the target). ``scale`` multiplies it for display (100: percent; 1/3600: hours)."""
 
@@ -38,7 +39,8 @@ class Value:
 class Claim:
     """A claim the paper makes of an artefact, as a comparison of grid points: on ``value``, every one of ``method``
     (values of the grid key ``key``) is ``better`` (higher or lower) than every one of ``versus`` by more than
-    ``margin``, at each point of the artefact's other grid keys. fedrun/claims.py checks it on the mean over seeds."""
+    ``margin``, at each point of the artefact's other grid keys but those listed in ``across`` (``[preset]``: the
+    sides are in different presets of one grid). fedrun/claims.py checks it on the mean over seeds."""
 
     says: str
     value: str
@@ -47,6 +49,7 @@ class Claim:
     versus: tuple[str, ...]
     better: str = "higher"
     margin: float = 0.0
+    across: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,22 +122,26 @@ def _values(a: dict) -> tuple[Value, ...]:
     return (Value("value", a.get("value", "final_test_acc"), _scale(a.get("scale", 1.0))),)
 
 
-REDUCTIONS = ("last", "max", "mean", "target")  # and a round number, or mean_last_K
+REDUCTIONS = ("last", "max", "mean", "target")  # and a round number, mean_last_K or std_last_K
 
 
 def _reduction_problem(of: str) -> str | None:
     if "@" not in of:
         return None
     at = of.split("@", 1)[1]
-    if at in REDUCTIONS or at.isdigit() or (at.startswith("mean_last_") and at.removeprefix("mean_last_").isdigit()):
+    last = at.removeprefix("mean_last_").removeprefix("std_last_")
+    if at in REDUCTIONS or at.isdigit() or (last != at and last.isdigit()):
         return None
-    return (f"{of!r}: after '@' comes a round number, {', '.join(REDUCTIONS)} or mean_last_K (test_acc@mean_last_10)")
+    return (f"{of!r}: after '@' comes a round number, {', '.join(REDUCTIONS)}, mean_last_K or std_last_K "
+            "(test_acc@mean_last_10)")
 
 
 def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Claim, ...]:
     """The claims block: ``says``, ``value`` (one of the artefact's values), ``better`` (higher|lower), ``margin``
-    (default 0) and two mappings of one grid key to a value or a list of values, ``method`` and ``versus``."""
-    out, names, known = [], {v.name for v in values}, {"says", "value", "better", "margin", "method", "versus"}
+    (default 0), ``across`` (grid keys pooled) and two mappings of one grid key to a value or a list of values,
+    ``method`` and ``versus``."""
+    out, names = [], {v.name for v in values}
+    known = {"says", "value", "better", "margin", "across", "method", "versus"}
     for i, c in enumerate(raw or []):
         at = f"{where}: claims[{i}]"
         problems = [f"{at}: unknown keys {sorted(set(c) - known)}"] if set(c) - known else []
@@ -152,7 +159,8 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Cl
         (key, method), versus = next(iter(sides[0].items())), sides[1][next(iter(sides[0]))]
         listed = [tuple(normalise(v) for v in (x if isinstance(x, list) else [x])) for x in (method, versus)]
         out.append(Claim(says=c.get("says", ""), value=value, key=key, method=listed[0], versus=listed[1],
-                         better=c.get("better", "higher"), margin=float(c.get("margin", 0.0))))
+                         better=c.get("better", "higher"), margin=float(c.get("margin", 0.0)),
+                         across=tuple(c.get("across", ()))))
     return tuple(out)
 
 

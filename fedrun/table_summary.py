@@ -43,8 +43,8 @@ def _grid_values(run_dir: Path, keys: list[str], config: dict) -> dict[str, str]
 
 def _value(run_dir: Path, summary: dict, of: str, config: dict) -> float | None:
     """A run's value named by ``of`` (papers.Value): a summary.json key, or a metrics.csv column reduced over its
-    logged rounds (at a round, ``last``, ``max``, ``mean``, ``mean_last_K``, or ``target``: at the first round whose
-    test accuracy reached the run's ``eval.target_acc``)."""
+    logged rounds (at a round, ``last``, ``max``, ``mean``, ``mean_last_K``, ``std_last_K``, or ``target``: at the
+    first round whose test accuracy reached the run's ``eval.target_acc``)."""
     if "@" not in of:
         v = summary.get(of)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -66,8 +66,9 @@ def _value(run_dir: Path, summary: dict, of: str, config: dict) -> float | None:
         return float(logged.iloc[-1])
     if at in ("max", "mean"):
         return float(getattr(logged, at)())
-    if at.startswith("mean_last_"):
-        return float(logged.iloc[-int(at.removeprefix("mean_last_")):].mean())
+    if at.startswith(("mean_last_", "std_last_")):
+        how, k = at.split("_last_")
+        return float(getattr(logged.iloc[-int(k):], how)())
     return float(frame.at[int(at), column]) if int(at) in frame.index else None
 
 
@@ -79,11 +80,11 @@ def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
     """One row per run of the artefact's sweeps: its preset, grid values (the preset's grid keys and any other
     override that varies between its runs), seed, status, values (scaled) and rounds."""
     frames = []
-    for preset in artefact.presets:
+    keys = list(dict.fromkeys(k for p in artefact.presets for k in grid(p) if k != "seed"))  # every preset's, so a
+    for preset in artefact.presets:  # preset that fixes a key (the reference's algo) has its value in the column
         folder = runs / (artefact.runs_of or artefact.name) / preset
         if not folder.exists():
             continue
-        keys = [k for k in grid(preset) if k != "seed"]
         fixture = json.loads((folder / FIXTURE_FILE).read_text())["note"] if (folder / FIXTURE_FILE).exists() else ""
         planned = int(preset_config(preset).fl.rounds)
         rows = []

@@ -150,6 +150,13 @@ def test_a_claim_compares_grid_points_on_the_mean_over_seeds_at_each_point_of_th
     assert check((replace(first, method=("adacomm",), versus=("gift", "afl")),), rivals, ["s"])["verdict"][0] == \
         "does not hold"
     assert check((replace(first, key="nothing"),), rivals, ["s"])["verdict"][0] == "not checked: no runs sweep nothing"
+    # sides in different presets of one grid: pooled across them
+    split = pd.DataFrame({PRESET: ["proposed", "baselines"], "algo": ["ga", "fedprox"], "runs": [1, 1],
+                          "acc": [90.0, 85.0], "fixture": ["", ""]})
+    above = Claim("above", "acc", "algo", ("ga",), ("fedprox",))
+    assert check((above,), split, [PRESET, "algo"])["verdict"].tolist() == [
+        "not checked: no finished run of ['fedprox']", "not checked: no finished run of ['ga']"]
+    assert check((replace(above, across=(PRESET,)),), split, [PRESET, "algo"])["verdict"].tolist() == ["holds"]
 
 
 def test_a_papers_file_with_a_bad_claim_or_value_is_refused_naming_it(tmp_path, monkeypatch):
@@ -258,6 +265,7 @@ def test_a_value_is_a_summary_key_or_a_metrics_column_reduced_over_its_logged_ro
     assert value("final_test_acc") == 0.8 and value("rounds_to_target") == 3.0
     assert value("test_acc@max") == 0.8 and value("sim_time_s@mean") == 20.0
     assert value("test_acc@mean_last_2") == pytest.approx(0.75) and value("test_acc@mean_last_9") == pytest.approx(0.65)
+    assert value("test_acc@std_last_2") == pytest.approx(pd.Series([0.7, 0.8]).std())
     # at the first round reaching the run's target: round 3 (0.7 >= 0.65); its simulated time; no target, no value
     assert value("round@target") == 3.0 and value("sim_time_s@target") == 30.0
     assert value("round@target", {"eval": {"target_acc": 0.9}}) is None and value("round@target", {}) is None
