@@ -2,12 +2,13 @@
 fedrun-table rendering against an earlier script's table, cell by cell.
 
     python scripts/port_check.py fedgh --old OLD.csv [--new results/fedgh]
-    python scripts/port_check.py bherd-sweeps --new DIR [--old results/bherd/sweeps.md]
+    python scripts/port_check.py bherd-sweeps --old SWEEPS.md [--new results/bherd]
 
 ``fedgh``: OLD.csv is ``tables.csv`` as scripts/fedgh_tables.py wrote it (``git show 2f97796:results/fedgh/tables.csv``,
 or a fresh run of that script from history); the new side is fedrun-table's fedgh_table2/4/5.csv. ``bherd-sweeps``:
-results/bherd/sweeps.md (scripts/bherd_sweeps.py) against the bherd_fig5a/8a/8b/8c.csv that ``fedrun-table bherd_fig...
---out DIR`` wrote (accuracy at rounds 10 and 50 and the final, both cases). Prints how many cells are equal (to the
+SWEEPS.md is sweeps.md as scripts/bherd_sweeps.py wrote it (``git show 1bb12da:results/bherd/sweeps.md``) against
+the bherd_fig5a/8a/8b/8c.csv that ``fedrun-table bherd_fig...`` wrote (accuracy at rounds 10 and 50 and the final,
+both cases). Prints how many cells are equal (to the
 old table's printed precision) and every cell that is not.
 """
 
@@ -93,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("fedgh needs --old (tables.csv of scripts/fedgh_tables.py)")
         cells = fedgh(Path(args.old), Path(args.new or "results/fedgh"))
     else:
-        if args.new is None:
-            parser.error("bherd-sweeps needs --new (the folder fedrun-table wrote bherd_fig*.csv into)")
-        cells = bherd_sweeps(Path(args.old or "results/bherd/sweeps.md"), Path(args.new))
+        if args.old is None:
+            parser.error("bherd-sweeps needs --old (sweeps.md of scripts/bherd_sweeps.py: git show "
+                         "1bb12da:results/bherd/sweeps.md > sweeps.md)")
+        cells = bherd_sweeps(Path(args.old), Path(args.new or "results/bherd"))
     print(f"{int(cells['equal'].sum())} of {len(cells)} cells equal")
     differing = cells[~cells["equal"]]
     if len(differing):
