@@ -64,7 +64,8 @@ def markdown(checked: pd.DataFrame) -> str:
     for _, r in checked.iterrows():
         where = ", ".join(f"{k}={v}" for k, v in r["where"].items())
         means = "; ".join(f"{k}: {_fmt(x)}" for k, x in {**r["method"], **r["versus"]}.items())
-        lines.append(f"- {r['says']}{f' ({where})' if where else ''}: {means} ({r['value']}) -> **{r['verdict']}**")
+        compared = f" {means} ({r['value']})" if means else ""
+        lines.append(f"- {r['says']}{f' ({where})' if where else ''}:{compared} -> **{r['verdict']}**")
     return "\n".join(lines)
 
 

@@ -54,7 +54,8 @@ def _stand_in(preset: str, folder: Path, overrides: list[str], fixture_rounds: i
             raise FedrunError(f"{folder} holds runs on a fixture of {cfg.data.name}, which is present now: move "
                               "that folder aside (or use another --runs) to run on the real data")
         return []
-    extra, size = stand_in(cfg.data.name, folder / "fixture-data")
+    clients = max(int(v) for v in grid(preset, overrides).get("fl.num_clients", [cfg.fl.num_clients]))
+    extra, size = stand_in(cfg.data.name, folder / "fixture-data", clients)
     note = f"{cfg.data.name} absent: ran on a fixture of {size} for {fixture_rounds} rounds"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / FIXTURE_FILE).write_text(json.dumps({"dataset": cfg.data.name, "note": note}) + "\n")

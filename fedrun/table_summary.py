@@ -152,7 +152,7 @@ def summarise(artefact: Artefact, runs: pd.DataFrame) -> pd.DataFrame:
         paper = paper[paper[PRESET].isin(artefact.presets)]
     on = [k for k in paper.columns if k not in names]
     missing = [k for k in on if k not in table.columns]
-    if missing and table.empty:  # nothing ran yet: the paper's cells alone
+    if missing and (table.empty or paper.empty):  # nothing ran yet, or no paper cell of these presets
         table = table.assign(**{k: pd.Series(dtype=object) for k in missing})
     elif missing:
         raise ValueError(f"paper/{artefact.paper}.yaml: {artefact.name}'s paper numbers are keyed by {missing}, "

@@ -524,6 +524,17 @@ def test_fixture_for_a_missing_dataset_points_runs_at_files_its_loader_reads(dat
     assert int(given["fl.num_clients"]) == int(given["fl.clients_per_round"]) == len(set(data.train_users))
 
 
+def test_a_cifar_stand_in_holds_two_training_images_per_client_and_serves_its_hog_vectors(tmp_path):
+    from fedrun.data.fixtures import stand_in
+
+    overrides, size = stand_in("cifar10_hog", tmp_path, clients=1000)  # Zhao et al.'s 1000 machines
+    data = DATASETS["cifar10_hog"].load(tmp_path, settings("cifar10_hog", root=str(tmp_path)))
+    assert len(data.y_train) == 2000 and size == f"{len(data.y_train) + len(data.y_test)} images"
+    assert data.x_train.shape[1] == DATASETS["cifar10_hog"].meta(settings("cifar10_hog"))[1][0]
+    _, small = stand_in("cifar100", tmp_path / "few", clients=10)  # a few clients: the usual 100 per file
+    assert small == "200 images" and overrides == ["partition.min_size=2"]
+
+
 def test_cache_built_by_two_jobs_at_once_is_written_by_both(tmp_path, monkeypatch):
     """Jobs of a parallel sweep may build the same cache together; neither may fail (each writes its own temp file)."""
     import threading

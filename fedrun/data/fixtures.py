@@ -215,11 +215,14 @@ def write_shakespeare_plays(root: Path, copies: int = 3) -> None:
     (d / "sonnets_gut.txt").write_text("FROM fairest creatures we desire increase,\n" * 20)
 
 
-def stand_in(dataset: str, root: Path) -> tuple[list[str], str]:
+def stand_in(dataset: str, root: Path, clients: int = 0) -> tuple[list[str], str]:
     """Write a fixture of ``dataset`` under ``root`` (once: an existing one is kept), sized for a few rounds of a
-    paper's setting; returns the overrides a run on it needs beside ``data.root`` (a LEAF fixture's users are the
-    clients, all taking part) and its size in words."""
+    paper's setting (a CIFAR fixture holds two training images per client of ``clients``, so that a setting of 1,000
+    machines keeps its machines); returns the overrides a run on it needs beside ``data.root`` (a LEAF fixture's
+    users are the clients, all taking part) and its size in words. ``<dataset>_hog`` stands on a fixture of
+    ``<dataset>`` (its HOG vectors are computed from the images)."""
     root = Path(root)
+    dataset = dataset.removesuffix("_hog")
     marker = root / f".{dataset}-written"
     extra: list[str] = []
     if dataset == "imdb":
@@ -239,8 +242,9 @@ def stand_in(dataset: str, root: Path) -> tuple[list[str], str]:
         extra = [f"fl.num_clients={users}", f"fl.clients_per_round={users}"]
     elif dataset in LAYOUTS:
         layout = LAYOUTS[dataset]
-        write = lambda: write_cifar(root, dataset, per_file=100)  # noqa: E731
-        size = f"{100 * (len(layout['train']) + len(layout['test']))} images"
+        per_file = max(100, -(-2 * clients // len(layout["train"])))
+        write = lambda: write_cifar(root, dataset, per_file=per_file)  # noqa: E731
+        size = f"{per_file * (len(layout['train']) + len(layout['test']))} images"
         extra = ["partition.min_size=2"]
     else:
         raise ValueError(f"no fixture for {dataset}: it can be had on this machine (fedrun-data fetch {dataset})")
