@@ -33,6 +33,7 @@ EXPECTED = {
     "gift_fig7": (3, 3 * 2),  # with and without relaxation
     "fsvrg_figs_mnist": (3, (2 + 1 + 5) * 4),  # (MA, GA; FSVRG; five baselines) x four participation levels
     "fsvrg_figs_cifar10": (3, (2 + 1 + 5) * 4),
+    "fsvrg_open_mnist": (1, 2 * 9),  # MA, GA x nine readings of the open points
     **{f"fsvrg_fig{n}_mnist": (1, 2 * 4) for n in (8, 9, 10)},  # MA, GA x four thresholds, models or beta1
 }
 
