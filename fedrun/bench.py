@@ -35,7 +35,8 @@ from .algorithms.schedule import RoundFeedback
 from .algorithms.schema import make
 from .compose import option
 from .engine.cohort import plan_client
-from .engine.executor import EXECUTORS, LoopExecutor, VmapExecutor, flops_per_step, resolve_auto
+from .engine.executor import (LoopExecutor, VmapExecutor, flops_per_step, loop_threads, make_executor,
+                              resolve_auto)
 from .engine.accounting import simulated_times
 from .functional import FunctionalModel
 from .models import build_model
@@ -193,17 +194,21 @@ def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int) ->
 def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, compiled: bool = False) -> dict:
     model, x, y, plans, ctx = setup(w, device)
     first = plans[0].batches[0]
-    auto_name, why = resolve_auto(model, device, x[first], y[first])
-    executors = {"loop": LoopExecutor(), "vmap": VmapExecutor(), "auto": EXECUTORS[auto_name]()}
+    _, why = resolve_auto(model, device, x[first], y[first], len(plans))
+    auto = make_executor(option("hardware", "auto"), model, device, x[first], y[first], len(plans))  # as a run's
+    threads = loop_threads(None, model, device, len(plans))
+    auto_name = f"{auto.name} x{auto.threads}" if auto.name == "loop" and auto.threads > 1 else auto.name
+    executors = {"loop": LoopExecutor(), "threads": LoopExecutor(threads), "vmap": VmapExecutor(), "auto": auto}
     if compiled:
         executors["compiled"] = VmapExecutor(compile=True)
     seconds, memory, warmup = time_rounds(executors, make("local", "sgd"), model, ctx, plans, x, y, repeats)
     flops = flops_per_round(model, x, y, plans)
-    best = min(seconds["loop"], seconds["vmap"])
+    best = min(seconds["loop"], seconds["threads"], seconds["vmap"])
     return {
         "workload": w.name, "paper": w.paper, "model": w.model, "clients": w.clients,
         "samples_per_client": w.samples, "batch": w.batch, "steps": sum(p.tau for p in plans),
-        "loop_s": seconds["loop"], "vmap_s": seconds["vmap"], "auto_s": seconds["auto"], "auto": auto_name,
+        "loop_s": seconds["loop"], "threads_s": seconds["threads"], "loop_threads": threads,
+        "vmap_s": seconds["vmap"], "auto_s": seconds["auto"], "auto": auto_name,
         "auto_reason": why, "speedup": seconds["loop"] / seconds["vmap"], "auto_vs_best": seconds["auto"] / best,
         "peak_mem_mb": memory["auto"], "loop_peak_mem_mb": memory["loop"], "vmap_peak_mem_mb": memory["vmap"],
         "gflops": flops / seconds["auto"] / 1e9, "matmul_peak_gflops": peak, "device": device_name(device),
@@ -217,7 +222,7 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     observe on the updates plus the time model)."""
     model, x, y, plans, ctx = setup(w, device)
     first = plans[0].batches[0]
-    executor = EXECUTORS[resolve_auto(model, device, x[first], y[first], len(plans))[0]]()
+    executor = make_executor(option("hardware", "auto"), model, device, x[first], y[first], len(plans))
     record = device if "herd" in addons else None
     weights = torch.full((len(plans),), 1.0 / len(plans), device=device)
     clients = [p.id for p in plans]
@@ -289,10 +294,12 @@ def addons_markdown(records: list[dict]) -> str:
 
 
 def markdown(records: list[dict], info: dict, command: str, addons: list[dict] = ()) -> str:
-    head = ("| workload | paper | clients | steps | loop s | vmap s | auto s (choice) | speedup | auto/best | "
-            "peak MB | GFLOP/s | matmul peak GFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| workload | paper | clients | steps | loop s | loop threads s (threads) | vmap s | auto s (choice) | "
+            "speedup | auto/best | peak MB | GFLOP/s | matmul peak GFLOP/s |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     rows = "".join(
-        f"| {r['workload']} | {r['paper']} | {r['clients']} | {r['steps']} | {r['loop_s']:.3f} | {r['vmap_s']:.3f} "
+        f"| {r['workload']} | {r['paper']} | {r['clients']} | {r['steps']} | {r['loop_s']:.3f} | "
+        f"{r['threads_s']:.3f} ({r['loop_threads']}) | {r['vmap_s']:.3f} "
         f"| {r['auto_s']:.3f} ({r['auto']}) | {r['speedup']:.1f}x | {r['auto_vs_best']:.2f} | {r['peak_mem_mb']:.0f} "
         f"| {r['gflops']:.2f} | {r['matmul_peak_gflops']:.0f} |\n" for r in records)
     compiled = ""
@@ -305,7 +312,9 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
                     "one short).\n")
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
     device = (list(records) + list(addons))[0]["device"]
-    executors = (f"{head}{rows}\nspeedup = loop/vmap; auto/best = auto's time over the faster executor's; peak MB = "
+    executors = (f"{head}{rows}\nloop = clients one after another; loop threads = the loop training that many "
+                 f"clients at once, one intra-op thread each (hardware.loop_threads); speedup = loop/vmap; auto/best "
+                 f"= auto's time over the fastest executor's; peak MB = "
                  f"the peak memory of a round under the auto executor, data included (process RSS on a CPU, allocator "
                  f"peak on a GPU).\n{compiled}") if records else ""
     return (f"# Benchmark on {device}\n\nMade by `{command}`.\n\n{executors}"
@@ -335,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         records.append(rec)
         print(f"{rec['workload']:18s} clients={rec['clients']:5d} steps={rec['steps']:6d} loop={rec['loop_s']:.3f}s "
               f"vmap={rec['vmap_s']:.3f}s auto={rec['auto_s']:.3f}s ({rec['auto']}) speedup={rec['speedup']:.1f}x "
+              f"threads={rec['threads_s']:.3f}s "
               f"auto/best={rec['auto_vs_best']:.2f} peak={rec['peak_mem_mb']:.0f}MB gflops={rec['gflops']:.2f}"
               + (f" compiled={rec['compiled_s']:.3f}s (first {rec['compiled_first_s']:.1f}s)" if args.compiled else ""),
               flush=True)

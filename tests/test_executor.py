@@ -330,3 +330,55 @@ def test_the_step_flop_count_equals_torchs_flop_counter(name):
     buffers = model.init_buffers()
     assert flops_per_step(model, x, y) == counter.get_total_flops() > 0
     assert all(torch.equal(v, model.init_buffers()[k]) for k, v in buffers.items()), "the template's buffers kept"
+
+
+def assert_equal_tree(got, want, where: str = "state") -> None:
+    """Nested dicts/lists of tensors and plain values bit for bit equal."""
+    if isinstance(want, torch.Tensor):
+        assert torch.equal(got, want), where
+    elif isinstance(want, dict):
+        assert got.keys() == want.keys(), where
+        for key in want:
+            assert_equal_tree(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_equal_tree(g, w, f"{where}[{i}]")
+    else:
+        assert got == want, where
+
+
+@pytest.mark.parametrize("family", ["fedprox", "scaffold", "feddecorr", "perfedavg", "bherd", "mafsvrg"])
+def test_the_loop_in_threads_gives_the_one_thread_loops_rounds_bit_for_bit(cfg_factory, family):
+    """Clients trained at once in threads (each with one intra-op thread and its own model replica) against the loop
+    on one intra-op thread: the whole ServerState after two rounds, equal bit for bit (client state, the features
+    hook of FedDecorr on each replica, multi-batch steps, recorded step gradients, the bank)."""
+    common = ["data=digits", "model=cnn3", *EVERY_FAMILY[family], "fl.clients_per_round=4", "fl.batch_size=16",
+              "fl.momentum=0.5", "hardware.executor=loop"]
+    before = torch.get_num_threads()
+    states = {}
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(1)
+            sim = Simulation(cfg_factory(*common, f"hardware.loop_threads={threads}"))
+            assert sim.executor.threads == threads
+            for rnd in (1, 2):
+                sim.run_round(rnd)
+            assert torch.get_num_threads() == 1  # the intra-op threads are given back after the cohort
+            states[threads] = vars(sim.state)
+    finally:
+        torch.set_num_threads(before)
+    assert_equal_tree(states[3], states[1])
+
+
+def test_the_loop_runs_clients_in_threads_only_where_their_draws_cannot_depend_on_timing(cfg_factory):
+    from fedrun.errors import ConfigError
+
+    torch_threads = torch.get_num_threads()
+    sim = Simulation(cfg_factory("data=digits", "model=cnn3", "hardware.executor=loop", "fl.clients_per_round=5"))
+    assert sim.executor.threads == max(1, min(torch_threads, 5))  # auto: one client per intra-op thread
+    dropout = ["data=digits", "model=cnn_reddi", "hardware.executor=loop"]
+    assert Simulation(cfg_factory(*dropout)).executor.threads == 1  # dropout draws from one shared generator
+    with pytest.raises(ConfigError, match="hardware.loop_threads=2: the model has Dropout"):
+        Simulation(cfg_factory(*dropout, "hardware.loop_threads=2"))
+

@@ -17,6 +17,8 @@ import logging
 import math
 import os
 import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -54,29 +56,70 @@ def _result(outputs: list[tuple]) -> CohortResult:
 
 
 class LoopExecutor:
-    """Clients one after another, each step a ``torch.func`` gradient of the flat parameters."""
+    """Clients one after another, each step a ``torch.func`` gradient of the flat parameters. With ``threads`` > 1
+    (a CPU), that many clients train at once, each in a Python thread of its own with one intra-op thread and its own
+    replica of the model: small convolutions use two cores better as two clients than as one client's two-thread
+    kernels. Each client's arithmetic is the same whichever thread runs it (no randomness is drawn: models with
+    dropout train one client at a time), so results equal the one-thread loop's to float rounding."""
 
     name = "loop"
+
+    def __init__(self, threads: int = 1):
+        self.threads = threads
+        self._replicas: tuple[FunctionalModel | None, list[FunctionalModel]] = (None, [])
 
     def run(self, rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan],
             x: torch.Tensor, y: torch.Tensor, client_states: list[State | None],
             record: torch.device | None = None) -> CohortResult:
         """``record``: keep every step's direction (``state["direction"]``) on that device, for a selector (BHerd,
         GraB); the host's memory when they do not fit on the accelerator."""
-        outputs = []
-        for plan, cstate in zip(plans, client_states):
-            state = rule.client_init(ctx, cstate)
-            loss_sum = torch.zeros((), device=x.device, dtype=ctx.params.dtype)
-            steps = []
-            for t, batch in enumerate(plan.batches):
-                state, loss = rule.client_step(model, ctx, state, minibatch(x, batch, t), rows(y, batch))
-                loss_sum = loss_sum + loss.detach()
-                if record is not None:
-                    steps.append(state["direction"].to(record, non_blocking=True))
-            update, new_state, uploads = rule.client_final(ctx, state, cstate)
-            outputs.append((update, state["buffers"], loss_sum / plan.tau, new_state, uploads,
-                            torch.stack(steps) if record is not None else None))
+        jobs = list(zip(plans, client_states))
+        if self.threads <= 1 or len(jobs) <= 1:
+            return _result([_train_client(rule, model, ctx, p, cs, x, y, record) for p, cs in jobs])
+        outputs: list[tuple | None] = [None] * len(jobs)
+        claim = iter(range(len(jobs)))  # each thread takes the next untrained client (next() on it is atomic)
+        lock = threading.Lock()
+
+        def work(replica: FunctionalModel) -> None:
+            torch.set_num_threads(1)
+            while True:
+                with lock:
+                    i = next(claim, None)
+                if i is None:
+                    return
+                outputs[i] = _train_client(rule, replica, ctx, *jobs[i], x, y, record)
+
+        before = torch.get_num_threads()
+        try:
+            with ThreadPoolExecutor(self.threads) as pool:
+                for done in [pool.submit(work, r) for r in self._replicas_of(model)[: len(jobs)]]:
+                    done.result()
+        finally:
+            torch.set_num_threads(before)
         return _result(outputs)
+
+    def _replicas_of(self, model: FunctionalModel) -> list[FunctionalModel]:
+        """One model per thread: ``functional_call`` swaps a module's parameters while it runs, so threads cannot
+        share one."""
+        if self._replicas[0] is not model:
+            self._replicas = (model, [model, *(model.replica() for _ in range(self.threads - 1))])
+        return self._replicas[1]
+
+
+def _train_client(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plan: ClientPlan,
+                  cstate: State | None, x: torch.Tensor, y: torch.Tensor, record: torch.device | None) -> tuple:
+    """One client's local steps: (update, buffers, mean loss, client state, uploads, recorded steps)."""
+    state = rule.client_init(ctx, cstate)
+    loss_sum = torch.zeros((), device=x.device, dtype=ctx.params.dtype)
+    steps = []
+    for t, batch in enumerate(plan.batches):
+        state, loss = rule.client_step(model, ctx, state, minibatch(x, batch, t), rows(y, batch))
+        loss_sum = loss_sum + loss.detach()
+        if record is not None:
+            steps.append(state["direction"].to(record, non_blocking=True))
+    update, new_state, uploads = rule.client_final(ctx, state, cstate)
+    return (update, state["buffers"], loss_sum / plan.tau, new_state, uploads,
+            torch.stack(steps) if record is not None else None)
 
 
 class VmapExecutor:
@@ -284,4 +327,27 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
     if compile_:
         log.warning("hardware.compile=true has no effect: it compiles the vmap executor's step and this run uses the "
                     "loop executor (set hardware.executor=vmap to compile)")
-    return LoopExecutor()
+    threads = loop_threads(hw_cfg.loop_threads, model, device, cohort_size)
+    if threads > 1:
+        log.info("the loop trains %d clients at once, one intra-op thread each (hardware.loop_threads)", threads)
+    return LoopExecutor(threads)
+
+
+_RANDOM_LAYERS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout,
+                  nn.RReLU)
+
+
+def loop_threads(given: int | None, model: FunctionalModel, device: torch.device, cohort_size: int) -> int:
+    """Clients the loop trains at once: ``given``, or (null) on a CPU one per intra-op thread torch would use, at
+    most the cohort; one on a GPU, or where the model draws random numbers in training (dropout: the threads would
+    share one generator, and its draws would depend on their timing)."""
+    random_layers = sorted({type(m).__name__ for m in model.module.modules() if isinstance(m, _RANDOM_LAYERS)})
+    if given is not None:
+        if given > 1 and random_layers:
+            raise ConfigError([f"hardware.loop_threads={given}: the model has {', '.join(random_layers)}, whose "
+                               "random draws would depend on how the threads interleave; set hardware.loop_threads=1 "
+                               "(or null)"])
+        return given
+    if device.type != "cpu" or random_layers:
+        return 1
+    return max(1, min(torch.get_num_threads(), cohort_size))
