@@ -15,9 +15,11 @@ from .papers import Claim
 HOLDS, FAILS = "holds", "does not hold"
 
 
-def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reaching: frozenset[str] = frozenset()
+          ) -> pd.DataFrame:
     """One row per claim and point of the other grid keys: the method's and the rival's means and the verdict.
-    ``table`` is table_summary.summarise's (one row per grid point), ``keys`` its grid keys."""
+    ``table`` is table_summary.summarise's (one row per grid point), ``keys`` its grid keys; ``reaching`` names the
+    values that count the time to a level (papers.Value.reaching), where a missing value means never reached."""
     rows = []
     ran = table[pd.to_numeric(table.get("runs"), errors="coerce").fillna(0) > 0] if "runs" in table else table
     for claim in claims:
@@ -30,11 +32,11 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str]) -> pd
         groups = compared.groupby(others, dropna=False, sort=False) if others else [((), compared)]
         for where, group in groups:
             where = dict(zip(others, where if isinstance(where, tuple) else (where,)))
-            rows.append(_verdict(claim, where, group))
+            rows.append(_verdict(claim, where, group, claim.value in reaching))
     return pd.DataFrame(rows, columns=["says", "where", "value", "method", "versus", "verdict"])
 
 
-def _verdict(claim: Claim, where: dict, group: pd.DataFrame) -> dict:
+def _verdict(claim: Claim, where: dict, group: pd.DataFrame, reaching: bool) -> dict:
     side = {name: {str(k): v for k, v in zip(group[claim.key].astype(str), group[claim.value])
                    if str(k) in values} for name, values in (("method", claim.method), ("versus", claim.versus))}
     if (group.get("fixture", pd.Series(dtype=str)).fillna("") != "").any():
@@ -42,11 +44,13 @@ def _verdict(claim: Claim, where: dict, group: pd.DataFrame) -> dict:
     absent = [v for v in (*claim.method, *claim.versus) if v not in {**side["method"], **side["versus"]}]
     if absent:
         return _row(claim, where, side["method"], side["versus"], f"not checked: no finished run of {absent}")
+    values = [*side["method"].values(), *side["versus"].values()]
+    if all(pd.isna(x) for x in values) or (not reaching and any(pd.isna(x) for x in values)):
+        missing = [k for k, x in {**side["method"], **side["versus"]}.items() if pd.isna(x)]
+        return _row(claim, where, side["method"], side["versus"], f"not checked: no value for {missing}")
     worst = math.inf if claim.better == "lower" else -math.inf  # never reached (a time to target): the worst value
-    m = [worst if pd.isna(v) else float(v) for v in side["method"].values()]
+    m = [worst if pd.isna(x) else float(x) for x in side["method"].values()]
     v = [worst if pd.isna(x) else float(x) for x in side["versus"].values()]
-    if all(x == worst for x in m + v):
-        return _row(claim, where, side["method"], side["versus"], "not checked: no run has the value")
     holds = min(m) > max(v) + claim.margin if claim.better == "higher" else max(m) < min(v) - claim.margin
     return _row(claim, where, side["method"], side["versus"], HOLDS if holds else FAILS)
 

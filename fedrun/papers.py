@@ -28,7 +28,13 @@ class Value:
     over its logged rounds: at a round (``test_acc@10``), ``@last``, ``@max``, ``@mean``, ``@mean_last_K``,
     ``@std_last_K`` (how much it swings at the end), or
     ``@target``, at the first round whose test accuracy reached the run's ``eval.target_acc`` (``sim_time_s@target``:
-    the simulated time to the target). ``scale`` multiplies it for display (100: percent; 1/3600: hours)."""
+    the simulated time to the target); ``a|b`` takes b where a run has no a. ``scale`` multiplies it for display
+    (100: percent; 1/3600: hours)."""
+
+    @property
+    def reaching(self) -> bool:
+        """Whether the value counts how long a run took to reach a level: a run without one never reached it."""
+        return self.of == "rounds_to_target" or self.of.endswith("@target")
 
     name: str
     of: str
@@ -122,6 +128,8 @@ def _values(a: dict) -> tuple[Value, ...]:
     return (Value("value", a.get("value", "final_test_acc"), _scale(a.get("scale", 1.0))),)
 
 
+RESERVED = {"run_dir", "preset", "seed", "status", "error", "diverged_round", "rounds_completed", "rounds",
+            "planned_rounds", "fixture", "summary", "runs", "seeds", "note"}  # the summary's own columns
 REDUCTIONS = ("last", "max", "mean", "target")  # and a round number, mean_last_K or std_last_K
 
 
@@ -184,7 +192,10 @@ def read_paper(path: Path) -> Paper:
         if unknown:
             raise ConfigError([f"{where}: unknown keys {unknown}"])
         values = _values(a)
-        if bad := [p for v in values if (p := _reduction_problem(v.of))]:
+        if taken := sorted({v.name for v in values} & RESERVED):
+            raise ConfigError([f"{where}: a value may not be named {taken}: the summary has columns of that name "
+                               f"({', '.join(sorted(RESERVED))}); name it otherwise ('rounds to target')"])
+        if bad := [p for v in values for o in v.of.split("|") if (p := _reduction_problem(o))]:
             raise ConfigError([f"{where}: {p}" for p in bad])
         artefacts[name] = Artefact(name=name, paper=key, source=a["source"], what=a.get("what", ""),
                                    presets=tuple(a["presets"]), values=values, rows=tuple(a.get("rows", ())),

@@ -13,7 +13,7 @@ import pandas as pd
 import yaml
 
 from . import claims
-from .papers import PRESET, Artefact, Paper, grid, normalise, override_key, preset_config
+from .papers import PRESET, RESERVED, Artefact, Paper, grid, normalise, override_key, preset_config
 from .report import SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
 from .results import CONFIG_FILE, METRICS_FILE, git_commit
 
@@ -44,7 +44,10 @@ def _grid_values(run_dir: Path, keys: list[str], config: dict) -> dict[str, str]
 def _value(run_dir: Path, summary: dict, of: str, config: dict) -> float | None:
     """A run's value named by ``of`` (papers.Value): a summary.json key, or a metrics.csv column reduced over its
     logged rounds (at a round, ``last``, ``max``, ``mean``, ``mean_last_K``, ``std_last_K``, or ``target``: at the
-    first round whose test accuracy reached the run's ``eval.target_acc``)."""
+    first round whose test accuracy reached the run's ``eval.target_acc``). ``a|b``: a's value, or b's where the
+    run has no a."""
+    if "|" in of:
+        return next((v for v in (_value(run_dir, summary, o, config) for o in of.split("|")) if v is not None), None)
     if "@" not in of:
         v = summary.get(of)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -72,8 +75,7 @@ def _value(run_dir: Path, summary: dict, of: str, config: dict) -> float | None:
     return float(frame.at[int(at), column]) if int(at) in frame.index else None
 
 
-RUN_COLUMNS = {"run_dir", PRESET, "seed", "status", "error", "diverged_round", "rounds_completed", "rounds",
-               "planned_rounds", "fixture", "summary"}
+RUN_COLUMNS = RESERVED  # a run's own columns, beside its grid values and its values
 
 
 def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
@@ -266,7 +268,8 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
             f"{paper.reference}. {made_by} Mean ± std over seeds {seeds or '–'} of "
             f"{', '.join(_described(v) for v in artefact.values)}; presets "
             f"{', '.join(f'`experiment={p}`' for p in artefact.presets)}.\n", markdown(artefact, table),
-            claims.markdown(claims.check(artefact.claims, table, summary_keys(artefact, table)))]
+            claims.markdown(claims.check(artefact.claims, table, summary_keys(artefact, table),
+                                         frozenset(v.name for v in artefact.values if v.reaching)))]
     if not runs.empty:
         text.append(unfinished(runs).strip())
     (out / f"{artefact.name}.md").write_text("\n".join(t for t in text if t) + "\n")

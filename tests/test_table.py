@@ -148,9 +148,11 @@ def test_a_claim_compares_grid_points_on_the_mean_over_seeds_at_each_point_of_th
     rivals = pd.DataFrame({"s": ["gift", "afl", "adacomm"], "runs": [1, 1, 1], "t": [40.0, float("nan"), 45.0],
                            "fixture": ["", "", ""]})
     first = Claim("first", "t", "s", ("gift",), ("afl", "adacomm"), better="lower")
-    assert check((first,), rivals, ["s"])["verdict"].tolist() == ["holds"]
-    assert check((replace(first, method=("adacomm",), versus=("gift", "afl")),), rivals, ["s"])["verdict"][0] == \
-        "does not hold"
+    assert check((first,), rivals, ["s"], reaching=frozenset({"t"}))["verdict"].tolist() == ["holds"]
+    assert check((replace(first, method=("adacomm",), versus=("gift", "afl")),), rivals, ["s"],
+                 reaching=frozenset({"t"}))["verdict"][0] == "does not hold"
+    # a value that is not a time to a level: missing is not the worst, the claim is not checked
+    assert check((first,), rivals, ["s"])["verdict"][0] == "not checked: no value for ['afl']"
     assert check((replace(first, key="nothing"),), rivals, ["s"])["verdict"][0] == "not checked: no runs sweep nothing"
     # sides in different presets of one grid: pooled across them
     split = pd.DataFrame({PRESET: ["proposed", "baselines"], "algo": ["ga", "fedprox"], "runs": [1, 1],
@@ -169,9 +171,11 @@ def test_a_papers_file_with_a_bad_claim_or_value_is_refused_naming_it(tmp_path, 
     bad = {"a": {**base, "value": "test_acc@best"},
            "b": {**base, "claims": [{"method": {"algo": "x"}, "versus": {"partition": "y"}}]},
            "c": {**base, "claims": [{"value": "accuracy", "method": {"algo": "x"}, "versus": {"algo": "y"}}]},
-           "d": {**base, "claims": [{"better": "more", "method": {"algo": "x"}, "versus": {"algo": "y"}}]}}
+           "d": {**base, "claims": [{"better": "more", "method": {"algo": "x"}, "versus": {"algo": "y"}}]},
+           "e": {**base, "values": {"rounds": {"of": "rounds_to_target"}}}}
     said = {"a": "after '@' comes a round number", "b": "method and versus each name the same one grid key",
-            "c": "value 'accuracy' is not one of the artefact's values", "d": "better='more'; use higher or lower"}
+            "c": "value 'accuracy' is not one of the artefact's values", "d": "better='more'; use higher or lower",
+            "e": "a value may not be named ['rounds']"}
     for name, artefact in bad.items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump({"cite": "c", "title": "t", "artefacts": {name: artefact}}))
@@ -271,6 +275,7 @@ def test_a_value_is_a_summary_key_or_a_metrics_column_reduced_over_its_logged_ro
     # at the first round reaching the run's target: round 3 (0.7 >= 0.65); its simulated time; no target, no value
     assert value("round@target") == 3.0 and value("sim_time_s@target") == 30.0
     assert value("round@target", {"eval": {"target_acc": 0.9}}) is None and value("round@target", {}) is None
+    assert value("tau@last|test_acc@last") == 0.8 and value("sim_time_s@last|test_acc@last") == 30.0  # a, else b
 
 
 def test_a_sweep_that_fedrun_refuses_stops_the_table_with_its_message(tmp_path, monkeypatch, capfd):
