@@ -194,9 +194,9 @@ def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int) ->
 def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, compiled: bool = False) -> dict:
     model, x, y, plans, ctx = setup(w, device)
     first = plans[0].batches[0]
-    _, why = resolve_auto(model, device, x[first], y[first], len(plans))
-    auto = make_executor(option("hardware", "auto"), model, device, x[first], y[first], len(plans))  # as a run's
     threads = loop_threads(None, model, device, len(plans))
+    _, why = resolve_auto(model, device, x[first], y[first], len(plans), threads)
+    auto = make_executor(option("hardware", "auto"), model, device, x[first], y[first], len(plans))  # as a run's
     auto_name = f"{auto.name} x{auto.threads}" if auto.name == "loop" and auto.threads > 1 else auto.name
     executors = {"loop": LoopExecutor(), "threads": LoopExecutor(threads), "vmap": VmapExecutor(), "auto": auto}
     if compiled:

@@ -289,12 +289,14 @@ def is_recurrent(model: FunctionalModel) -> bool:
 
 
 def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor,
-                 cohort_size: int = 2) -> tuple[str, str]:
-    """``auto``: vmap on a GPU. On a CPU: vmap for dense models; for convolutional models vmap when one client step
-    is small (at most CPU_VMAP_MAX_FLOPS_PER_STEP on the minibatch (x, y)) and the loop otherwise; the loop for
-    recurrent models (PyTorch has no vmap batching rule for its fused CPU RNN kernel). Deterministic, so the same
-    config always runs the same executor; ``python -m fedrun.bench`` checks it against both. One client per round
-    (centralized SGD) has nothing to batch: the loop, which skips vmap's per-call overhead."""
+                 cohort_size: int = 2, threads: int = 1) -> tuple[str, str]:
+    """``auto``: vmap on a GPU. On a CPU: vmap for dense models; for convolutional models the loop when it trains
+    ``threads`` > 1 clients at once (faster than vmap's batched convolutions on every convolutional workload of
+    ``python -m fedrun.bench``), else vmap when one client step is small (at most CPU_VMAP_MAX_FLOPS_PER_STEP on the
+    minibatch (x, y)) and the loop otherwise; the loop for recurrent models (PyTorch has no vmap batching rule for
+    its fused CPU RNN kernel). Deterministic, so the same config always runs the same executor; the bench checks it
+    against all. One client per round (centralized SGD) has nothing to batch: the loop, which skips vmap's per-call
+    overhead."""
     if cohort_size == 1:
         return "loop", "one client per round"
     if device.type == "cuda":
@@ -303,6 +305,8 @@ def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, 
         return "loop", "recurrent layers on the CPU"
     if not any(isinstance(m, _CONV) for m in model.module.modules()):
         return "vmap", "dense layers only, on the CPU"
+    if threads > 1:
+        return "loop", f"convolutions on the CPU, {threads} clients at once"
     flops = flops_per_step(model, x, y)
     if flops <= CPU_VMAP_MAX_FLOPS_PER_STEP:
         return "vmap", f"convolutions, {flops / 1e6:.0f} MFLOP per client step (small) on the CPU"
@@ -314,8 +318,9 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
     """The executor of ``hardware.executor``; ``auto`` decides from a minibatch (x, y) of the run's shape and the
     number of clients per round."""
     name = hw_cfg.executor
+    threads = loop_threads(hw_cfg.loop_threads, model, device, cohort_size)
     if name == "auto":
-        name, why = resolve_auto(model, device, x, y, cohort_size)
+        name, why = resolve_auto(model, device, x, y, cohort_size, threads)
         log.info("hardware.executor=auto resolved to %s (%s)", name, why)
     compile_ = hw_cfg.compile
     if compile_ and name == "vmap" and device.type == "cpu" and not any(
@@ -327,7 +332,6 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
     if compile_:
         log.warning("hardware.compile=true has no effect: it compiles the vmap executor's step and this run uses the "
                     "loop executor (set hardware.executor=vmap to compile)")
-    threads = loop_threads(hw_cfg.loop_threads, model, device, cohort_size)
     if threads > 1:
         log.info("the loop trains %d clients at once, one intra-op thread each (hardware.loop_threads)", threads)
     return LoopExecutor(threads)
