@@ -291,11 +291,11 @@ def is_recurrent(model: FunctionalModel) -> bool:
 def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor,
                  cohort_size: int = 2, threads: int = 1) -> tuple[str, str]:
     """``auto``: vmap on a GPU. On a CPU: vmap for dense models; for convolutional models the loop when it trains
-    ``threads`` > 1 clients at once (faster than vmap's batched convolutions on every convolutional workload of
-    ``python -m fedrun.bench``), else vmap when one client step is small (at most CPU_VMAP_MAX_FLOPS_PER_STEP on the
-    minibatch (x, y)) and the loop otherwise; the loop for recurrent models (PyTorch has no vmap batching rule for
-    its fused CPU RNN kernel). Deterministic, so the same config always runs the same executor; the bench checks it
-    against all. One client per round (centralized SGD) has nothing to batch: the loop, which skips vmap's per-call
+    ``threads`` > 1 clients at once (as fast as vmap's batched convolutions or faster on the convolutional workloads
+    of ``python -m fedrun.bench``), else vmap when one client step is small (at most CPU_VMAP_MAX_FLOPS_PER_STEP on
+    the minibatch (x, y)) and the loop otherwise; the loop for recurrent models (PyTorch has no vmap batching rule
+    for its fused CPU RNN kernel). Deterministic, so the same config always runs the same executor; the bench checks
+    it against all. One client per round (centralized SGD) has nothing to batch: the loop, which skips vmap's per-call
     overhead."""
     if cohort_size == 1:
         return "loop", "one client per round"
