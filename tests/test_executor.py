@@ -198,19 +198,22 @@ EVERY_FAMILY = {  # every local rule's hooks, a selector of each kind, a harmoni
 }
 
 
-def assert_close_tree(got, want, where: str = "state") -> None:
-    """Nested dicts/lists of tensors and plain values equal (tensors to float64 tolerance)."""
+def assert_close_tree(got, want, where: str = "state", exact: bool = False) -> None:
+    """Nested dicts/lists of tensors and plain values equal (tensors to float64 tolerance, or bit for bit)."""
     if isinstance(want, torch.Tensor):
-        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8, msg=lambda m: f"{where}: {m}")
+        if exact:
+            assert torch.equal(got, want), where
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8, msg=lambda m: f"{where}: {m}")
     elif isinstance(want, dict):
         assert got.keys() == want.keys(), where
         for key in want:
-            assert_close_tree(got[key], want[key], f"{where}.{key}")
+            assert_close_tree(got[key], want[key], f"{where}.{key}", exact)
     elif isinstance(want, (list, tuple)):
         assert len(got) == len(want), where
         for i, (g, w) in enumerate(zip(got, want)):
-            assert_close_tree(g, w, f"{where}[{i}]")
-    elif isinstance(want, float):
+            assert_close_tree(g, w, f"{where}[{i}]", exact)
+    elif isinstance(want, float) and not exact:
         assert got == pytest.approx(want, rel=1e-6, abs=1e-8), where
     else:
         assert got == want, where
@@ -334,22 +337,6 @@ def test_the_step_flop_count_equals_torchs_flop_counter(name):
     assert all(torch.equal(v, model.init_buffers()[k]) for k, v in buffers.items()), "the template's buffers kept"
 
 
-def assert_equal_tree(got, want, where: str = "state") -> None:
-    """Nested dicts/lists of tensors and plain values bit for bit equal."""
-    if isinstance(want, torch.Tensor):
-        assert torch.equal(got, want), where
-    elif isinstance(want, dict):
-        assert got.keys() == want.keys(), where
-        for key in want:
-            assert_equal_tree(got[key], want[key], f"{where}.{key}")
-    elif isinstance(want, (list, tuple)):
-        assert len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert_equal_tree(g, w, f"{where}[{i}]")
-    else:
-        assert got == want, where
-
-
 @pytest.mark.parametrize("family", ["fedprox", "scaffold", "feddecorr", "perfedavg", "bherd", "mafsvrg"])
 def test_the_loop_in_threads_gives_the_one_thread_loops_rounds_bit_for_bit(cfg_factory, family):
     """Clients trained at once in threads (each with one intra-op thread and its own model replica) against the loop
@@ -370,7 +357,7 @@ def test_the_loop_in_threads_gives_the_one_thread_loops_rounds_bit_for_bit(cfg_f
             states[threads] = vars(sim.state)
     finally:
         torch.set_num_threads(before)
-    assert_equal_tree(states[3], states[1])
+    assert_close_tree(states[3], states[1], exact=True)
 
 
 def test_the_loop_runs_clients_in_threads_only_where_their_draws_cannot_depend_on_timing(cfg_factory):
