@@ -3,12 +3,15 @@ fedrun-table rendering against an earlier script's table, cell by cell.
 
     python scripts/port_check.py fedgh --old OLD.csv [--new results/fedgh]
     python scripts/port_check.py bherd-sweeps --old SWEEPS.md [--new results/bherd]
+    python scripts/port_check.py dgt --old FIG5.md [--new results/dgt]
 
 ``fedgh``: OLD.csv is ``tables.csv`` as scripts/fedgh_tables.py wrote it (``git show 2f97796:results/fedgh/tables.csv``,
 or a fresh run of that script from history); the new side is fedrun-table's fedgh_table2/4/5.csv. ``bherd-sweeps``:
 SWEEPS.md is sweeps.md as scripts/bherd_sweeps.py wrote it (``git show 1bb12da:results/bherd/sweeps.md``) against
 the bherd_fig5a/8a/8b/8c.csv that ``fedrun-table bherd_fig...`` wrote (accuracy at rounds 10 and 50 and the final,
-both cases). Prints how many cells are equal (to the
+both cases). ``dgt``: FIG5.md is fig5.md as scripts/dgt_fig5.py wrote it (``git show cb05113:results/dgt/fig5.md``)
+against dgt_fig5.csv (final accuracy, its mean over the last 10 rounds, rounds to the target, mean cosine of the
+aggregated updates, per dataset and method). Prints how many cells are equal (to the
 old table's printed precision) and every cell that is not.
 """
 
@@ -83,9 +86,37 @@ def bherd_sweeps(old: Path, new: Path) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["fig", "partition", "value", "cell", "old", "new", "equal"])
 
 
+DGT_COLUMNS = {"final acc %": "accuracy", "mean acc % (last 10)": "last10", "rounds to": "rounds to target",
+               "mean cos (updates)": "cosine"}
+
+
+def dgt(old: Path, new: Path) -> pd.DataFrame:
+    """fig5.md's method rows against dgt_fig5.csv, each cell to the old table's printed precision."""
+    after = pd.read_csv(new / "dgt_fig5.csv")
+    out, dataset, header = [], None, []
+    for line in old.read_text().splitlines():
+        if heading := re.match(r"## (\w+) \(", line):
+            dataset = heading.group(1)
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == "method":
+            header = cells
+        elif dataset and header and len(cells) == len(header) and cells[0] and not cells[0].startswith(":"):
+            base, _, harm = cells[0].partition(" + ")
+            match = after[(after["preset"] == f"dgt_fig5_{dataset}") & (after["algo"] == base.lower())
+                          & (after["algo/harmonizer"] == ("dgt" if harm else "none"))]
+            for name, value in zip(header, cells):
+                column = next((c for k, c in DGT_COLUMNS.items() if name.startswith(k)), None)
+                if column is None or not len(match):
+                    continue
+                digits = len(value.split(".")[1]) if "." in value else 0
+                mine = float(match[column].iloc[0])
+                out.append((dataset, cells[0], column, float(value), mine, round(mine, digits) == float(value)))
+    return pd.DataFrame(out, columns=["dataset", "method", "cell", "old", "new", "equal"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["fedgh", "bherd-sweeps"])
+    parser.add_argument("what", choices=["fedgh", "bherd-sweeps", "dgt"])
     parser.add_argument("--old", default=None)
     parser.add_argument("--new", default=None)
     args = parser.parse_args(argv)
@@ -93,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.old is None:
             parser.error("fedgh needs --old (tables.csv of scripts/fedgh_tables.py)")
         cells = fedgh(Path(args.old), Path(args.new or "results/fedgh"))
+    elif args.what == "dgt":
+        if args.old is None:
+            parser.error("dgt needs --old (fig5.md of scripts/dgt_fig5.py: git show cb05113:results/dgt/fig5.md)")
+        cells = dgt(Path(args.old), Path(args.new or "results/dgt"))
     else:
         if args.old is None:
             parser.error("bherd-sweeps needs --old (sweeps.md of scripts/bherd_sweeps.py: git show "

@@ -308,3 +308,13 @@ def test_the_port_check_compares_an_old_scripts_cells_with_fedrun_tables(tmp_pat
                   "final": [86.05]}).to_csv(tmp_path / "bherd_fig8c.csv", index=False)
     cells = port.bherd_sweeps(tmp_path / "sweeps.md", tmp_path)
     assert cells[["cell", "equal"]].values.tolist() == [["round 10", True], ["round 50", False], ["final", True]]
+    (tmp_path / "fig5.md").write_text(
+        "## mnist (real data)\n\n| method | final acc % | mean acc % (last 10) | rounds to 80% | mean cos (updates) |\n"
+        "|:--|--:|--:|--:|--:|\n| FedAvg | 83.370 | 80.561 | 10 | 0.012 |\n"
+        "| FedAvg + DGT | 84.920 | 81.822 | 7 | 0.032 |\n")
+    pd.DataFrame({"preset": ["dgt_fig5_mnist"] * 2, "algo": ["fedavg"] * 2, "algo/harmonizer": ["none", "dgt"],
+                  "accuracy": [83.37, 84.92], "last10": [80.5614, 81.8234], "rounds to target": [10.0, 7.0],
+                  "cosine": [0.0121, 0.0317]}).to_csv(tmp_path / "dgt_fig5.csv", index=False)
+    cells = port.dgt(tmp_path / "fig5.md", tmp_path)
+    differing = cells[~cells["equal"]][["method", "cell"]].values.tolist()
+    assert len(cells) == 8 and differing == [["FedAvg + DGT", "last10"]]
