@@ -31,22 +31,20 @@ class FunctionalModel:
         self._training = module.training
         self._features: list[torch.Tensor] | None = None  # a list only while a feature penalty needs them
         heads = [m for m in module.modules() if isinstance(m, nn.Linear)]
-        self._hook = None
-        if heads:  # the input of the last linear layer: the penultimate features (FedDecorr)
-            self._hook = heads[-1].register_forward_pre_hook(self._keep_features)
+        self._head = heads[-1] if heads else None  # its input: the penultimate features (FedDecorr)
+        self._hook = self._head.register_forward_pre_hook(self._keep_features) if self._head is not None else None
         self.grad_and_loss = grad_and_value(self._loss)
 
     def replica(self) -> FunctionalModel:
         """The same model on a copy of the module template (for another thread: ``functional_call`` swaps the
         template's parameters while it runs)."""
-        if self._hook is not None:
-            self._hook.remove()  # not copied along: the copy registers its own
+        if self._hook is None:
+            return FunctionalModel(copy.deepcopy(self.module), self.objective)
+        self._hook.remove()  # not copied along (it is bound to this model): the copy registers its own
         try:
             module = copy.deepcopy(self.module)
         finally:
-            if self._hook is not None:
-                heads = [m for m in self.module.modules() if isinstance(m, nn.Linear)]
-                self._hook = heads[-1].register_forward_pre_hook(self._keep_features)
+            self._hook = self._head.register_forward_pre_hook(self._keep_features)
         return FunctionalModel(module, self.objective)
 
     # -- parameters as one vector -------------------------------------------------------------------------------

@@ -31,14 +31,14 @@ class Value:
     the simulated time to the target); ``a|b`` takes b where a run has no a. ``scale`` multiplies it for display
     (100: percent; 1/3600: hours)."""
 
+    name: str
+    of: str
+    scale: float = 1.0
+
     @property
     def reaching(self) -> bool:
         """Whether the value counts how long a run took to reach a level: a run without one never reached it."""
         return self.of == "rounds_to_target" or self.of.endswith("@target")
-
-    name: str
-    of: str
-    scale: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ shortened are marked, and jobs that did not finish are listed under the table. W
 ``.csv`` and the figure (``.png``) into ``results/<paper>/`` unless ``--out`` says otherwise.
 """
 
-
 from __future__ import annotations
 
 import argparse

@@ -41,22 +41,24 @@ def _grid_values(run_dir: Path, keys: list[str], config: dict) -> dict[str, str]
     return out
 
 
-def _value(run_dir: Path, summary: dict, of: str, config: dict) -> float | None:
-    """A run's value named by ``of`` (papers.Value): a summary.json key, or a metrics.csv column reduced over its
-    logged rounds (at a round, ``last``, ``max``, ``mean``, ``mean_last_K``, ``std_last_K``, or ``target``: at the
-    first round whose test accuracy reached the run's ``eval.target_acc``). ``a|b``: a's value, or b's where the
-    run has no a."""
+def _metrics(run_dir: Path) -> pd.DataFrame | None:
+    """The run's metrics.csv indexed by round (read once per run, for all of an artefact's values)."""
+    path = run_dir / METRICS_FILE
+    return pd.read_csv(path).set_index("round", drop=False) if path.exists() else None
+
+
+def _value(frame: pd.DataFrame | None, summary: dict, of: str, config: dict) -> float | None:
+    """A run's value named by ``of`` (papers.Value): a summary.json key, or a column of its metrics ``frame``
+    (_metrics) reduced over its logged rounds (at a round, ``last``, ``max``, ``mean``, ``mean_last_K``,
+    ``std_last_K``, or ``target``: at the first round whose test accuracy reached the run's ``eval.target_acc``).
+    ``a|b``: a's value, or b's where the run has no a."""
     if "|" in of:
-        return next((v for v in (_value(run_dir, summary, o, config) for o in of.split("|")) if v is not None), None)
+        return next((v for v in (_value(frame, summary, o, config) for o in of.split("|")) if v is not None), None)
     if "@" not in of:
         v = summary.get(of)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
     column, at = of.split("@")
-    metrics = run_dir / METRICS_FILE
-    if not metrics.exists():
-        return None
-    frame = pd.read_csv(metrics).set_index("round", drop=False)
-    if column not in frame:
+    if frame is None or column not in frame:
         return None
     logged = frame[column].dropna()
     if at == "target":
@@ -94,11 +96,12 @@ def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
             config = yaml.safe_load((d / CONFIG_FILE).read_text()) or {}
             summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {}
             used_fixture = fixture and str(folder / "fixture-data") == str(config.get("data", {}).get("root"))
+            metrics = _metrics(d) if any("@" in v.of for v in artefact.values) else None
             rows.append({"run_dir": str(d), PRESET: preset, **_grid_values(d, keys, config),
                          "seed": config.get("seed"), "status": summary.get("status", "missing"),
                          "error": summary.get("error"), "diverged_round": summary.get("diverged_round"),
                          "rounds_completed": summary.get("rounds_completed"),
-                         **{v.name: _scaled(_value(d, summary, v.of, config), v.scale) for v in artefact.values},
+                         **{v.name: _scaled(_value(metrics, summary, v.of, config), v.scale) for v in artefact.values},
                          "rounds": int(config.get("fl", {}).get("rounds", planned)), "planned_rounds": planned,
                          "fixture": fixture if used_fixture else "", "summary": summary})
         frame = pd.DataFrame(rows)

@@ -257,13 +257,13 @@ def test_some_presets_of_an_artefact_show_their_paper_cells_only(capsys):
 
 
 def test_a_value_is_a_summary_key_or_a_metrics_column_reduced_over_its_logged_rounds(tmp_path):
-    from fedrun.table_summary import _value
+    from fedrun.table_summary import _metrics, _value
 
     (tmp_path / "metrics.csv").write_text("round,test_acc,sim_time_s\n1,0.5,10.0\n2,0.6,\n3,0.7,30.0\n4,0.8,\n")
     summary, config = {"final_test_acc": 0.8, "rounds_to_target": 3, "reached": True}, {"eval": {"target_acc": 0.65}}
 
     def value(of, cfg=config):
-        return _value(tmp_path, summary, of, cfg)
+        return _value(_metrics(tmp_path), summary, of, cfg)
 
     assert value("test_acc@2") == 0.6 and value("test_acc@9") is None
     assert value("sim_time_s@last") == 30.0  # the last round that logged it

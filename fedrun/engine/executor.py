@@ -77,7 +77,7 @@ class LoopExecutor:
         if self.threads <= 1 or len(jobs) <= 1:
             return _result([_train_client(rule, model, ctx, p, cs, x, y, record) for p, cs in jobs])
         outputs: list[tuple | None] = [None] * len(jobs)
-        claim = iter(range(len(jobs)))  # each thread takes the next untrained client (next() on it is atomic)
+        claim = iter(range(len(jobs)))  # each thread takes the next untrained client, under the lock
         lock = threading.Lock()
 
         def work(replica: FunctionalModel) -> None:
