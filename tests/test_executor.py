@@ -160,8 +160,8 @@ def test_bench_records_are_consistent(tmp_path):
     records = json.loads((tmp_path / "b.json").read_text())
     assert [r["workload"] for r in records] == ["softmax576_400", "svm_mnist_5"]
     for r in records:
-        for key in ("workload", "clients", "steps", "loop_s", "vmap_s", "auto_s", "speedup", "peak_mem_mb",
-                    "gflops", "matmul_peak_gflops", "device"):
+        for key in ("workload", "clients", "steps", "loop_s", "threads_s", "loop_threads", "vmap_s", "auto_s",
+                    "speedup", "peak_mem_mb", "gflops", "matmul_peak_gflops", "device"):
             assert key in r
         assert r["speedup"] == pytest.approx(r["loop_s"] / r["vmap_s"])
         assert r["auto"] == "vmap" and r["matmul_peak_gflops"] > 0

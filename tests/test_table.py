@@ -318,3 +318,28 @@ def test_the_port_check_compares_an_old_scripts_cells_with_fedrun_tables(tmp_pat
     cells = port.dgt(tmp_path / "fig5.md", tmp_path)
     differing = cells[~cells["equal"]][["method", "cell"]].values.tolist()
     assert len(cells) == 8 and differing == [["FedAvg + DGT", "last10"]]
+
+
+def test_every_reading_of_an_open_point_composes_over_its_preset_and_changes_what_it_names():
+    from omegaconf import OmegaConf
+
+    from fedrun.compose import compose_config
+
+    readings = sorted(p.stem for p in (Path(__file__).parent.parent / "conf" / "reading").glob("*.yaml"))
+    assert readings == sorted(grid("fsvrg_open_mnist")["reading"])  # the artefact sweeps every one
+    plain = OmegaConf.to_container(compose_config(["experiment=fsvrg_open_mnist", "reading=fsvrg_as_printed"]))
+    assert plain == OmegaConf.to_container(compose_config(["experiment=fsvrg_open_mnist"]))
+    for name in readings:
+        given = yaml.safe_load((Path(__file__).parent.parent / "conf" / "reading" / f"{name}.yaml").read_text()) or {}
+        cfg = OmegaConf.to_container(compose_config(["experiment=fsvrg_open_mnist", f"reading={name}"]))
+
+        def leaves(tree, prefix=""):
+            return [(prefix + k, v) for k, v in tree.items() if not isinstance(v, dict)] + [
+                x for k, v in tree.items() if isinstance(v, dict) for x in leaves(v, prefix + k + ".")]
+
+        for key, value in leaves(given):  # each setting the reading names is what the run gets
+            node = cfg
+            for part in key.split("."):
+                node = node[part]
+            assert node == value, (name, key)
+
