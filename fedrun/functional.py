@@ -9,6 +9,7 @@ per-client module copies exist anywhere.
 from __future__ import annotations
 
 import copy
+import sys
 
 import torch
 from torch import nn
@@ -18,10 +19,59 @@ from torch.func import functional_call, grad_and_value
 from .models import Objective
 
 
+def _backward_without_importing_dynamo() -> None:
+    """torch.func's gradient runs each backward inside ``torch._dynamo.compiled_autograd._disable()``, and that
+    attribute imports torch._dynamo and inductor: 2-3 s, the largest part of a vmapped run's first round. Compiled
+    autograd can only be on once torch._dynamo has been imported (``hardware.compile``), so until then the backward
+    is the same plain ``torch.autograd.grad`` without it; from then on torch's own function runs."""
+    from torch._functorch import eager_transforms
+
+    original = getattr(eager_transforms, "_autograd_grad", None)
+    if original is None or getattr(original, "_fedrun", False):  # another torch, or already wrapped
+        return
+
+    def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=False, create_graph=True):
+        if "torch._dynamo" in sys.modules:
+            return original(outputs, inputs, grad_outputs, retain_graph, create_graph)
+        pairs = [(o, g) for o, g in zip(outputs, grad_outputs or [None] * len(outputs)) if o.requires_grad]
+        if not pairs:
+            return tuple(torch.zeros_like(i) for i in inputs)
+        grads = torch.autograd.grad([o for o, _ in pairs], inputs, None if grad_outputs is None else
+                                    [g for _, g in pairs], retain_graph=retain_graph, create_graph=create_graph,
+                                    allow_unused=True)
+        return tuple(torch.zeros_like(i) if g is None else g for g, i in zip(grads, inputs))
+
+    autograd_grad._fedrun = True
+    eager_transforms._autograd_grad = autograd_grad
+
+
+_backward_without_importing_dynamo()
+
+
+def dense_chain(module: nn.Module, objective: Objective) -> list[nn.Module] | None:
+    """The layers of a model whose gradient fedrun writes out by hand: a Sequential of a flattening layer, then
+    Linear and ReLU layers ending in a Linear, under an objective with a written-out output gradient (cross-entropy,
+    the smooth SVM); None for any other model."""
+    from .models import Flatten
+
+    layers = list(module.children()) if isinstance(module, nn.Sequential) else []
+    allowed = (nn.Linear, nn.ReLU, nn.Flatten, Flatten)
+    if (not layers or objective.loss_and_grad_out is None or not all(type(m) in allowed for m in layers)
+            or type(layers[0]) not in (nn.Flatten, Flatten) or not isinstance(layers[-1], nn.Linear)
+            or list(module.buffers())):
+        return None
+    return layers
+
+
 class FunctionalModel:
-    def __init__(self, module: nn.Module, objective: Objective):
+    def __init__(self, module: nn.Module, objective: Objective, by_hand: bool = True):
+        """``by_hand``: a dense chain (``dense_chain``) computes its gradient by hand, as backprop written out in a
+        dozen tensor operations: the same gradient as autograd to float rounding, at a fraction of the per-step
+        overhead of autograd's graph (and of vmap's over it), which dominates the small models of FSVRG's, BHerd's
+        and FedGH's settings."""
         self.module = module
         self.objective = objective
+        self.chain = dense_chain(module, objective) if by_hand else None
         named = list(module.named_parameters())
         self.names = [n for n, _ in named]
         self.shapes = [p.shape for _, p in named]
@@ -39,13 +89,13 @@ class FunctionalModel:
         """The same model on a copy of the module template (for another thread: ``functional_call`` swaps the
         template's parameters while it runs)."""
         if self._hook is None:
-            return FunctionalModel(copy.deepcopy(self.module), self.objective)
+            return FunctionalModel(copy.deepcopy(self.module), self.objective, self.chain is not None)
         self._hook.remove()  # not copied along (it is bound to this model): the copy registers its own
         try:
             module = copy.deepcopy(self.module)
         finally:
             self._hook = self._head.register_forward_pre_hook(self._keep_features)
-        return FunctionalModel(module, self.objective)
+        return FunctionalModel(module, self.objective, self.chain is not None)
 
     # -- parameters as one vector -------------------------------------------------------------------------------
     def init_params(self) -> torch.Tensor:
@@ -92,6 +142,8 @@ class FunctionalModel:
         updated in place (pass a client's own copy). ``feature_penalty(z)`` adds a term on the penultimate
         features z (the input of the last linear layer)."""
         self.set_training(True)
+        if self.chain is not None and feature_penalty is None:
+            return self._loss_and_grad_by_hand(flat, x, y)
         if maybe_current_level() is not None:  # inside a torch.func transform (the vmap executor)
             g, loss = self.grad_and_loss(flat, buffers, x, y, feature_penalty)
             return loss, g
@@ -100,6 +152,36 @@ class FunctionalModel:
             loss = self._loss(w, buffers, x, y, feature_penalty)
             (g,) = torch.autograd.grad(loss, w)
         return loss.detach(), g
+
+    def _loss_and_grad_by_hand(self, flat, x, y) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward through the dense chain keeping each Linear's input and each ReLU's mask, then backward:
+        dW = d^T h, db = sum(d), d <- (d W) * mask. The gradient comes back flat, in the parameters' order."""
+        params = iter(self.unflatten(flat).values())
+        h, saved = x, []
+        for layer in self.chain:
+            if isinstance(layer, nn.Linear):
+                w = next(params)
+                b = next(params) if layer.bias is not None else None
+                saved.append((layer, h, w, b))
+                h = h @ w.T if b is None else torch.addmm(b, h, w.T)
+            elif isinstance(layer, nn.ReLU):
+                saved.append((layer, h > 0))
+                h = h.clamp_min(0)
+            else:
+                h = h.flatten(1)
+        loss, d = self.objective.loss_and_grad_out(h, y)
+        grads = []
+        for i, entry in enumerate(reversed(saved)):
+            if isinstance(entry[0], nn.ReLU):
+                d = d * entry[1]
+                continue
+            _, inputs, w, b = entry
+            if b is not None:
+                grads.append(d.sum(0))
+            grads.append(d.T @ inputs)
+            if i < len(saved) - 1:
+                d = d @ w
+        return loss.detach(), torch.cat([g.reshape(-1) for g in reversed(grads)])
 
     @torch.no_grad()
     def evaluate(self, flat, buffers, x, y, batch_size: int = 2048) -> tuple[float, float]:

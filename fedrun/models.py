@@ -30,6 +30,9 @@ class Objective:
     # the class the model predicts for a dataset label, when it is not the label itself (even/odd for the SVM), so a
     # partition can deal the task's classes (partition=case2 label_deal=task); None: the label itself
     task_class: Callable[[np.ndarray], np.ndarray] | None = None
+    # the loss and its gradient w.r.t. the model's output, written out (a dense model's gradient by hand,
+    # FunctionalModel.loss_and_grad); None: autograd's
+    loss_and_grad_out: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.hits(out, y).sum()
@@ -37,8 +40,21 @@ class Objective:
 
 IGNORE = -100  # a target (or sequence position) that is not scored: padding; F.cross_entropy's ignore_index
 
+def _cross_entropy_and_grad(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean cross-entropy over the scored targets of (N, C) logits, and its gradient (softmax - one-hot) / n."""
+    scored = y != IGNORE
+    n = scored.sum()
+    logp = out.log_softmax(dim=-1)
+    target = torch.where(scored, y, 0)
+    loss = -(logp.gather(-1, target.unsqueeze(-1)).squeeze(-1) * scored).sum() / n
+    index = target.unsqueeze(-1)
+    grad = logp.exp().scatter_add(-1, index, torch.full(index.shape, -1.0, dtype=out.dtype, device=out.device))
+    return loss, grad * (scored.to(out.dtype) / n).unsqueeze(-1)
+
+
 CROSS_ENTROPY = Objective("cross_entropy", lambda out, y: F.cross_entropy(out, y, ignore_index=IGNORE),
-                          lambda out, y: out.argmax(dim=-1) == y, pad_target=IGNORE)
+                          lambda out, y: out.argmax(dim=-1) == y, pad_target=IGNORE,
+                          loss_and_grad_out=_cross_entropy_and_grad)
 
 
 def _sequence_hits(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -60,11 +76,19 @@ def _parity_target(y: torch.Tensor) -> torch.Tensor:
 
 # BHerd's "squared-SVM" (footnote 1), written as Wang et al.'s (JSAC 2019) smooth SVM on even/odd MNIST:
 # f(w) = 1/2 mean_j max(0, 1 - y_j w.x_j)^2, y = +1 for even digits; its lambda/2 ||w||^2 is fl.weight_decay.
+def _squared_hinge_parity_and_grad(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smooth SVM's loss on (N, 1) scores and its gradient: -t max(0, 1 - t o) / N."""
+    t = _parity_target(y).to(out.dtype)
+    margin = F.relu(1.0 - t * out.squeeze(-1))
+    return 0.5 * margin.pow(2).mean(), (-t * margin / len(y)).unsqueeze(-1)
+
+
 SQUARED_HINGE_PARITY = Objective(
     "squared_hinge_parity",
     lambda out, y: 0.5 * F.relu(1.0 - _parity_target(y) * out.squeeze(-1)).pow(2).mean(),
     lambda out, y: (out.squeeze(-1) >= 0) == (y % 2 == 0),
     task_class=lambda y: y % 2,  # 0: even, 1: odd
+    loss_and_grad_out=_squared_hinge_parity_and_grad,
 )
 
 

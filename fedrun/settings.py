@@ -160,7 +160,9 @@ class HardwareConfig(Section):
     chunk_size: Optional[int] = MISSING
     memory_fraction: float = MISSING
     compile: bool = MISSING
+    vmap_tail: Optional[int] = MISSING
     loop_threads: Optional[int] = MISSING
+    gradient: str = MISSING
     dtype: str = MISSING
     num_threads: Optional[int] = MISSING
     step_store: str = MISSING
@@ -175,8 +177,11 @@ class HardwareConfig(Section):
         yield (self.chunk_size is None or self.chunk_size >= 1, "chunk_size",
                "must be null (sized from free memory) or an integer >= 1", "null")
         yield 0 < self.memory_fraction <= 1, "memory_fraction", "must be in (0, 1]", "0.5"
+        yield (self.vmap_tail is None or self.vmap_tail >= 0, "vmap_tail",
+               "must be null (auto) or an integer >= 0 (0: every step vmapped)", "null")
         yield (self.loop_threads is None or self.loop_threads >= 1, "loop_threads",
                "must be null (auto) or an integer >= 1", "null")
+        yield self.gradient in ("auto", "autograd"), "gradient", "must be auto or autograd", "auto"
         yield self.dtype in ("float32", "float64"), "dtype", "must be float32 or float64", "float32"
         yield (self.num_threads is None or self.num_threads >= 1, "num_threads", "must be null or an integer >= 1",
                "2")

@@ -1,6 +1,7 @@
 """BHerd's claims tested as hypotheses on SVM-MNIST (issue #22): where, if anywhere, BHerd beats FedAvg.
 
     python scripts/bherd_claims.py [--seeds K] [--rounds T] [--lrs LR,...] [--workers P] [--runs DIR] [--out DIR]
+                                 [hydra overrides for every job: a launcher...]
 
 The mechanism: BHerd's server step (eq. 6) is FedAvg's plus (eta E / alpha) times the herding residual
 s_i = sum over the selected steps of (z - mean z); herding makes s_i small, so BHerd can differ from FedAvg only as
@@ -37,7 +38,8 @@ import pandas as pd  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from fedrun.checkpoint import load_latest  # noqa: E402
-from fedrun.reproduce import provenance, run_jobs  # noqa: E402
+from fedrun import batch  # noqa: E402
+from fedrun.table_summary import provenance  # noqa: E402
 
 READINGS = {  # name -> (overrides, what it is)
     "case1": (["partition=case1"], "Case 1: IID"),
@@ -74,9 +76,10 @@ HEADLINE_SEEDS = 3
 
 
 def job(reading: str, method: str, lr: float, seed: int, rounds: int, runs: Path) -> tuple[list[str], str]:
+    """A run's overrides and its folder."""
     overrides = ["experiment=bherd_svm_mnist", *READINGS[reading][0], *METHODS[method], f"fl.lr={lr:g}",
                  f"seed={seed}", f"fl.rounds={rounds}"]
-    return overrides, str(runs / reading / f"lr{lr:g}" / method.replace(" ", "_").replace("=", "") / f"seed{seed}")
+    return overrides, batch.job_dir(overrides, runs)
 
 
 def read_metrics(run_dir: str) -> pd.DataFrame:
@@ -185,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--lrs", default=",".join(f"{lr:g}" for lr in LRS))
-    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", default="outputs/bherd_claims")
     parser.add_argument("--out", default="results/bherd")
+    batch.add_arguments(parser)
     args = parser.parse_args(argv)
     args.lrs = sorted(float(v) for v in args.lrs.split(","))
     if PAPER_LR not in args.lrs:
@@ -195,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     runs, out = Path(args.runs), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     jobs, grid = phase_one(args, runs)
-    summaries = run_jobs(jobs, args.workers)
+    every = batch.every_job(args)
+    summaries = batch.run([o for o, _ in jobs], runs, every)
     picked = {reading: best_lr(grid, reading, args.lrs) for reading in READINGS}
     seeded: dict[tuple, list[str]] = {}
     jobs2 = []
@@ -207,17 +211,16 @@ def main(argv: list[str] | None = None) -> int:
                     seeded.setdefault((reading, lr, method), []).append(j[1])
                     if seed > 0:
                         jobs2.append(j)
-    summaries += run_jobs(jobs2, args.workers)
-    headline = {(name, seed): ([*overrides, "data=mnist", f"seed={seed}"],
-                               str(runs / "headline" / name.replace(" ", "_").replace(",", "") / f"seed{seed}"))
+    summaries += batch.run([o for o, _ in jobs2], runs, every)
+    headline = {(name, seed): [*overrides, "data=mnist", f"seed={seed}"]
                 for name, overrides in HEADLINE.items() for seed in range(HEADLINE_SEEDS)}
-    summaries += run_jobs(list(headline.values()), args.workers)
+    summaries += batch.run(list(headline.values()), runs, every)
     command = "python scripts/bherd_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
     note = provenance(command, summaries)
     render_lr_plot(grid, args.lrs, out, note)
     render_fig5a(grid, picked, out, note)
     (out / "claims.md").write_text(report(args, grid, seeded, picked, note, command)
-                                   + headline_report({k: v[1] for k, v in headline.items()}))
+                                   + headline_report({k: batch.job_dir(v, runs) for k, v in headline.items()}))
     print(f"wrote {out / 'claims.md'}, claims_lr.png and claims_fig5a.png")
     return 0
 

@@ -1,6 +1,6 @@
 """Why SVM-MNIST does not land on BHerd's Table II: FedAvg and BHerd under the settings the paper leaves open.
 
-    python scripts/bherd_gap.py [--seeds K] [--workers P] [--runs DIR] [--out DIR]
+    python scripts/bherd_gap.py [--seeds K] [--workers P] [--runs DIR] [--out DIR] [hydra overrides for every job]
 
 Every variant starts from the preset experiment=bherd_svm_mnist (the prototype system's smooth SVM: pixels in
 [0, 1], no intercept, w_0 = 0, lambda = 0.1; eta = 2e-4, B = 100, E = 1, T = 100, N = 5) and changes one thing.
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedrun.reproduce import provenance, run_jobs
+from fedrun import batch
+from fedrun.table_summary import provenance
 
 VARIANTS = {  # name -> (overrides, what it changes)
     "preset": ([], "the preset: prototype-system SVM, pixels in [0, 1]"),
@@ -33,9 +34,9 @@ NAMES = {"fedavg": "FedAvg", "bherd": "BHerd"}
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", default="outputs/bherd_gap")
     parser.add_argument("--out", default="results/bherd")
+    batch.add_arguments(parser)
     args = parser.parse_args(argv)
     jobs, keys = [], []
     for variant, (overrides, _) in VARIANTS.items():
@@ -45,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue  # the label deal only exists in Case 2
                 for seed in range(args.seeds):
                     keys.append((variant, algo, case))
-                    jobs.append((["experiment=bherd_svm_mnist", f"algo={algo}", f"partition={case}", f"seed={seed}",
-                                  *overrides], str(Path(args.runs) / variant / case / algo / f"seed{seed}")))
-    summaries = run_jobs(jobs, args.workers)
+                    jobs.append(["experiment=bherd_svm_mnist", f"algo={algo}", f"partition={case}", f"seed={seed}",
+                                 *overrides])
+    summaries = batch.run(jobs, args.runs, batch.every_job(args))
     accs: dict[tuple, list[float]] = {}
     for key, s in zip(keys, summaries):
         accs.setdefault(key, []).append(100 * s["final_test_acc"])

@@ -2,7 +2,7 @@
 
     python scripts/dgt_claims.py [--datasets mnist,fashion_mnist] [--bases fedavg,scaffold] [--lrs 0.01,0.05,0.1]
                                  [--rounds T] [--targets DATASET=ACC,...] [--seeds K] [--workers P] [--runs DIR]
-                                 [--out DIR]
+                                 [--out DIR] [hydra overrides for every job: a launcher...]
 
 ``experiment=dgt_<dataset>`` (20 clients holding two classes each, all taking part, the three-layer CNN, B = 256,
 E = 1) for each base at each learning rate (the paper gives none) in three variants: the base alone, the base with
@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrun.reproduce import first_round_reaching, provenance, run_jobs
+from fedrun import batch
+from fedrun.table_summary import provenance
 
 VARIANTS = {"base": ["algo/harmonizer=none"], "DGT": ["algo/harmonizer=dgt"],
             "control": ["algo/harmonizer=dgt", "algo.harmonizer.mode=norm_only"]}
@@ -37,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--targets", default="mnist=0.9,fashion_mnist=0.75")
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", default="outputs/dgt_claims")
     parser.add_argument("--out", default="results/dgt")
+    batch.add_arguments(parser)
     args = parser.parse_args(argv)
     targets = {k: float(v) for k, v in (t.split("=") for t in args.targets.split(","))}
     jobs, keys = [], []
@@ -49,12 +50,12 @@ def main(argv: list[str] | None = None) -> int:
                 for variant, overrides in VARIANTS.items():
                     for seed in range(args.seeds):
                         keys.append((dataset, base, float(lr), variant, seed))
-                        jobs.append(([f"experiment=dgt_{dataset}", f"algo={base}", *overrides, f"fl.lr={lr}",
-                                      f"fl.rounds={args.rounds}", f"seed={seed}"],
-                                     str(Path(args.runs) / dataset / base / f"lr{lr}" / variant / f"seed{seed}")))
-    summaries = run_jobs(jobs, args.workers)
+                        jobs.append([f"experiment=dgt_{dataset}", f"algo={base}", *overrides, f"fl.lr={lr}",
+                                     f"fl.rounds={args.rounds}", f"seed={seed}"])
+    summaries = batch.run(jobs, args.runs, batch.every_job(args))
     command = "python scripts/dgt_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    frames = {k: pd.read_csv(Path(d) / "metrics.csv").set_index("round") for k, (_, d) in zip(keys, jobs)}
+    frames = {k: pd.read_csv(Path(batch.job_dir(job, args.runs)) / "metrics.csv").set_index("round")
+              for k, job in zip(keys, jobs)}
     diverged_at = {k: s.get("diverged_round") for k, s in zip(keys, summaries)}  # None: it did not diverge
     lines = ["# DGT against the learning rate and a step-length control (issue #23)\n",
              provenance(command, summaries) + "\n",
@@ -106,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     (out / "claims.md").write_text("\n".join(lines))
     print(f"wrote {out / 'claims.md'}")
     return 0
+
+
+def first_round_reaching(curve: pd.Series, level: float) -> int | None:
+    hit = curve[curve >= level]
+    return int(hit.index[0]) if len(hit) else None
 
 
 def divergence_verdict(dataset: str, base: str, lr: float, diverged: dict[str, list[int]], rounds: int) -> str:

@@ -2,6 +2,7 @@
 Acc_l > Acc_g, and does FedGH improve each?
 
     python scripts/fedgh_claims.py [--seeds K] [--rounds T] [--workers P] [--runs DIR] [--out DIR]
+                                  [hydra overrides for every job: a launcher...]
 
 ``experiment=fedgh_synthetic`` (LEAF Synthetic, 1000 users as clients, 50 per round, E = 1, B = 5, lr 0.1, 100
 rounds) for FedAvg, FedProx, FedNova and FedDecorr without and with FedGH, K seeds, and FedAvg +- FedGH with SGD
@@ -23,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from fedrun.papers import papers  # noqa: E402
-from fedrun.reproduce import provenance, run_jobs  # noqa: E402
+from fedrun import batch  # noqa: E402
+from fedrun.table_summary import provenance  # noqa: E402
 
 
 
@@ -50,18 +52,16 @@ READINGS = {  # column -> what it is
 LAST = 10  # the round-level readings (a fresh cohort each round) are averaged over the last rounds
 
 
-def jobs_for(args) -> dict[tuple, tuple[list[str], str]]:
+def jobs_for(args) -> dict[tuple, list[str]]:
     jobs = {}
     for momentum in (0.0, 0.9):
         for base in BASES if momentum == 0.0 else ("fedavg",):
             for fedgh in (False, True):
                 for seed in range(args.seeds):
                     key = (base, fedgh, momentum, seed)
-                    jobs[key] = (["experiment=fedgh_synthetic", f"algo={base}",
-                                  f"algo/harmonizer={'fedgh' if fedgh else 'none'}", f"fl.momentum={momentum}",
-                                  f"fl.rounds={args.rounds}", f"seed={seed}"],
-                                 str(Path(args.runs) / f"m{momentum:g}" / f"{base}{'_fedgh' if fedgh else ''}"
-                                     / f"seed{seed}"))
+                    jobs[key] = ["experiment=fedgh_synthetic", f"algo={base}",
+                                 f"algo/harmonizer={'fedgh' if fedgh else 'none'}", f"fl.momentum={momentum}",
+                                 f"fl.rounds={args.rounds}", f"seed={seed}"]
     return jobs
 
 
@@ -69,17 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", default="outputs/fedgh_claims")
     parser.add_argument("--out", default="results/fedgh")
+    batch.add_arguments(parser)
     args = parser.parse_args(argv)
     jobs = jobs_for(args)
     keys = list(jobs)
-    summaries = run_jobs([jobs[k] for k in keys], args.workers)
+    summaries = batch.run([jobs[k] for k in keys], args.runs, batch.every_job(args))
     command = "python scripts/fedgh_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
     values = {}
     for key in keys:
-        m = pd.read_csv(Path(jobs[key][1]) / "metrics.csv")
+        m = pd.read_csv(Path(batch.job_dir(jobs[key], args.runs)) / "metrics.csv")
         values[key] = {"Acc_g": 100 * m["test_acc"].iloc[-1],
                        **{r: 100 * (m[r].iloc[-LAST:].mean() if "round" in r or "model" in r else m[r].iloc[-1])
                           for r in READINGS}}

@@ -2,7 +2,7 @@
 paper's 97.8-98.1% at 10% participation, and do they then beat one-model FSVRG and the baselines?
 
     python scripts/fsvrg_claims.py [--rounds T] [--level F] [--holdout H] [--seeds K] [--workers P] [--runs DIR]
-                                   [--out DIR]
+                                   [--out DIR] [hydra overrides for every job: a launcher...]
 
 ``experiment=fsvrg_mnist`` at participation ``--level`` (10%: 40 of 400 machines): MA-FSVRG and GA-FSVRG with eq. 64
 as printed and with Adam's step (``algo.bank.form=adam``), one-model FSVRG (the bank's base) and SCAFFOLD (the best
@@ -23,15 +23,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrun.reproduce import provenance, run_jobs
+from fedrun import batch
+from fedrun.table_summary import provenance
 
-METHODS = {  # name -> (run folder, overrides of experiment=fsvrg_mnist)
-    "MA-FSVRG (eq. 64 as printed)": ("ma_paper", ["algo=mafsvrg", "algo.bank.form=paper"]),
-    "MA-FSVRG (Adam's step)": ("ma_adam", ["algo=mafsvrg", "algo.bank.form=adam"]),
-    "GA-FSVRG (eq. 64 as printed)": ("ga_paper", ["algo=gafsvrg", "algo.bank.form=paper"]),
-    "GA-FSVRG (Adam's step)": ("ga_adam", ["algo=gafsvrg", "algo.bank.form=adam"]),
-    "FSVRG (one model)": ("fsvrg", ["algo=fsvrg"]),
-    "SCAFFOLD": ("scaffold", ["algo=scaffold", "fl.lr=0.01"]),
+METHODS = {  # name -> overrides of experiment=fsvrg_mnist
+    "MA-FSVRG (eq. 64 as printed)": ["algo=mafsvrg", "algo.bank.form=paper"],
+    "MA-FSVRG (Adam's step)": ["algo=mafsvrg", "algo.bank.form=adam"],
+    "GA-FSVRG (eq. 64 as printed)": ["algo=gafsvrg", "algo.bank.form=paper"],
+    "GA-FSVRG (Adam's step)": ["algo=gafsvrg", "algo.bank.form=adam"],
+    "FSVRG (one model)": ["algo=fsvrg"],
+    "SCAFFOLD": ["algo=scaffold", "fl.lr=0.01"],
 }
 READINGS = {"test_acc": "best single model, pooled test set", "bank_mean_acc": "mean of the bank's models",
             "personal_acc": "Zhao et al.'s personalised protocol", "owner_acc": "held-out samples, owner's model",
@@ -46,23 +47,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--level", type=float, default=0.1)
     parser.add_argument("--holdout", type=float, default=0.2)
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", default="outputs/fsvrg_claims")
     parser.add_argument("--out", default="results/fsvrg")
+    batch.add_arguments(parser)
     args = parser.parse_args(argv)
     per_round = round(400 * args.level)
     jobs, keys = [], []
-    for name, (folder, overrides) in METHODS.items():
+    for name, overrides in METHODS.items():
         for seed in range(args.seeds):
             keys.append((name, seed))
-            jobs.append((["experiment=fsvrg_mnist", *overrides, f"fl.clients_per_round={per_round}",
-                          f"fl.rounds={args.rounds}", f"eval.holdout={args.holdout}", "eval.personalized=true",
-                          f"seed={seed}"], str(Path(args.runs) / f"p{per_round}" / folder / f"seed{seed}")))
-    summaries = run_jobs(jobs, args.workers)
+            jobs.append(["experiment=fsvrg_mnist", *overrides, f"fl.clients_per_round={per_round}",
+                         f"fl.rounds={args.rounds}", f"eval.holdout={args.holdout}", "eval.personalized=true",
+                         f"seed={seed}"])
+    summaries = batch.run(jobs, args.runs, batch.every_job(args))
     command = "python scripts/fsvrg_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
     rows = []
-    for (name, seed), (_, run) in zip(keys, jobs):
-        metrics = pd.read_csv(Path(run) / "metrics.csv")
+    for (name, seed), job in zip(keys, jobs):
+        metrics = pd.read_csv(Path(batch.job_dir(job, args.runs)) / "metrics.csv")
         last = metrics.iloc[-1]
         rows.append({"method": name, "seed": seed,
                      **{r: 100 * float(last[r]) if r in last and pd.notna(last[r]) else np.nan for r in READINGS},

@@ -3,7 +3,7 @@ frequency tuning that gets out of it.
 
     python scripts/gift_claims.py [--seeds K] [--budget S] [--settings NAME[:K],...] [--compare NAME]
                                   [--long-budget S] [--long-seeds K] [--long-compare] [--workers P] [--runs DIR]
-                                  [--out DIR]
+                                  [--out DIR] [hydra overrides for every job: a launcher...]
 
 Three experiments, each a preset:
 
@@ -47,16 +47,17 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from fedrun.reproduce import provenance, run_jobs  # noqa: E402
+from fedrun import batch  # noqa: E402
+from fedrun.table_summary import provenance  # noqa: E402
 
 STAGNATION = "gift_stagnation_lenet5_fashion_mnist"
 TWO_CLIENTS = "gift_stagnation_two_clients_mnist"
-SCHEDULES = {  # name -> (run folder, overrides of the stagnation preset)
-    "FedAvg (tau = 100)": ("fedavg", ["algo/schedule=fixed", "algo.schedule.tau=100"]),
-    "GIFT": ("gift", []),
-    "GIFT + relaxation": ("gift_relax", ["algo.schedule.relax=true"]),
-    "AdaComm": ("adacomm", ["algo/schedule=adacomm"]),
-    "AFL": ("afl", ["algo/schedule=afl"]),
+SCHEDULES = {  # name -> overrides of the stagnation preset
+    "FedAvg (tau = 100)": ["algo/schedule=fixed", "algo.schedule.tau=100"],
+    "GIFT": [],
+    "GIFT + relaxation": ["algo.schedule.relax=true"],
+    "AdaComm": ["algo/schedule=adacomm"],
+    "AFL": ["algo/schedule=afl"],
 }
 SEEDED = ("FedAvg (tau = 100)", "GIFT")
 SETTING_TITLES = {"two_clients": "MNIST (SUBSTITUTE), two clients of 5 classes each",
@@ -67,40 +68,36 @@ GRID_S = 25.0  # Figs. 6-7 read every schedule every this many simulated seconds
 
 
 def jobs_for(args) -> dict[str, tuple[list[str], str]]:
-    runs = Path(args.runs)
+    """Every run by name: its overrides and its folder."""
     jobs = {
-        "fig3a/switch": (["experiment=gift_fig3a_svm"], runs / "fig3a" / "switch21"),
-        "fig3a/tau500": (["experiment=gift_fig3a_svm", "algo.schedule.switch_round=null", "fl.rounds=60",
-                          "eval.every=1"], runs / "fig3a" / "tau500"),
-        "fig3a/optimum": (["experiment=gift_fig3a_svm", "algo=centralized", "algo.schedule.switch_round=null",
-                           "algo.schedule.tau=null", "fl.rounds=40", "eval.every=1", "fl.lr_milestones=[20,30]"],
-                          runs / "fig3a" / "centralized"),
-        "fig3b/switch": (["experiment=gift_fig3b_lenet5_mnist"], runs / "fig3b" / f"switch{FIG3B_SWITCH}"),
-        "fig3b/tau500": (["experiment=gift_fig3b_lenet5_mnist", "algo.schedule.switch_round=null", "fl.rounds=80",
-                          "eval.every=1", "diagnostics.conflicts=false"], runs / "fig3b" / "tau500"),
-        "startup": (["experiment=gift_lenet5_mnist", "fl.batch_size=10", "fl.rounds=8"], runs / "startup_mnist"),
+        "fig3a/switch": ["experiment=gift_fig3a_svm"],
+        "fig3a/tau500": ["experiment=gift_fig3a_svm", "algo.schedule.switch_round=null", "fl.rounds=60",
+                         "eval.every=1"],
+        "fig3a/optimum": ["experiment=gift_fig3a_svm", "algo=centralized", "algo.schedule.switch_round=null",
+                          "algo.schedule.tau=null", "fl.rounds=40", "eval.every=1", "fl.lr_milestones=[20,30]"],
+        "fig3b/switch": ["experiment=gift_fig3b_lenet5_mnist"],
+        "fig3b/tau500": ["experiment=gift_fig3b_lenet5_mnist", "algo.schedule.switch_round=null", "fl.rounds=80",
+                         "eval.every=1", "diagnostics.conflicts=false"],
+        "startup": ["experiment=gift_lenet5_mnist", "fl.batch_size=10", "fl.rounds=8"],
     }
     budget = [] if args.budget is None else [f"timing.budget_s={args.budget:g}"]
     for setting in args.settings:
-        for name, (folder, overrides) in SCHEDULES.items():
+        for name, overrides in SCHEDULES.items():
             if setting != args.compare and name not in SEEDED:
                 continue
             for seed in range(args.settings[setting] if name in SEEDED else 1):
-                jobs[f"stag/{setting}/{name}/{seed}"] = (
-                    [*setting_overrides(setting), *overrides, *budget, f"seed={seed}"],
-                    runs / "stagnation" / setting / folder / f"seed{seed}")
+                jobs[f"stag/{setting}/{name}/{seed}"] = [*setting_overrides(setting), *overrides, *budget,
+                                                         f"seed={seed}"]
     if args.long_budget:
         setting = args.compare if args.compare != "none" else next(iter(args.settings))
         for name in SCHEDULES if args.long_compare else SEEDED:
-            folder, overrides = SCHEDULES[name]
+            overrides = SCHEDULES[name]
             # the other schedules evaluate on the time grid (with tau = 1, every 5 rounds would cost most of a run)
             grid = [] if name in SEEDED else [f"eval.every_s={GRID_S:g}"]
             for seed in range(args.long_seeds if name in SEEDED else 1):
-                jobs[f"long/{name}/{seed}"] = (
-                    [*setting_overrides(setting), *overrides, *grid, f"timing.budget_s={args.long_budget:g}",
-                     f"seed={seed}"],
-                    runs / "stagnation" / setting / f"{folder}_{args.long_budget:g}s" / f"seed{seed}")
-    return {k: (o, str(d)) for k, (o, d) in jobs.items()}
+                jobs[f"long/{name}/{seed}"] = [*setting_overrides(setting), *overrides, *grid,
+                                               f"timing.budget_s={args.long_budget:g}", f"seed={seed}"]
+    return {k: (o, batch.job_dir(o, args.runs)) for k, o in jobs.items()}
 
 
 def setting_overrides(setting: str) -> list[str]:
@@ -133,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long-compare", action="store_true",
                         help="also AdaComm, AFL and GIFT + relaxation (seed 0) at the --long-budget: Figs. 6-7 "
                              "there, every schedule's accuracy read on one simulated-time grid")
-    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs", default="outputs/gift_claims")
     parser.add_argument("--out", default="results/gift")
+    batch.add_arguments(parser)
     args = parser.parse_args(argv)
     settings = {}
     for item in args.settings.split(","):
@@ -151,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--compare {args.compare} must be one of --settings {args.settings}, or none")
     jobs = jobs_for(args)
     names = list(jobs)
-    summaries = dict(zip(names, run_jobs([jobs[n] for n in names], args.workers)))
+    summaries = dict(zip(names, batch.run([jobs[n][0] for n in names], args.runs, batch.every_job(args))))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python scripts/gift_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])

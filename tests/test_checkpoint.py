@@ -20,7 +20,7 @@ from fedrun.algorithms import PARTS
 from fedrun.checkpoint import checkpoints, load_latest, save_checkpoint
 from fedrun.engine.experiment import run_experiment
 from fedrun.errors import ConfigError
-from fedrun.reproduce import provenance
+from fedrun.table_summary import provenance
 from fedrun.results import finished_summary
 
 ALGOS = {

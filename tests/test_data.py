@@ -4,7 +4,6 @@ import gzip
 import json
 import os
 import pickle
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -511,14 +510,14 @@ def test_leaf_reddit_sequences_targets_vocabulary_and_a_natural_run(tmp_path, cf
 
 
 @pytest.mark.parametrize("dataset", ["leaf_femnist", "leaf_reddit"])
-def test_fixture_for_a_missing_dataset_points_runs_at_files_its_loader_reads(dataset, tmp_path, monkeypatch):
-    from fedrun.reproduce import fixture_for
+def test_a_stand_in_for_a_missing_dataset_is_files_its_loader_reads(dataset, tmp_path):
+    """The fixture fedrun-table runs on when a dataset is absent: the dataset's own files, every user a client."""
+    from fedrun.data.fixtures import stand_in
 
-    monkeypatch.setenv("FEDRUN_DATA", str(tmp_path / "empty"))  # the real data is missing here
-    overrides, note = fixture_for(dataset)
+    root = tmp_path / "fixture"
+    overrides, size = stand_in(dataset, root)
     given = dict(o.split("=", 1) for o in overrides)
-    root = Path(given["data.root"])
-    assert DATASETS[dataset].is_present(root) and note.startswith(f"not reproduced: {dataset} is not present")
+    assert DATASETS[dataset].is_present(root) and size
     cfg = settings(dataset, root=str(root))
     data = DATASETS[dataset].load(root, cfg)  # every fixture user is a client, all taking part
     assert int(given["fl.num_clients"]) == int(given["fl.clients_per_round"]) == len(set(data.train_users))

@@ -107,3 +107,37 @@ def test_a_single_sample_client_is_refused_only_where_batchnorm_cannot_train_on_
         refuse_single_sample_batches(flat_bn, flat_bn.init_params(), flat_bn.init_buffers(), vectors, one, "m")
     refuse_single_sample_batches(flat_bn, flat_bn.init_params(), flat_bn.init_buffers(), vectors, two, "m")
     refuse_single_sample_batches(map_bn, map_bn.init_params(), map_bn.init_buffers(), images, one, "m")  # 16 values
+
+
+@pytest.mark.parametrize("name,kind,shape", [("logreg", "image", (1, 8, 8)), ("mlp", "vector", (60,)),
+                                             ("svm", "image", (1, 8, 8))])
+def test_a_dense_chains_gradient_by_hand_equals_autograds(name, kind, shape):
+    """Linear/ReLU chains under cross-entropy or the smooth SVM compute loss and gradient by hand (backprop written
+    out): equal to autograd's in float64, one client and a vmapped cohort, with an unscored (padding) target."""
+    from torch.func import vmap
+
+    torch.manual_seed(0)
+    module, objective = build_model(option("model", name), kind, shape, 10, name)
+    module = module.double()
+    hand, auto = FunctionalModel(module, objective), FunctionalModel(module, objective, by_hand=False)
+    assert hand.chain is not None and auto.chain is None
+    w = torch.stack([hand.init_params() + 0.1 * torch.randn(hand.dim, dtype=torch.float64) for _ in range(3)])
+    x, y = torch.randn(3, 16, *shape, dtype=torch.float64), torch.randint(0, 10, (3, 16))
+    y[0, 3] = -100 if name != "svm" else y[0, 3]
+    cohort = [vmap(lambda a, b, c, m=m: m.loss_and_grad(a, {}, b, c))(w, x, y) for m in (hand, auto)]
+    for got, want in zip(*cohort):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+    loss, grad = hand.loss_and_grad(w[0], {}, x[0], y[0])
+    torch.testing.assert_close(grad, cohort[1][1][0], rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(loss, cohort[1][0][0], rtol=1e-12, atol=1e-14)
+
+
+def test_only_dense_chains_take_the_gradient_by_hand():
+    """Convolutions, BatchNorm or a feature penalty (FedDecorr) keep autograd."""
+    cnn = FunctionalModel(*build_model(option("model", "cnn3"), "image", (1, 8, 8), 10, "cnn3"))
+    mlp = FunctionalModel(*build_model(option("model", "mlp"), "vector", (6,), 3, "mlp"))
+    assert cnn.chain is None and mlp.chain is not None
+    w, x, y = mlp.init_params(), torch.randn(4, 6), torch.tensor([0, 1, 2, 0])
+    penalty = lambda z: z.pow(2).mean()  # noqa: E731
+    with_penalty = mlp.loss_and_grad(w, {}, x, y, penalty)[0]
+    assert with_penalty > mlp.loss_and_grad(w, {}, x, y)[0]  # the penalty went in: autograd's path

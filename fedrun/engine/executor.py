@@ -5,6 +5,10 @@ runs each local step for all of them in one ``torch.func.vmap`` call, minibatche
 device-resident data. Clients are sorted by tau_i, so at step t the active clients are a prefix of the stack and
 finished clients cost nothing (masked, not padded). A cohort that would not fit in memory runs in chunks.
 
+When ``tail`` or fewer clients are left stepping (the longest clients of a cohort of unequal sizes), they finish one
+after another with the plain step: on a CPU vmap's per-call overhead (about 2 ms a step here) exceeds what batching
+a few small clients saves, and a natural partition's largest client can step alone for hundreds of steps.
+
 ``compile=True`` hands the vmapped step to ``torch.compile``, which fuses its many small operations (on a CPU into
 one C++ loop nest; a C++ compiler is needed). Compiled graphs are specialised to shapes, so there every step runs
 the whole stack and each client's state is set aside when it finishes: one graph per minibatch width instead of one
@@ -127,10 +131,12 @@ class VmapExecutor:
 
     name = "vmap"
 
-    def __init__(self, chunk_size: int | None = None, memory_fraction: float = 0.5, compile: bool = False):
+    def __init__(self, chunk_size: int | None = None, memory_fraction: float = 0.5, compile: bool = False,
+                 tail: int = 0):
         self.chunk_size = chunk_size
         self.memory_fraction = memory_fraction
         self.compile = compile
+        self.tail = 0 if compile else tail  # a compiled step runs the whole stack (one graph per batch width)
         self._step: tuple | None = None  # (rule, model, vmapped step), built once: a compiled step is reused
 
     def _vmapped_step(self, rule: LocalRule, model: FunctionalModel):
@@ -179,6 +185,9 @@ class VmapExecutor:
         k_before = k_all
         for t in range(taus[0]):
             k = sum(tau > t for tau in taus)  # active clients: a prefix of the stack
+            if k <= self.tail:
+                stacked = self._finish_alone(rule, model, ctx, stacked, plans[:k], t, x, y, loss_sum, steps)
+                break
             if self.compile:  # the whole stack steps; clients k .. k_before - 1 have just finished
                 tree.copy_rows(finished, stacked, k, k_before)
                 new, loss = step(ctx, stacked, minibatch(x, batches[:, t], t), rows(y, batches[:, t]))
@@ -204,6 +213,23 @@ class VmapExecutor:
             results.append((update, state["buffers"], loss_sum[i] / plan.tau, new_state, uploads,
                             steps[i, : plan.tau] if record is not None else None))
         return results
+
+    @staticmethod
+    def _finish_alone(rule, model, ctx, stacked, plans, t, x, y, loss_sum, steps):
+        """The active clients' steps from step t on, one client after another with the plain step (the loop's),
+        written back into their rows of the stack (returned: an entry vmap broadcast from the context, one memory row
+        for all, is made whole first)."""
+        stacked = tree.tree_map(lambda a: a.contiguous(), stacked)
+        for i, plan in enumerate(plans):
+            state = tree.tree_map(lambda a: a[i].clone(), stacked)
+            for s in range(t, plan.tau):
+                batch = plan.batches[s]
+                state, loss = rule.client_step(model, ctx, state, minibatch(x, batch, s), rows(y, batch))
+                loss_sum[i] += loss.detach()
+                if steps is not None:
+                    steps[i, s].copy_(state["direction"], non_blocking=True)
+            tree.tree_map(lambda a, b: a[i].copy_(b), stacked, state)
+        return stacked
 
     def _fitting_chunk(self, rule, model, ctx, plan: ClientPlan, x: torch.Tensor) -> int:
         """Clients per chunk from the memory one client's step needs and the memory free on the device."""
@@ -328,13 +354,24 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
         raise ConfigError(["hardware.compile=true: torch.compile needs a C++ compiler on the CPU and none is on PATH "
                            "(g++, clang++ or $CXX); install one (apt-get install g++) or set hardware.compile=false"])
     if name == "vmap":
-        return VmapExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction, compile_)
+        tail = vmap_tail(model, device) if hw_cfg.vmap_tail is None else hw_cfg.vmap_tail
+        return VmapExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction, compile_, tail)
     if compile_:
         log.warning("hardware.compile=true has no effect: it compiles the vmap executor's step and this run uses the "
                     "loop executor (set hardware.executor=vmap to compile)")
     if threads > 1:
         log.info("the loop trains %d clients at once, one intra-op thread each (hardware.loop_threads)", threads)
     return LoopExecutor(threads)
+
+
+def vmap_tail(model: FunctionalModel, device: torch.device) -> int:
+    """``hardware.vmap_tail=null``: on a CPU, up to 4 clients of a dense model finish one by one (a vmapped step of
+    an MLP or softmax costs about a plain step plus 2 ms: batching pays from about 5 clients on), one of a
+    convolutional model (its plain step is costlier; from 2 clients on vmap is as fast); on a GPU one (a lone client
+    has nothing to batch). Deterministic, as ``auto`` is: the same config always steps the same way."""
+    if device.type == "cuda" or any(isinstance(m, _CONV) for m in model.module.modules()):
+        return 1
+    return 4
 
 
 _RANDOM_LAYERS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout,

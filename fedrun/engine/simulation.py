@@ -78,7 +78,8 @@ class Simulation:
         torch.manual_seed(cfg.seed)
         kind = get_spec(cfg.data.name).meta(cfg.data)[0]
         module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
-        self.model = FunctionalModel(module.to(self.device, self.dtype), objective)
+        self.model = FunctionalModel(module.to(self.device, self.dtype), objective,
+                                     by_hand=cfg.hardware.gradient == "auto")
         params, buffers = self.model.init_params(), self.model.init_buffers()
 
         task = objective.task_class(self.labels) if objective.task_class is not None else None
