@@ -325,6 +325,14 @@ def test_leaf_synthetic_reads_leafs_json_when_asked(tmp_path):
     data = synthetic.load_leaf(tmp_path, cfg)
     assert data.x_train.shape == (20, 60) and data.x_test.shape == (8, 60)
     assert list(np.bincount(data.train_users)) == [5] * 4 and data.y_train.max() < 5
+    (cached,) = (tmp_path / "leaf" / "synthetic" / "data" / "cache").glob("*.npz")  # JSON is parsed once
+    again = synthetic.load_leaf(tmp_path, cfg)
+    assert torch.equal(again.x_train, data.x_train) and cached.exists()
+    train = next((tmp_path / "leaf" / "synthetic" / "data" / "train").glob("*.json"))
+    blob = json.loads(train.read_text())
+    blob["user_data"][blob["users"][0]]["x"][0][0] += 1.0
+    train.write_text(json.dumps(blob))  # an edited source is read again, not the cache
+    assert float(synthetic.load_leaf(tmp_path, cfg).x_train[0, 0]) == pytest.approx(float(data.x_train[0, 0]) + 1)
     with pytest.raises(DataMissingError, match="data.source=generated"):
         synthetic.load_leaf(tmp_path / "empty", cfg)
 

@@ -139,14 +139,17 @@ def _dataset(name: str, users, num_classes: int, train_fraction: float, split_se
 
 def load_leaf(root: Path, cfg) -> FedDataset:
     if cfg.source == "json":  # the files LEAF's own preprocessing wrote
-        from .leaf import decode, json_files, read_users
+        from .base import cache_path, load_or_build, source_signature
+        from .leaf import decode, json_files, read_users, task_dir
 
         files = json_files(root, "synthetic")
         if not (files["train"] and files["test"]):
             raise DataMissingError(f"data.source=json: no LEAF JSON files in {root}/leaf/synthetic/data/train/ and "
                                    f"test/. Fix: copy LEAF's data/synthetic/data/train and test folders there, or "
                                    f"use data.source=generated (fedrun generates it by LEAF's recipe)")
-        a = decode("synthetic", root, cfg, read_users(files["train"]), read_users(files["test"]))
+        settings = {"source": source_signature(files["train"] + files["test"]), "version": 1}
+        a = load_or_build(cache_path(task_dir(root, "synthetic") / "cache", "synthetic", settings),  # JSON is slow
+                          lambda: decode("synthetic", root, cfg, read_users(files["train"]), read_users(files["test"])))
         return FedDataset("leaf_synthetic", torch.from_numpy(a["x_train"]), torch.from_numpy(a["y_train"]),
                           torch.from_numpy(a["x_test"]), torch.from_numpy(a["y_test"]),
                           num_classes=int(cfg.num_classes), input_kind="vector", train_users=a["u_train"],
