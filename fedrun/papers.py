@@ -129,7 +129,7 @@ def _values(a: dict) -> tuple[Value, ...]:
 
 
 RESERVED = {"run_dir", "preset", "seed", "status", "error", "diverged_round", "rounds_completed", "rounds",
-            "planned_rounds", "fixture", "summary", "runs", "seeds", "note"}  # the summary's own columns
+            "planned_rounds", "fixture", "summary", "runs", "seeds", "note", "overrides"}  # the summary's own columns
 REDUCTIONS = ("last", "max", "mean", "target")  # and a round number, mean_last_K or std_last_K
 
 

@@ -105,8 +105,10 @@ def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
                          "rounds": int(config.get("fl", {}).get("rounds", planned)), "planned_rounds": planned,
                          "fixture": fixture if used_fixture else "", "summary": summary})
         frame = pd.DataFrame(rows)
-        varying = [c for c in frame.columns if c.startswith(OTHER)]
-        frame = frame.drop(columns=[c for c in varying if frame[c].astype(str).nunique() < 2])
+        other = [c for c in frame.columns if c.startswith(OTHER)]
+        constant = sorted(c for c in other if frame[c].astype(str).nunique() < 2)
+        frame[OVERRIDES] = " ".join(f"{c.removeprefix(OTHER)}={frame[c].iloc[0]}" for c in constant)
+        frame = frame.drop(columns=constant)
         frames.append(_in_grid_order(frame.rename(columns=lambda c: c.removeprefix(OTHER)), grid(preset)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -120,6 +122,7 @@ def _in_grid_order(frame: pd.DataFrame, axes: dict[str, list[str]]) -> pd.DataFr
 
 
 OTHER = "override:"  # a recorded override that is not a grid key: a key of the table only if it varies
+OVERRIDES = "overrides"  # (RESERVED) the recorded overrides all runs of a preset had beyond its grid (for the header)
 
 
 def _scaled(v: float | None, scale: float) -> float | None:
@@ -270,7 +273,8 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
     text = [f"# {paper.cite}, {artefact.source}: {artefact.what}\n",
             f"{paper.reference}. {made_by} Mean ± std over seeds {seeds or '–'} of "
             f"{', '.join(_described(v) for v in artefact.values)}; presets "
-            f"{', '.join(f'`experiment={p}`' for p in artefact.presets)}.\n", markdown(artefact, table),
+            f"{', '.join(f'`experiment={p}`' for p in artefact.presets)}.{_overrides(runs)}\n",
+            markdown(artefact, table),
             claims.markdown(claims.check(artefact.claims, table, summary_keys(artefact, table),
                                          frozenset(v.name for v in artefact.values if v.reaching)))]
     if not runs.empty:
@@ -287,6 +291,14 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
             plot_curves(group, by, out / f"{name}.png", f"{paper.cite}, {artefact.source} ({preset}): mean over "
                         "seeds (±1 std)", x=artefact.x, sort=False, metrics=artefact.curves)
     return out / f"{artefact.name}.md"
+
+
+def _overrides(runs: pd.DataFrame) -> str:
+    """What the runs on real data had beyond their presets' settings (a fixture's own overrides left out)."""
+    if runs.empty or OVERRIDES not in runs:
+        return ""
+    given = sorted({o for o, f in zip(runs[OVERRIDES], runs["fixture"]) if o and not f})
+    return f" Beyond their presets, the runs had {'; '.join(f'`{o}`' for o in given)}." if given else ""
 
 
 def _described(v) -> str:

@@ -87,6 +87,8 @@ def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tm
     assert {round(v / 100, 10) for v in table["value"][:2]} == {round(v, 10) for v in summaries}
     text = (tmp_path / "out" / "tiny_fig.md").read_text()
     assert "shortened: 2 of 100 rounds" in text and "| 4 | – | 90.00 | – | no finished run |" in text
+    # what every run had beyond the preset (its grid values and the seed aside) is in the header
+    assert "Beyond their presets, the runs had `data=digits fl.rounds=2`." in text
     verdict = "holds" if table["value"][1] > table["value"][0] else "does not hold"  # the claim, on these runs
     assert f"- more clients end more accurate: 3: {table['value'][1]:.4g}; 2: {table['value'][0]:.4g} (value) -> " \
         f"**{verdict}**" in text
