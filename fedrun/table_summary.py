@@ -287,7 +287,7 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
             varying = [k for k in grid_keys(artefact, group) if k != PRESET and group[k].nunique(dropna=True) > 1]
             by = [k for k in dict.fromkeys([*artefact.rows, *artefact.columns, *varying]) if k in varying]
             name = artefact.name if len(artefact.presets) == 1 else \
-                f"{artefact.name}_{preset.removeprefix(artefact.name + '_')}"
+                f"{artefact.name}_{preset.removeprefix((artefact.runs_of or artefact.name) + '_')}"
             plot_curves(group, by, out / f"{name}.png", f"{paper.cite}, {artefact.source} ({preset}): mean over "
                         "seeds (±1 std)", x=artefact.x, sort=False, metrics=artefact.curves)
     return out / f"{artefact.name}.md"
