@@ -155,20 +155,30 @@ class FunctionalModel:
 
     def _loss_and_grad_by_hand(self, flat, x, y) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward through the dense chain keeping each Linear's input and each ReLU's mask, then backward:
-        dW = d^T h, db = sum(d), d <- (d W) * mask. The gradient comes back flat, in the parameters' order."""
-        params = iter(self.unflatten(flat).values())
+        dW = d^T h, db = sum(d), d <- (d W) * mask. The gradient comes back flat, in the parameters' order. ``flat``
+        may be a (K, d) stack of clients' parameters with (K, B, ...) minibatches: K losses and a (K, d) gradient,
+        in batched matrix products (the vmap executor's native step)."""
+        lead = flat.shape[:-1]
+        if lead:
+            chunks = torch.split(flat, self.numels, dim=-1)
+            params = iter(t.reshape(*lead, *s) for t, s in zip(chunks, self.shapes))
+        else:
+            params = iter(self.unflatten(flat).values())
         h, saved = x, []
         for layer in self.chain:
             if isinstance(layer, nn.Linear):
                 w = next(params)
                 b = next(params) if layer.bias is not None else None
                 saved.append((layer, h, w, b))
-                h = h @ w.T if b is None else torch.addmm(b, h, w.T)
+                if not lead:
+                    h = h @ w.T if b is None else torch.addmm(b, h, w.T)
+                else:
+                    h = h @ w.transpose(-1, -2) if b is None else torch.baddbmm(b.unsqueeze(-2), h, w.transpose(-1, -2))
             elif isinstance(layer, nn.ReLU):
                 saved.append((layer, h > 0))
                 h = h.clamp_min(0)
             else:
-                h = h.flatten(1)
+                h = h.flatten(len(lead) + 1)
         loss, d = self.objective.loss_and_grad_out(h, y)
         grads = []
         for i, entry in enumerate(reversed(saved)):
@@ -177,11 +187,11 @@ class FunctionalModel:
                 continue
             _, inputs, w, b = entry
             if b is not None:
-                grads.append(d.sum(0))
-            grads.append(d.T @ inputs)
+                grads.append(d.sum(-2))
+            grads.append(d.transpose(-1, -2) @ inputs)
             if i < len(saved) - 1:
                 d = d @ w
-        return loss.detach(), torch.cat([g.reshape(-1) for g in reversed(grads)])
+        return loss.detach(), torch.cat([g.reshape(*lead, -1) for g in reversed(grads)], dim=-1)
 
     @torch.no_grad()
     def evaluate(self, flat, buffers, x, y, batch_size: int = 2048) -> tuple[float, float]:

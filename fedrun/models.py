@@ -41,12 +41,13 @@ class Objective:
 IGNORE = -100  # a target (or sequence position) that is not scored: padding; F.cross_entropy's ignore_index
 
 def _cross_entropy_and_grad(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean cross-entropy over the scored targets of (N, C) logits, and its gradient (softmax - one-hot) / n."""
+    """Mean cross-entropy over the scored targets of (..., N, C) logits (a leading axis: one loss per client), and its
+    gradient (softmax - one-hot) / n."""
     scored = y != IGNORE
-    n = scored.sum()
+    n = scored.sum(-1, keepdim=True)
     logp = out.log_softmax(dim=-1)
     target = torch.where(scored, y, 0)
-    loss = -(logp.gather(-1, target.unsqueeze(-1)).squeeze(-1) * scored).sum() / n
+    loss = -(logp.gather(-1, target.unsqueeze(-1)).squeeze(-1) * scored).sum(-1) / n.squeeze(-1)
     index = target.unsqueeze(-1)
     grad = logp.exp().scatter_add(-1, index, torch.full(index.shape, -1.0, dtype=out.dtype, device=out.device))
     return loss, grad * (scored.to(out.dtype) / n).unsqueeze(-1)
@@ -77,10 +78,10 @@ def _parity_target(y: torch.Tensor) -> torch.Tensor:
 # BHerd's "squared-SVM" (footnote 1), written as Wang et al.'s (JSAC 2019) smooth SVM on even/odd MNIST:
 # f(w) = 1/2 mean_j max(0, 1 - y_j w.x_j)^2, y = +1 for even digits; its lambda/2 ||w||^2 is fl.weight_decay.
 def _squared_hinge_parity_and_grad(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The smooth SVM's loss on (N, 1) scores and its gradient: -t max(0, 1 - t o) / N."""
+    """The smooth SVM's loss on (..., N, 1) scores and its gradient: -t max(0, 1 - t o) / N."""
     t = _parity_target(y).to(out.dtype)
     margin = F.relu(1.0 - t * out.squeeze(-1))
-    return 0.5 * margin.pow(2).mean(), (-t * margin / len(y)).unsqueeze(-1)
+    return 0.5 * margin.pow(2).mean(-1), (-t * margin / y.shape[-1]).unsqueeze(-1)
 
 
 SQUARED_HINGE_PARITY = Objective(

@@ -263,7 +263,7 @@ def test_clients_finishing_one_by_one_give_the_vmapped_rounds(cfg_factory, famil
     4) clients finish alone, and the default resolves per model."""
     common = ["data=digits", "model=mlp", *EVERY_FAMILY[family], "fl.clients_per_round=4", "fl.batch_size=16",
               "hardware.dtype=float64", "fl.momentum=0.5", "hardware.executor=vmap", "partition=dirichlet",
-              "partition.alpha=0.3"]
+              "partition.alpha=0.3", "hardware.gradient=autograd"]  # autograd: BHerd's SGD would step natively
     states = {}
     for tail in (0, 2, 4):
         sim = Simulation(cfg_factory(*common, f"hardware.vmap_tail={tail}"))
@@ -273,8 +273,31 @@ def test_clients_finishing_one_by_one_give_the_vmapped_rounds(cfg_factory, famil
     assert len({p.tau for p in plans[0]}) > 2, "the case must have clients of several lengths"
     assert_close_tree(states[2], states[0])
     assert_close_tree(states[4], states[0])
-    assert Simulation(cfg_factory(*common)).executor.tail == 4
+    assert Simulation(cfg_factory(*common[:-1])).executor.tail == 4
     assert Simulation(cfg_factory("data=digits", "model=cnn3", "hardware.executor=vmap")).executor.tail == 1
+
+
+@pytest.mark.parametrize("algo,more", [("fedavg", ["fl.momentum=0.9", "fl.weight_decay=0.01"]),
+                                       ("fedprox", []), ("bherd", []), ("fednova", ["algo.local.mu=0.1"])])
+def test_a_batchable_rule_on_a_dense_model_steps_without_vmap_and_gives_the_loops_rounds(cfg_factory, algo, more):
+    """Local SGD (FedAvg, FedProx, FedNova's local part, BHerd's steps) on a model with a by-hand gradient steps the
+    stacked clients as one batch (no vmap): the rounds (client states, FedNova's a_i, herded steps) equal the loop's
+    to float64 rounding. A rule built on it that adds its own terms (SCAFFOLD, FedDecorr) is not stacked."""
+    from fedrun.engine.executor import steps_natively
+
+    common = ["data=digits", "model=mlp", f"algo={algo}", *more, "fl.clients_per_round=4", "fl.batch_size=16",
+              "hardware.dtype=float64", "partition=dirichlet", "partition.alpha=0.3"]
+    states = {}
+    for executor in ("loop", "vmap"):
+        sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
+        for rnd in (1, 2):
+            sim.run_round(rnd)
+        states[executor] = vars(sim.state)
+    assert steps_natively(sim.algo.local, sim.model)
+    assert_close_tree(states["vmap"], states["loop"])
+    for other in ("scaffold", "feddecorr"):
+        sim = Simulation(cfg_factory("data=digits", "model=mlp", f"algo={other}"))
+        assert not steps_natively(sim.algo.local, sim.model)
 
 
 @pytest.mark.parametrize("model", ["logreg", "mlp", "svm"])

@@ -64,6 +64,11 @@ class LocalRule:
     one_gradient_per_step = True  # a step's direction is one minibatch gradient, which a selector may herd
     trains_a_bank = False  # its clients can start from a preferred model of MA-/GA-FSVRG's bank with its anchor
     pooling_removes_its_correction = False  # with one client holding all data (centralized) it reduces to SGD
+    # client_step on a (K, ...) stack of step states computes each row as it computes one client's (its operations
+    # are elementwise over clients, with context scalars): the vmap executor then steps a model whose gradient is
+    # by hand (FunctionalModel.chain) without vmap. Read from the class that declares it, never inherited, so a
+    # subclass that adds a per-client reduction is not stacked by mistake.
+    batchable = False
 
     def round_extras(self, server_state: State, full_grads: torch.Tensor, sizes: torch.Tensor
                      ) -> tuple[dict[str, torch.Tensor], State]:

@@ -22,6 +22,7 @@ class LocalSGD(LocalRule):
 
     name = "sgd"
     reports_step_counts = True
+    batchable = True  # weight decay, momentum, the proximal term and a_i: elementwise (its subclasses: not declared)
 
     def __init__(self, mu: float):
         self.mu = float(mu)

@@ -176,7 +176,10 @@ class VmapExecutor:
         k_all = len(plans)
         stacked = tree.stack([rule.client_init(ctx, cs) for cs in cstates])
         taus = [p.tau for p in plans]  # non-increasing
-        step = self._vmapped_step(rule, model)
+        native = steps_natively(rule, model) and not self.compile
+        step = (lambda c, s, xb, yb: rule.client_step(model, c, s, xb, yb)) if native else \
+            self._vmapped_step(rule, model)
+        tail = 0 if native else self.tail  # a native step has no per-call overhead to save
         loss_sum = torch.zeros(k_all, device=x.device, dtype=ctx.params.dtype)
         steps = torch.zeros(k_all, taus[0], len(ctx.params), device=record, dtype=ctx.params.dtype) \
             if record is not None else None
@@ -185,7 +188,7 @@ class VmapExecutor:
         k_before = k_all
         for t in range(taus[0]):
             k = sum(tau > t for tau in taus)  # active clients: a prefix of the stack
-            if k <= self.tail:
+            if k <= tail:
                 stacked = self._finish_alone(rule, model, ctx, stacked, plans[:k], t, x, y, loss_sum, steps)
                 break
             if self.compile:  # the whole stack steps; clients k .. k_before - 1 have just finished
@@ -362,6 +365,13 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
     if threads > 1:
         log.info("the loop trains %d clients at once, one intra-op thread each (hardware.loop_threads)", threads)
     return LoopExecutor(threads)
+
+
+def steps_natively(rule: LocalRule, model: FunctionalModel) -> bool:
+    """The stack of clients steps as one batch without vmap: a rule that declares its step batchable (elementwise
+    over clients, ``LocalRule.batchable``) on a model whose gradient is by hand in batched products (a dense chain):
+    no functorch wrapping per operation, which is most of a small model's vmapped step."""
+    return type(rule).__dict__.get("batchable", False) and model.chain is not None
 
 
 def vmap_tail(model: FunctionalModel, device: torch.device) -> int:
