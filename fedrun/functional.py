@@ -58,6 +58,7 @@ def dense_chain(module: nn.Module, objective: Objective) -> list[nn.Module] | No
     allowed = (nn.Linear, nn.ReLU, nn.Flatten, Flatten)
     if (not layers or objective.loss_and_grad_out is None or not all(type(m) in allowed for m in layers)
             or type(layers[0]) not in (nn.Flatten, Flatten) or not isinstance(layers[-1], nn.Linear)
+            or any(isinstance(m, nn.Flatten) and (m.start_dim, m.end_dim) != (1, -1) for m in layers)
             or list(module.buffers())):
         return None
     return layers

@@ -137,6 +137,10 @@ def test_only_dense_chains_take_the_gradient_by_hand():
     cnn = FunctionalModel(*build_model(option("model", "cnn3"), "image", (1, 8, 8), 10, "cnn3"))
     mlp = FunctionalModel(*build_model(option("model", "mlp"), "vector", (6,), 3, "mlp"))
     assert cnn.chain is None and mlp.chain is not None
+    from fedrun.functional import dense_chain
+
+    flat_all = torch.nn.Sequential(torch.nn.Flatten(0), torch.nn.Linear(4, 2))  # would fold the batch in
+    assert dense_chain(flat_all, mlp.objective) is None
     w, x, y = mlp.init_params(), torch.randn(4, 6), torch.tensor([0, 1, 2, 0])
     penalty = lambda z: z.pow(2).mean()  # noqa: E731
     with_penalty = mlp.loss_and_grad(w, {}, x, y, penalty)[0]
