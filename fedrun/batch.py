@@ -81,9 +81,9 @@ def _split(members: list[dict[str, str]]) -> list[dict[str, list[str]]]:
 
 def run(jobs: list[list[str]], runs: str | Path, extra: list[str] = (), log=print) -> list[dict]:
     """Run every job not already finished in its folder (``job_dir``), through ``fedrun -m`` with ``extra`` on each;
-    the jobs' summaries come back in job order. A job that fails (or a folder holding a finished run of another
-    config) stops the script after the others ran, naming the folders, so that no table is made from part of its
-    runs."""
+    the jobs' summaries come back in job order. A folder holding a finished run of another config stops everything
+    before any work (StaleRunError); a job that fails stops the script after the others ran, naming the folders, so
+    that no table is made from part of its runs."""
     from .compose import compose_config
 
     runs, extra = Path(runs), [*extra, "resume=true"]
