@@ -6,7 +6,7 @@ device-resident data. Clients are sorted by tau_i, so at step t the active clien
 finished clients cost nothing (masked, not padded). A cohort that would not fit in memory runs in chunks.
 
 When ``tail`` or fewer clients are left stepping (the longest clients of a cohort of unequal sizes), they finish one
-after another with the plain step: on a CPU vmap's per-call overhead (about 2 ms a step here) exceeds what batching
+after another with the plain step: on a CPU vmap's per-call overhead exceeds what batching
 a few small clients saves, and a natural partition's largest client can step alone for hundreds of steps.
 
 ``compile=True`` hands the vmapped step to ``torch.compile``, which fuses its many small operations (on a CPU into
@@ -375,10 +375,10 @@ def steps_natively(rule: LocalRule, model: FunctionalModel) -> bool:
 
 
 def vmap_tail(model: FunctionalModel, device: torch.device) -> int:
-    """``hardware.vmap_tail=null``: on a CPU, up to 4 clients of a dense model finish one by one (a vmapped step of
-    an MLP or softmax costs about a plain step plus 2 ms: batching pays from about 5 clients on), one of a
-    convolutional model (its plain step is costlier; from 2 clients on vmap is as fast); on a GPU one (a lone client
-    has nothing to batch). Deterministic, as ``auto`` is: the same config always steps the same way."""
+    """``hardware.vmap_tail=null``: on a CPU, up to 4 clients of a dense model finish one by one (vmap's per-call
+    overhead outweighs batching so few small steps), one of a convolutional model (its plain step is costlier); on a
+    GPU one (a lone client has nothing to batch). Deterministic, as ``auto`` is: the same config always steps the same
+    way. A threshold read off informal timings on this CPU, not a committed benchmark."""
     if device.type == "cuda" or any(isinstance(m, _CONV) for m in model.module.modules()):
         return 1
     return 4
