@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -60,9 +61,10 @@ class Claim:
 
 @dataclass(frozen=True)
 class Artefact:
-    """One table or figure of a paper: the presets whose grids it runs, the values it reports, its ``rows`` and
-    ``columns`` (grid keys: override keys such as ``algo`` or ``algo.selector.alpha``, or ``preset``) and the paper's
-    numbers, one row per grid point the paper reports, one column per value."""
+    """One table or figure of a paper: the presets whose grids it runs (or the function that measures it, where it is
+    not a training run: a timing, a centralised optimum), the values it reports, its ``rows`` and ``columns`` (grid
+    keys: override keys such as ``algo`` or ``algo.selector.alpha``, or ``preset``) and the paper's numbers, one row
+    per grid point the paper reports, one column per value."""
 
     name: str
     paper: str
@@ -78,6 +80,8 @@ class Artefact:
     x: str = "round"  # the curves' x axis: round, or a metrics.csv column (sim_time_s)
     curves: tuple[str, ...] = ("test_acc",)  # the metrics.csv columns drawn, one panel each
     runs_of: str = ""  # another artefact whose runs this one reads (a second table of the same sweeps)
+    measure: str = ""  # "module:function" measuring the artefact in place of a sweep (fedrun/measures)
+    data: tuple[str, ...] = ()  # the datasets a measured artefact reads (for --list)
     claims: tuple[Claim, ...] = ()
     paper_numbers: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
 
@@ -188,9 +192,14 @@ def read_paper(path: Path) -> Paper:
         where = f"{path.name}: {name}"
         unknown = sorted(set(a) - {"source", "what", "presets", "value", "scale", "values", "rows", "columns",
                                    "tolerance", "digits", "figure", "x", "curves", "paper",
-                                   "runs_of", "claims"})
+                                   "runs_of", "claims", "measure", "data"})
         if unknown:
             raise ConfigError([f"{where}: unknown keys {unknown}"])
+        if bool(a.get("presets")) == bool(a.get("measure")):
+            raise ConfigError([f"{where}: give either presets (a sweep) or measure (module:function), not both"])
+        if a.get("measure") and not re.fullmatch(r"[\w.]+:\w+", a["measure"]):
+            raise ConfigError([f"{where}: measure={a['measure']!r}; write it module:function "
+                               "(fedrun.measures.hog_ceiling:measure)"])
         values = _values(a)
         if taken := sorted({v.name for v in values} & RESERVED):
             raise ConfigError([f"{where}: a value may not be named {taken}: the summary has columns of that name "
@@ -198,12 +207,13 @@ def read_paper(path: Path) -> Paper:
         if bad := [p for v in values for o in v.of.split("|") if (p := _reduction_problem(o))]:
             raise ConfigError([f"{where}: {p}" for p in bad])
         artefacts[name] = Artefact(name=name, paper=key, source=a["source"], what=a.get("what", ""),
-                                   presets=tuple(a["presets"]), values=values, rows=tuple(a.get("rows", ())),
+                                   presets=tuple(a.get("presets") or ()), values=values, rows=tuple(a.get("rows", ())),
                                    columns=tuple(a.get("columns", ())), tolerance=a.get("tolerance"),
                                    digits=int(a.get("digits", 2)),
                                    figure=a.get("figure", "curves"), x=a.get("x", "round"),
                                    curves=tuple(a.get("curves", ("test_acc",))),
-                                   runs_of=a.get("runs_of", ""), claims=_claims(a.get("claims"), values, where),
+                                   runs_of=a.get("runs_of", ""), measure=a.get("measure", ""),
+                                   data=tuple(a.get("data", ())), claims=_claims(a.get("claims"), values, where),
                                    paper_numbers=_numbers(a.get("paper"), values, where))
     return Paper(key=key, cite=raw["cite"], title=raw["title"], authors=raw.get("authors", ""),
                  venue=raw.get("venue", ""), artefacts=artefacts)

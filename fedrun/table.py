@@ -5,6 +5,7 @@ own numbers (paper/<paper>.yaml).
     fedrun-table bherd_fig5a [--seeds K] [overrides...]  # run the sweep (fedrun -m), then write the table
     fedrun-table bherd_fig5a hydra/launcher=slurm        # any Hydra launcher; finished jobs are skipped
     fedrun-table bherd_fig5a --collect-only              # summarise the runs that exist (a sweep run elsewhere)
+    fedrun-table fsvrg_table1 repeats=3                  # a measured artefact: its function's settings
 
 Each preset of the artefact runs as ``fedrun -m experiment=<preset> seed=0,..,K-1 <overrides>`` into
 ``<runs>/<artefact>/<preset>/`` (one folder per grid point, named by its values), so ``resume=true``, launchers and
@@ -12,6 +13,10 @@ skipping of finished jobs work as for any sweep. The summary is fedrun-report's 
 the paper's numbers; rows whose data was absent (a fixture in the dataset's format stood in) or whose runs were
 shortened are marked, and jobs that did not finish are listed under the table. Writes ``<out>/<artefact>.md``,
 ``.csv`` and the figure (``.png``) into ``results/<paper>/`` unless ``--out`` says otherwise.
+
+An artefact that is not a training run (a timing of the server's code, a centralised optimum) names the function
+that measures it (fedrun/measures); its ``key=value`` arguments are that function's settings, its rows are kept in
+``<runs>/<artefact>/measured.csv`` and summarised as runs are (mean ± std over its repeats).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from . import measures
 from .errors import FedrunError
 from .papers import Artefact, artefacts, grid, is_sweep, override_key, preset_config
 from .table_summary import FIXTURE_FILE, SUMMARY_FILE, collect, write
@@ -66,7 +72,10 @@ def _stamps(folder: Path) -> dict[Path, int]:
 
 
 def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: int, log=print) -> int:
-    """Run every preset's sweep; returns how many jobs ran (finished jobs are skipped by fedrun itself)."""
+    """Run every preset's sweep (or the artefact's measurement); returns how many jobs ran (finished jobs are
+    skipped by fedrun itself)."""
+    if artefact.measure:
+        return measures.run(artefact, runs / artefact.name, overrides, log)
     ran = 0
     for preset in artefact.presets:
         folder = runs / (artefact.runs_of or artefact.name) / preset
@@ -87,6 +96,11 @@ def listing() -> str:
 
     lines = ["| artefact | paper | source | jobs per seed | data (present here?) |", "|---|---|---|---|---|"]
     for name, (paper, a) in artefacts().items():
+        if a.measure:
+            data = [f"{d} ({'yes' if DATASETS[d].is_present(resolve_root(None)) else 'no'})" for d in a.data]
+            lines.append(f"| {name} | {paper.cite} | {a.source} | measured by {a.measure} | "
+                         f"{', '.join(data) or 'none'} |")
+            continue
         size, data = 0, []
         for preset in a.presets:
             n = 1
@@ -135,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"{','.join(artefact.presets)}")
         artefact = replace(artefact, presets=tuple(chosen))
     overrides = list(args.overrides)
-    if not any(override_key(o) == "seed" for o in overrides):  # named in every job's folder, so more seeds add folders
+    # the seed is named in every job's folder, so more seeds add folders (a measured artefact has repeats instead)
+    if not artefact.measure and not any(override_key(o) == "seed" for o in overrides):
         overrides.append("seed=" + ",".join(map(str, range(args.seeds))))
     runs = Path(args.runs)
     if not args.collect_only:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from . import claims
+from . import claims, measures
 from .papers import PRESET, RESERVED, Artefact, Paper, grid, normalise, override_key, preset_config
 from .report import SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
 from .results import CONFIG_FILE, METRICS_FILE, git_commit
@@ -82,7 +82,10 @@ RUN_COLUMNS = RESERVED  # a run's own columns, beside its grid values and its va
 
 def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
     """One row per run of the artefact's sweeps: its preset, grid values (the preset's grid keys and any other
-    override that varies between its runs), seed, status, values (scaled) and rounds."""
+    override that varies between its runs), seed, status, values (scaled) and rounds. A measured artefact's rows are
+    its measurements (fedrun/measures), one "run" per row."""
+    if artefact.measure:
+        return _measured(artefact, runs / artefact.name)
     frames = []
     keys = list(dict.fromkeys(k for p in artefact.presets for k in grid(p) if k != "seed"))  # every preset's, so a
     for preset in artefact.presets:  # preset that fixes a key (the reference's algo) has its value in the column
@@ -111,6 +114,25 @@ def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
         frame = frame.drop(columns=constant)
         frames.append(_in_grid_order(frame.rename(columns=lambda c: c.removeprefix(OTHER)), grid(preset)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _measured(artefact: Artefact, folder: Path) -> pd.DataFrame:
+    """A measured artefact's rows in collect's form: the grid keys, ``seed`` (the repeat) and the values; the
+    measurement's record (commit, seconds) in the first row's ``summary``, for the header."""
+    rows, made = measures.load(folder)
+    if rows.empty:
+        return rows
+    quantities = {v.of for v in artefact.values}
+    keys = [c for c in rows.columns if c != "seed" and c not in quantities]
+    frame = pd.DataFrame({PRESET: "", **{k: rows[k].map(normalise) for k in keys},
+                          "seed": pd.to_numeric(rows["seed"]), "status": "finished", "error": None,
+                          "diverged_round": None, "rounds_completed": 1,
+                          **{v.name: pd.to_numeric(rows[v.of]) * v.scale if v.of in rows else None
+                             for v in artefact.values},
+                          "rounds": 1, "planned_rounds": 1, "fixture": "",
+                          OVERRIDES: " ".join(f"{k}={v}" for k, v in made["settings"].items())})
+    frame["summary"] = [made] + [{}] * (len(frame) - 1)
+    return frame
 
 
 def _in_grid_order(frame: pd.DataFrame, axes: dict[str, list[str]]) -> pd.DataFrame:
@@ -247,8 +269,9 @@ def _cell(v) -> str:
     return "–" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
 
 
-def provenance(command: str, summaries: list[dict]) -> str:
-    """One sentence for a table's header: the command, this commit, the runs' commits, compute time, machine."""
+def provenance(command: str, summaries: list[dict], made: str = "runs") -> str:
+    """One sentence for a table's header: the command, this commit, the runs' (or a measurement's) commits,
+    compute time, machine."""
     import torch
 
     from .bench import device_name
@@ -258,7 +281,7 @@ def provenance(command: str, summaries: list[dict]) -> str:
     unknown = sum(1 for s in summaries if "resumed_from_round" in s and "total_wall_time_s" not in s)
     before = (f" (not counting the rounds before the resumption of {unknown} run(s), whose checkpoints predate that "
               "record)" if unknown else "")
-    return (f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')} from {len(summaries)} runs "
+    return (f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')} from {len(summaries)} {made} "
             f"made at commit {', '.join(commits) or 'unknown'}; their compute time {compute:.0f} s{before} on "
             f"{device_name(torch.device('cpu'))}.")
 
@@ -266,21 +289,24 @@ def provenance(command: str, summaries: list[dict]) -> str:
 def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, command: str) -> Path:
     """``<out>/<artefact>.md``, ``.csv`` and the figure; returns the Markdown file."""
     table = summarise(artefact, runs)
-    made_by = provenance(command, [s for s in runs["summary"]] if not runs.empty else [])  # before writing
+    summaries = [s for s in runs["summary"] if s or not artefact.measure] if not runs.empty else []
+    made_by = provenance(command, summaries, "measurement" if artefact.measure else "runs")  # before writing
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / f"{artefact.name}.csv", index=False)
     seeds = sorted({int(s) for s in runs["seed"].dropna()}) if not runs.empty else []
-    text = [f"# {paper.cite}, {artefact.source}: {artefact.what}\n",
-            f"{paper.reference}. {made_by} Mean ± std over seeds {seeds or '–'} of "
-            f"{', '.join(_described(v) for v in artefact.values)}; presets "
-            f"{', '.join(f'`experiment={p}`' for p in artefact.presets)}.{_overrides(runs)}\n",
+    described = ', '.join(_described(v) for v in artefact.values)
+    how = (f"Mean ± std over repeats {seeds or '–'} of {described}, measured by `{artefact.measure}`"
+           + (f" with `{runs[OVERRIDES].iloc[0]}`." if not runs.empty and runs[OVERRIDES].iloc[0] else ".")
+           if artefact.measure else f"Mean ± std over seeds {seeds or '–'} of {described}; presets "
+           f"{', '.join(f'`experiment={p}`' for p in artefact.presets)}.{_overrides(runs)}")
+    text = [f"# {paper.cite}, {artefact.source}: {artefact.what}\n", f"{paper.reference}. {made_by} {how}\n",
             markdown(artefact, table),
             claims.markdown(claims.check(artefact.claims, table, summary_keys(artefact, table),
                                          frozenset(v.name for v in artefact.values if v.reaching)))]
     if not runs.empty:
         text.append(unfinished(runs).strip())
     (out / f"{artefact.name}.md").write_text("\n".join(t for t in text if t) + "\n")
-    if artefact.figure == "curves" and not runs.empty:
+    if artefact.figure == "curves" and not runs.empty and not artefact.measure:
         for preset, group in runs.groupby(PRESET, sort=False):
             if (group["fixture"] != "").all():  # a few rounds on a stand-in: nothing to see in its curves
                 continue

@@ -4,6 +4,7 @@ fedrun-table rendering against an earlier script's table, cell by cell.
     python scripts/port_check.py fedgh --old OLD.csv [--new results/fedgh]
     python scripts/port_check.py bherd-sweeps --old SWEEPS.md [--new results/bherd]
     python scripts/port_check.py dgt --old FIG5.md [--new results/dgt]
+    python scripts/port_check.py fsvrg --old FIGS_MNIST.md [--new results/fsvrg]
 
 ``fedgh``: OLD.csv is ``tables.csv`` as scripts/fedgh_tables.py wrote it (``git show 2f97796:results/fedgh/tables.csv``,
 or a fresh run of that script from history); the new side is fedrun-table's fedgh_table2/4/5.csv. ``bherd-sweeps``:
@@ -11,7 +12,10 @@ SWEEPS.md is sweeps.md as scripts/bherd_sweeps.py wrote it (``git show 1bb12da:r
 the bherd_fig5a/8a/8b/8c.csv that ``fedrun-table bherd_fig...`` wrote (accuracy at rounds 10 and 50 and the final,
 both cases). ``dgt``: FIG5.md is fig5.md as scripts/dgt_fig5.py wrote it (``git show cb05113:results/dgt/fig5.md``)
 against dgt_fig5.csv (final accuracy, its mean over the last 10 rounds, rounds to the target, mean cosine of the
-aggregated updates, per dataset and method). Prints how many cells are equal (to the
+aggregated updates, per dataset and method). ``fsvrg``: FIGS_MNIST.md is figs_mnist.md as scripts/fsvrg_figs.py wrote it
+(``git show 569f873:results/fsvrg/figs_mnist.md``, or ``seeds/figs_mnist.md``) against fsvrg_figs_mnist.csv (Fig. 1),
+fsvrg_fig8/9/10_mnist.csv and fsvrg_open_mnist.csv (the final test accuracy per panel and method; a figure whose CSV
+is absent is left out). Prints how many cells are equal (to the
 old table's printed precision) and every cell that is not.
 """
 
@@ -114,9 +118,61 @@ def dgt(old: Path, new: Path) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["dataset", "method", "cell", "old", "new", "equal"])
 
 
+FSVRG_METHODS = {"MA-FSVRG": "mafsvrg", "GA-FSVRG": "gafsvrg", "FedProx": "fedprox", "PFedAvg": "perfedavg",
+                 "SCAFFOLD": "scaffold", "MimeSVRG": "mimesvrg", "LoSAC (mechanism)": "losac",
+                 "FSVRG (one model)": "fsvrg"}
+FSVRG_READINGS = {"as printed": "fsvrg_as_printed", "centred seeds": "fsvrg_centred_seeds",
+                  "Adam's step (eq. 64)": "fsvrg_adam", "both": "fsvrg_centred_adam",
+                  "Adam's step, alpha_g / 4": "fsvrg_adam_quarter_alpha_g", "omega^j": "fsvrg_omega_round",
+                  "K = two passes": "fsvrg_two_passes", "no central acceleration": "fsvrg_no_acceleration",
+                  "groups = preferences": "fsvrg_preference_groups"}
+# each section of figs_mnist.md: the new CSV, its value column, the grid key of the panel and how to read the panel
+FSVRG_SECTIONS = {"Fig. 1": ("fsvrg_figs_mnist", "accuracy", "fl.clients_per_round",
+                             lambda p: str(4 * int(p.split("%")[0]))),  # % of the 400 machines
+                  "Fig. 8": ("fsvrg_fig8_mnist", "value", "algo.bank.threshold", lambda p: p.split("= ")[1]),
+                  "Fig. 9": ("fsvrg_fig9_mnist", "value", "algo.bank.models", lambda p: p.split("= ")[1]),
+                  "Fig. 10": ("fsvrg_fig10_mnist", "value", "algo.bank.beta1", lambda p: p.split("= ")[1]),
+                  "open": ("fsvrg_open_mnist", "accuracy", "reading",
+                           lambda p: next((r for k, r in FSVRG_READINGS.items() if p.startswith(k)), None))}
+
+
+def fsvrg(old: Path, new: Path) -> pd.DataFrame:
+    """figs_mnist.md's final test accuracy (a fraction, 4 decimals) per section, panel and method against the new
+    CSVs (percent); the one-model reference rows of the open points are Fig. 1's, not a reading's, and are left out."""
+    out, section = [], None
+    for line in old.read_text().splitlines():
+        if heading := re.match(r"## (Fig\. \d+): test_acc|## The points .* leave open", line):
+            section = heading.group(1) or "open"
+            continue
+        if line.startswith("## "):
+            section = None
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if section not in FSVRG_SECTIONS or len(cells) < 3 or cells[1] not in FSVRG_METHODS:
+            continue
+        name, column, key, read = FSVRG_SECTIONS[section]
+        if not (new / f"{name}.csv").exists() or (section == "open" and cells[1] == "FSVRG (one model)"):
+            continue
+        after = pd.read_csv(new / f"{name}.csv", dtype={key: str})
+        point = read(cells[0])
+        match = after[(after["algo"] == FSVRG_METHODS[cells[1]]) & (after[key].map(_same(point)))]
+        mine = float(match[column].iloc[0]) / 100 if len(match) else float("nan")
+        out.append((section, cells[0], cells[1], float(cells[2]), mine, round(mine, 4) == float(cells[2])))
+    return pd.DataFrame(out, columns=["figure", "panel", "method", "old", "new", "equal"])
+
+
+def _same(point: str):
+    """Whether a CSV's grid value is ``point`` (0.0 and 0, 2 and 2.0 alike)."""
+    def equal(value) -> bool:
+        try:
+            return float(value) == float(point)
+        except (TypeError, ValueError):
+            return str(value) == str(point)
+    return equal
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["fedgh", "bherd-sweeps", "dgt"])
+    parser.add_argument("what", choices=["fedgh", "bherd-sweeps", "dgt", "fsvrg"])
     parser.add_argument("--old", default=None)
     parser.add_argument("--new", default=None)
     args = parser.parse_args(argv)
@@ -124,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.old is None:
             parser.error("fedgh needs --old (tables.csv of scripts/fedgh_tables.py)")
         cells = fedgh(Path(args.old), Path(args.new or "results/fedgh"))
+    elif args.what == "fsvrg":
+        if args.old is None:
+            parser.error("fsvrg needs --old (figs_mnist.md of scripts/fsvrg_figs.py: git show "
+                         "569f873:results/fsvrg/figs_mnist.md > figs_mnist.md)")
+        cells = fsvrg(Path(args.old), Path(args.new or "results/fsvrg"))
     elif args.what == "dgt":
         if args.old is None:
             parser.error("dgt needs --old (fig5.md of scripts/dgt_fig5.py: git show cb05113:results/dgt/fig5.md)")

@@ -42,7 +42,12 @@ def test_every_artefact_composes_and_its_grid_holds_the_papers_cells():
     known = artefacts()
     assert set(EXPECTED) <= set(known)
     for name, (paper, a) in known.items():
-        assert paper.title and a.presets and a.values, name
+        assert paper.title and a.values and bool(a.presets) != bool(a.measure), name
+        if a.measure:  # measured, not swept: its function exists and its paper numbers are keyed by what it returns
+            from fedrun.measures import function
+
+            assert callable(function(a)), name
+            continue
         axes = {p: grid(p) for p in a.presets}
         for p in a.presets:
             preset_config(p)  # composes, with its data and model
@@ -345,3 +350,69 @@ def test_every_reading_of_an_open_point_composes_over_its_preset_and_changes_wha
                 node = node[part]
             assert node == value, (name, key)
 
+
+
+TINY_MEASURE = """
+def measure(scale: float = 1.0, repeats: int = 2):
+    return [{"algo": algo, "seed": r, "q": scale * (r + 1) * (1 if algo == "a" else 2)}
+            for algo in ("a", "b") for r in range(repeats)]
+"""
+
+
+def test_a_measured_artefact_is_summarised_over_its_repeats_beside_the_paper_and_re_rendered_without_measuring(
+        tmp_path, monkeypatch, capsys):
+    (tmp_path / "tiny_measure.py").write_text(TINY_MEASURE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "papers").mkdir()
+    (tmp_path / "papers" / "tiny.yaml").write_text(yaml.safe_dump({
+        "cite": "Tiny et al.", "title": "A tiny paper", "venue": "nowhere", "artefacts": {"tiny_time": {
+            "source": "Table I", "what": "seconds", "measure": "tiny_measure:measure",
+            "values": {"seconds": {"of": "q"}, "ms": {"of": "q", "scale": 1000}}, "rows": ["algo"],
+            "paper": "algo, seconds\na, 4.0\n"}}}, sort_keys=False))
+    monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
+    args = ["tiny_time", "scale=2", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
+    assert main(args) == 0 and _ran(capsys) == 1
+    table = pd.read_csv(tmp_path / "out" / "tiny_time.csv")
+    assert table["algo"].tolist() == ["a", "b"]
+    assert table["seconds"].tolist() == [3.0, 6.0] and table["ms"].tolist() == [3000.0, 6000.0]  # mean of 2 repeats
+    assert table["seconds_std"][0] == pytest.approx(pd.Series([2.0, 4.0]).std())
+    assert table["seconds_paper"][0] == 4.0 and table["seconds_diff"][0] == -1.0
+    text = (tmp_path / "out" / "tiny_time.md").read_text()
+    assert "from 1 measurement made at commit" in text and "measured by `tiny_measure:measure` with `scale=2`" in text
+    assert "| a | 3.00 ± 1.41 | 4.00 | 3000.00 ± 1414.21 |" in text
+    assert main(args) == 0 and _ran(capsys) == 0  # the same settings: the measurement is kept
+    assert main(["tiny_time", "--collect-only", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "b")]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "b" / "tiny_time.csv"), table)
+    assert main([*args, "repeats=3"]) == 0 and _ran(capsys) == 1  # other settings: measured again
+    assert pd.read_csv(tmp_path / "out" / "tiny_time.csv")["runs"].tolist() == [3, 3]
+    capsys.readouterr()
+    assert main(["tiny_time", "scales=2", "--runs", str(tmp_path / "runs")]) == 2  # refused, naming the settings
+    assert "'scales=2': tiny_time is measured by tiny_measure:measure, whose settings are scale=1.0, repeats=2" in \
+        capsys.readouterr().err
+
+
+def test_an_artefact_is_either_swept_or_measured_and_its_function_is_named_module_colon_function(tmp_path):
+    from fedrun.errors import ConfigError
+    from fedrun.papers import read_paper
+
+    for name, artefact, said in [
+            ("both", {"presets": ["bherd_fig8c"], "measure": "m:f"}, "either presets (a sweep) or measure"),
+            ("neither", {}, "either presets (a sweep) or measure"),
+            ("dotted", {"measure": "fedrun.measures.hog_ceiling.measure"}, "write it module:function")]:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"cite": "c", "title": "t", "artefacts": {name: {"source": "T", **artefact}}}))
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            read_paper(path)
+
+
+def test_the_hog_ceiling_is_the_test_accuracy_of_a_softmax_regression_fitted_to_convergence():
+    import torch
+
+    from fedrun.measures.hog_ceiling import ceiling
+
+    g = torch.Generator().manual_seed(0)
+    y = torch.tensor([0] * 30 + [1] * 20 + [2] * 10)
+    x = torch.nn.functional.one_hot(y, 3).double() * 4 + 0.1 * torch.randn(60, 3, generator=g, dtype=torch.double)
+    assert ceiling(x, y, x, y, l2=1e-4) == 1.0  # separable: every training sample right
+    flipped = torch.tensor([1] * 30 + [0] * 20 + [2] * 10)  # the test set's labels of classes 0 and 1 swapped
+    assert ceiling(x, y, x, flipped, l2=1e-4) == pytest.approx(10 / 60)

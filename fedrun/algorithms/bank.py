@@ -93,7 +93,7 @@ def top_eigenpairs(matrix: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
 
     scipy's OpenBLAS runs on one thread here: a K x K matrix (K clients) is too small to gain from more, and its
     threads, left spinning after the call, take the cores from torch's threads for a scheduler tick
-    (``scripts/fsvrg_table1.py`` times the server's part of a round)."""
+    (``fedrun-table fsvrg_table1`` times the server's part of a round)."""
     n = len(matrix)
     if matrix.device.type == "cpu":
         import scipy.linalg

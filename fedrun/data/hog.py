@@ -6,7 +6,7 @@ square blocks of ``block`` pixels at stride ``stride``. For 28x28 MNIST with blo
 blocks, 576 features (Zhao et al.'s numbers). The paper does not say how features are normalised;
 ``data.hog_normalize``: ``none`` (default) keeps the raw sums, ``l2`` scales each image's vector to unit length. Softmax
 regression with Zhao et al.'s L2 coefficient 0.01 reaches 98.2% on MNIST with the raw sums and 90.6% with unit vectors
-(the coefficient then dominates; scripts/fsvrg_hog_ceiling.py), so the raw sums match the paper's accuracies. Computed
+(the coefficient then dominates; fedrun-table fsvrg_hog_ceiling), so the raw sums match the paper's accuracies. Computed
 once for the whole dataset with tensor operations and cached under ``<root>/<dataset>_hog/``, keyed by the settings and
 the source data.
 """
