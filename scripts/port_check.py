@@ -5,6 +5,8 @@ fedrun-table rendering against an earlier script's table, cell by cell.
     python scripts/port_check.py bherd-sweeps --old SWEEPS.md [--new results/bherd]
     python scripts/port_check.py dgt --old FIG5.md [--new results/dgt]
     python scripts/port_check.py fsvrg --old FIGS_MNIST.md [--new results/fsvrg]
+    python scripts/port_check.py gift-fig6 --old FIG6.md [--new results/gift]
+    python scripts/port_check.py bherd-table2 --old TABLE2.md [--new results/bherd]
 
 ``fedgh``: OLD.csv is ``tables.csv`` as scripts/fedgh_tables.py wrote it (``git show 2f97796:results/fedgh/tables.csv``,
 or a fresh run of that script from history); the new side is fedrun-table's fedgh_table2/4/5.csv. ``bherd-sweeps``:
@@ -15,7 +17,11 @@ against dgt_fig5.csv (final accuracy, its mean over the last 10 rounds, rounds t
 aggregated updates, per dataset and method). ``fsvrg``: FIGS_MNIST.md is figs_mnist.md as scripts/fsvrg_figs.py wrote it
 (``git show 569f873:results/fsvrg/figs_mnist.md``, or ``seeds/figs_mnist.md``) against fsvrg_figs_mnist.csv (Fig. 1),
 fsvrg_fig8/9/10_mnist.csv and fsvrg_open_mnist.csv (the final test accuracy per panel and method; a figure whose CSV
-is absent is left out). Prints how many cells are equal (to the
+is absent is left out). ``gift-fig6``: FIG6.md is fig6.md as scripts/gift_figs.py wrote it (``git show
+569f873:results/gift/fig6.md``) against gift_fig6.csv (rounds within the budget, best accuracy, simulated seconds to
+the target, per setting and schedule). ``bherd-table2``: TABLE2.md is table2.md as scripts/bherd_table2.py wrote it
+(``git show 569f873:results/bherd/table2.md``) against bherd_table2.csv (mean and std over seeds per model, algorithm
+and case). Prints how many cells are equal (to the
 old table's printed precision) and every cell that is not.
 """
 
@@ -141,7 +147,7 @@ def fsvrg(old: Path, new: Path) -> pd.DataFrame:
     CSVs (percent); the one-model reference rows of the open points are Fig. 1's, not a reading's, and are left out."""
     out, section = [], None
     for line in old.read_text().splitlines():
-        if heading := re.match(r"## (Fig\. \d+): test_acc|## The points .* leave open", line):
+        if heading := re.match(r"## (Fig\. \d+): test_acc|## The points .* leaves? open", line):
             section = heading.group(1) or "open"
             continue
         if line.startswith("## "):
@@ -160,6 +166,62 @@ def fsvrg(old: Path, new: Path) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["figure", "panel", "method", "old", "new", "equal"])
 
 
+GIFT_SCHEDULES = {"GIFT": "gift", "AFL": "afl", "AdaComm": "adacomm"}
+GIFT_FIG6_COLUMNS = {"rounds": "rounds run", "best acc %": "best", "time to": "seconds_to_target"}
+
+
+def gift_fig6(old: Path, new: Path) -> pd.DataFrame:
+    """fig6.md's rows (one per setting and schedule) against gift_fig6.csv, each cell to the old table's printed
+    precision; an empty cell (the target never reached) equals an empty one."""
+    after = pd.read_csv(new / "gift_fig6.csv")
+    out, setting, header = [], None, []
+    for line in old.read_text().splitlines():
+        if heading := re.match(r"## (\w+) - ", line):
+            setting = heading.group(1)
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == "method":
+            header = cells
+        elif setting and header and len(cells) == len(header) and cells[0] in GIFT_SCHEDULES:
+            match = after[(after["preset"] == f"gift_fig6_{setting}")
+                          & (after["algo/schedule"] == GIFT_SCHEDULES[cells[0]])]
+            for name, value in zip(header, cells):
+                column = next((c for k, c in GIFT_FIG6_COLUMNS.items() if name.startswith(k)), None)
+                if column is None or not len(match):
+                    continue
+                mine = float(match[column].iloc[0])
+                if not value:
+                    out.append((setting, cells[0], column, float("nan"), mine, pd.isna(mine)))
+                    continue
+                digits = len(value.split(".")[1]) if "." in value else 0
+                out.append((setting, cells[0], column, float(value), mine, round(mine, digits) == float(value)))
+    return pd.DataFrame(out, columns=["setting", "method", "cell", "old", "new", "equal"])
+
+
+BHERD_MODELS = {"SVM-MNIST": "bherd_table2_svm", "RNN-IMDB": "bherd_table2_rnn", "CNN-CIFAR10": "bherd_table2_cnn"}
+BHERD_ALGOS = {"Centralized SGD": "centralized", "FedAvg": "fedavg", "BHerd": "bherd", "GraB-FedAvg": "grab_fedavg",
+               "FedNova": "fednova", "BHerd-FedNova": "bherd_fednova", "SCAFFOLD": "scaffold",
+               "BHerd-SCAFFOLD": "bherd_scaffold", "FedDyn": "feddyn", "BHerd-FedDyn": "bherd_feddyn"}
+
+
+def bherd_table2(old: Path, new: Path) -> pd.DataFrame:
+    """table2.md's 'mean ± std' cells (Case 1 in the 4th column, Case 2 in the 7th) against bherd_table2.csv."""
+    after = pd.read_csv(new / "bherd_table2.csv")
+    out = []
+    for line in old.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 7 or cells[0] not in BHERD_MODELS or cells[1] not in BHERD_ALGOS:
+            continue
+        for case, text in (("case1", cells[3]), ("case2", cells[6])):
+            mean, _, std = text.partition(" ± ")
+            match = after[(after["preset"] == BHERD_MODELS[cells[0]]) & (after["algo"] == BHERD_ALGOS[cells[1]])
+                          & (after["partition"] == case)]
+            mine = match[["value", "value_std"]].iloc[0].tolist() if len(match) else [float("nan")] * 2
+            for cell, was, now in (("mean", mean, mine[0]), ("std", std, mine[1])):
+                if was:
+                    out.append((cells[0], cells[1], case, cell, float(was), now, round(now, 2) == float(was)))
+    return pd.DataFrame(out, columns=["model", "algorithm", "case", "cell", "old", "new", "equal"])
+
+
 def _same(point: str):
     """Whether a CSV's grid value is ``point`` (0.0 and 0, 2 and 2.0 alike)."""
     def equal(value) -> bool:
@@ -172,7 +234,8 @@ def _same(point: str):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["fedgh", "bherd-sweeps", "dgt", "fsvrg"])
+    parser.add_argument("what", choices=["fedgh", "bherd-sweeps", "dgt", "fsvrg", "gift-fig6",
+                                                 "bherd-table2"])
     parser.add_argument("--old", default=None)
     parser.add_argument("--new", default=None)
     args = parser.parse_args(argv)
@@ -180,6 +243,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.old is None:
             parser.error("fedgh needs --old (tables.csv of scripts/fedgh_tables.py)")
         cells = fedgh(Path(args.old), Path(args.new or "results/fedgh"))
+    elif args.what == "bherd-table2":
+        if args.old is None:
+            parser.error("bherd-table2 needs --old (table2.md of scripts/bherd_table2.py: git show "
+                         "569f873:results/bherd/table2.md > table2.md)")
+        cells = bherd_table2(Path(args.old), Path(args.new or "results/bherd"))
+    elif args.what == "gift-fig6":
+        if args.old is None:
+            parser.error("gift-fig6 needs --old (fig6.md of scripts/gift_figs.py: git show "
+                         "569f873:results/gift/fig6.md > fig6.md)")
+        cells = gift_fig6(Path(args.old), Path(args.new or "results/gift"))
     elif args.what == "fsvrg":
         if args.old is None:
             parser.error("fsvrg needs --old (figs_mnist.md of scripts/fsvrg_figs.py: git show "

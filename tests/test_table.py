@@ -325,6 +325,43 @@ def test_the_port_check_compares_an_old_scripts_cells_with_fedrun_tables(tmp_pat
     cells = port.dgt(tmp_path / "fig5.md", tmp_path)
     differing = cells[~cells["equal"]][["method", "cell"]].values.tolist()
     assert len(cells) == 8 and differing == [["FedAvg + DGT", "last10"]]
+    (tmp_path / "figs_mnist.md").write_text(
+        "## Fig. 1: test_acc\n\n| panel | method | final test_acc | best test_acc | paper |\n|:--|:--|--:|--:|--:|\n"
+        "| 10% of machines | MA-FSVRG | 0.9507 | 0.9553 | 0.978 |\n\n## Fig. 8: test_acc\n\n"
+        "| panel | method | final test_acc | best test_acc | paper |\n|:--|:--|--:|--:|--:|\n"
+        "| threshold T = 2 | GA-FSVRG | 0.58 | 0.95 | |\n\n## The points 004 leaves open (MA/GA at 10%): test_acc\n\n"
+        "| panel | method | final test_acc |\n|:--|:--|--:|\n| Adam's step (eq. 64) | MA-FSVRG | 0.9633 |\n"
+        "| Adam's step (eq. 64) | FSVRG (one model) | 0.9622 |\n| both | MA-FSVRG | 0.9658 |\n")
+    pd.DataFrame({"algo": ["mafsvrg"], "fl.clients_per_round": [40], "accuracy": [95.07]}).to_csv(
+        tmp_path / "fsvrg_figs_mnist.csv", index=False)
+    pd.DataFrame({"algo": ["gafsvrg"], "algo.bank.threshold": [2], "value": [58.0]}).to_csv(
+        tmp_path / "fsvrg_fig8_mnist.csv", index=False)
+    pd.DataFrame({"algo": ["mafsvrg"] * 2, "reading": ["fsvrg_adam", "fsvrg_centred_adam"],
+                  "accuracy": [96.33, 96.0]}).to_csv(tmp_path / "fsvrg_open_mnist.csv", index=False)
+    cells = port.fsvrg(tmp_path / "figs_mnist.md", tmp_path)
+    assert cells[["figure", "method", "equal"]].values.tolist() == [
+        ["Fig. 1", "MA-FSVRG", True], ["Fig. 8", "GA-FSVRG", True], ["open", "MA-FSVRG", True],
+        ["open", "MA-FSVRG", False]]  # the one-model reference of the open points is Fig. 1's, left out
+    (tmp_path / "fig6.md").write_text(
+        "## lenet5_mnist - SUBSTITUTE\n\n| method | rounds | sim time (s) | best acc % | time to 90% (s) |\n"
+        "|:--|--:|--:|--:|:--|\n| GIFT | 111 | 302.534 | 97.690 | 44.712 |\n| AFL | 848 | 300.206 | 97.090 | |\n")
+    pd.DataFrame({"preset": ["gift_fig6_lenet5_mnist"] * 2, "algo/schedule": ["gift", "afl"],
+                  "rounds run": [111, 848], "best": [97.69, 97.0], "seconds_to_target": [44.7121, None]}).to_csv(
+        tmp_path / "gift_fig6.csv", index=False)
+    cells = port.gift_fig6(tmp_path / "fig6.md", tmp_path)
+    assert cells[["method", "cell", "equal"]].values.tolist() == [
+        ["GIFT", "rounds run", True], ["GIFT", "best", True], ["GIFT", "seconds_to_target", True],
+        ["AFL", "rounds run", True], ["AFL", "best", False], ["AFL", "seconds_to_target", True]]
+    (tmp_path / "table2.md").write_text(
+        "| Model | Algorithm | paper C1 | fedrun C1 | diff C1 | paper C2 | fedrun C2 | diff C2 | status |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+        "| SVM-MNIST | Centralized SGD | - | 87.52 ± 0.01 | - | - | 87.52 | - | x |\n")
+    pd.DataFrame({"preset": ["bherd_table2_svm"] * 2, "algo": ["centralized"] * 2, "partition": ["case1", "case2"],
+                  "value": [87.521, 87.6], "value_std": [0.0104, None]}).to_csv(tmp_path / "bherd_table2.csv",
+                                                                               index=False)
+    cells = port.bherd_table2(tmp_path / "table2.md", tmp_path)
+    assert cells[["case", "cell", "equal"]].values.tolist() == [
+        ["case1", "mean", True], ["case1", "std", True], ["case2", "mean", False]]
 
 
 def test_every_reading_of_an_open_point_composes_over_its_preset_and_changes_what_it_names():
