@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown artefact {args.artefact!r}.{nearest(str(args.artefact), known)} "
                      "fedrun-table --list names them")
     paper, artefact = known[args.artefact]
+    if artefact.measure and (args.seeds != 1 or args.presets):
+        parser.error(f"{artefact.name} is measured by {artefact.measure}, not swept: it has no seeds or presets; "
+                     "give its settings as key=value (repeats=5)")
     if args.presets:
         chosen = [p.strip() for p in args.presets.split(",")]
         unknown = [p for p in chosen if p not in artefact.presets]
