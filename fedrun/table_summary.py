@@ -117,16 +117,17 @@ def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
 
 
 def _measured(artefact: Artefact, folder: Path) -> pd.DataFrame:
-    """A measured artefact's rows in collect's form: the grid keys, ``seed`` (the repeat) and the values; the
-    measurement's record (commit, seconds) in the first row's ``summary``, for the header."""
+    """A measured artefact's rows in collect's form: the grid keys (every column that no value reads), ``seed`` (the
+    repeat; 0 where the function gives none) and the values; the measurement's record (commit, seconds) in the first
+    row's ``summary``, for the header."""
     rows, made = measures.load(folder)
     if rows.empty:
         return rows
     quantities = {v.of for v in artefact.values}
     keys = [c for c in rows.columns if c != "seed" and c not in quantities]
     frame = pd.DataFrame({PRESET: "", **{k: rows[k].map(normalise) for k in keys},
-                          "seed": pd.to_numeric(rows["seed"]), "status": "finished", "error": None,
-                          "diverged_round": None, "rounds_completed": 1,
+                          "seed": pd.to_numeric(rows["seed"]) if "seed" in rows else 0, "status": "finished",
+                          "error": None, "diverged_round": None, "rounds_completed": 1,
                           **{v.name: pd.to_numeric(rows[v.of]) * v.scale if v.of in rows else None
                              for v in artefact.values},
                           "rounds": 1, "planned_rounds": 1, "fixture": "",

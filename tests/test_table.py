@@ -426,6 +426,8 @@ def test_a_measured_artefact_is_summarised_over_its_repeats_beside_the_paper_and
     assert main(["tiny_time", "scales=2", "--runs", str(tmp_path / "runs")]) == 2  # refused, naming the settings
     assert "'scales=2': tiny_time is measured by tiny_measure:measure, whose settings are scale=1.0, repeats=2" in \
         capsys.readouterr().err
+    assert main(["tiny_time", "repeats", "--runs", str(tmp_path / "runs")]) == 2
+    assert "'repeats': give a setting as key=value (scale=...)" in capsys.readouterr().err
     with pytest.raises(SystemExit) as err:
         main(["tiny_time", "--seeds", "3", "--runs", str(tmp_path / "runs")])
     assert err.value.code == 2 and "not swept: it has no seeds or presets; give its settings as key=value" in \

@@ -33,7 +33,10 @@ def settings(artefact, overrides: list[str]) -> dict:
     params = inspect.signature(function(artefact)).parameters
     out, bad = {}, []
     for o in overrides:
-        key, _, text = o.partition("=")
+        key, given, text = o.partition("=")
+        if not given:
+            bad.append(f"{o!r}: give a setting as key=value ({next(iter(params), 'repeats')}=...)")
+            continue
         if key not in params:
             bad.append(f"{o!r}: {artefact.name} is measured by {artefact.measure}, whose settings are "
                        f"{', '.join(f'{k}={p.default!r}' for k, p in params.items())}")
