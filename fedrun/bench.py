@@ -38,6 +38,7 @@ from .engine.cohort import plan_client
 from .engine.executor import (LoopExecutor, VmapExecutor, flops_per_step, loop_threads, make_executor,
                               resolve_auto)
 from .engine.accounting import simulated_times
+from .engine.blocked import block_length
 from .functional import FunctionalModel
 from .models import build_model
 from .results import git_commit
@@ -201,6 +202,9 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     executors = {"loop": LoopExecutor(), "threads": LoopExecutor(threads), "vmap": VmapExecutor(), "auto": auto}
     if compiled:
         executors["compiled"] = VmapExecutor(compile=True)
+    blocks = block_length(make("local", "sgd"), model, w.batch)
+    if blocks:  # the vmap executor runs blocks of steps here (hardware.blocks): also timed step by step
+        executors["stepwise"] = VmapExecutor(blocks=False)
     seconds, memory, warmup = time_rounds(executors, make("local", "sgd"), model, ctx, plans, x, y, repeats)
     flops = flops_per_round(model, x, y, plans)
     best = min(seconds["loop"], seconds["threads"], seconds["vmap"])
@@ -213,7 +217,9 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
         "peak_mem_mb": memory["auto"], "loop_peak_mem_mb": memory["loop"], "vmap_peak_mem_mb": memory["vmap"],
         "gflops": flops / seconds["auto"] / 1e9, "matmul_peak_gflops": peak, "device": device_name(device),
     } | ({"compiled_s": seconds["compiled"], "compiled_first_s": warmup["compiled"],
-          "compiled_speedup": seconds["vmap"] / seconds["compiled"]} if compiled else {})
+          "compiled_speedup": seconds["vmap"] / seconds["compiled"]} if compiled else {}) \
+      | ({"stepwise_s": seconds["stepwise"], "block_steps": blocks,
+          "blocks_speedup": seconds["stepwise"] / seconds["vmap"]} if blocks else {})
 
 
 def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repeats: int) -> dict:
@@ -310,6 +316,14 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
                     f"|---|---|---|---|---|\n{cells}\ncompiled = the vmap executor with hardware.compile=true, timed "
                     "as the others after its first round (the compilation; inductor's on-disk cache makes a repeated "
                     "one short).\n")
+    blocked = [r for r in records if "stepwise_s" in r]
+    if blocked:
+        cells = "".join(f"| {r['workload']} | {r['batch']} | {r['block_steps']} | {r['stepwise_s']:.3f} | "
+                        f"{r['vmap_s']:.3f} | {r['blocks_speedup']:.2f}x |\n" for r in blocked)
+        compiled += ("\n| workload | minibatch | steps per block | vmap step by step s | vmap in blocks s | "
+                     f"speed-up |\n|---|---|---|---|---|---|\n{cells}\nvmap in blocks = the vmap executor as it "
+                     "runs local SGD on a one-layer model with small minibatches (hardware.blocks=true, the default: "
+                     "fedrun/engine/blocked.py); its time is the vmap column above.\n")
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
     device = (list(records) + list(addons))[0]["device"]
     executors = (f"{head}{rows}\nloop = clients one after another; loop threads = the loop training that many "

@@ -163,6 +163,7 @@ class HardwareConfig(Section):
     vmap_tail: Optional[int] = MISSING
     loop_threads: Optional[int] = MISSING
     gradient: str = MISSING
+    blocks: bool = MISSING
     dtype: str = MISSING
     num_threads: Optional[int] = MISSING
     step_store: str = MISSING

@@ -165,7 +165,11 @@ def test_bench_records_are_consistent(tmp_path):
             assert key in r
         assert r["speedup"] == pytest.approx(r["loop_s"] / r["vmap_s"])
         assert r["auto"] == "vmap" and r["matmul_peak_gflops"] > 0
-    assert "| softmax576_400 |" in (tmp_path / "b.md").read_text()
+    softmax, svm = records  # single samples on a one-layer model run in blocks, timed step by step beside them
+    assert softmax["blocks_speedup"] == pytest.approx(softmax["stepwise_s"] / softmax["vmap_s"])
+    assert softmax["block_steps"] == 16 and "stepwise_s" not in svm  # B = 100: matrix products already
+    text = (tmp_path / "b.md").read_text()
+    assert "| softmax576_400 |" in text and f"| softmax576_400 | 1 | 16 | {softmax['stepwise_s']:.3f} |" in text
 
 
 @pytest.mark.parametrize("name", ["cpu", "gpu"])
@@ -298,6 +302,37 @@ def test_a_batchable_rule_on_a_dense_model_steps_without_vmap_and_gives_the_loop
     for other in ("scaffold", "feddecorr"):
         sim = Simulation(cfg_factory("data=digits", "model=mlp", f"algo={other}"))
         assert not steps_natively(sim.algo.local, sim.model)
+
+
+@pytest.mark.parametrize("model,batch", [("logreg", 1), ("logreg", 3), ("svm", 1)])
+@pytest.mark.parametrize("algo,more", [("fedavg", []), ("fedavg", ["fl.momentum=0.9", "fl.weight_decay=0.01"]),
+                                       ("fedprox", ["fl.momentum=0.5"]), ("fednova", ["algo.local.mu=0.1"])])
+def test_local_sgd_on_a_one_layer_model_in_blocks_of_steps_gives_the_loops_rounds(cfg_factory, model, batch, algo,
+                                                                                  more):
+    """Small minibatches on a one-layer model step in blocks (engine/blocked.py: the rule's own step on coefficient
+    vectors, outputs from the block's Gram matrix): the rounds (model, client states, FedNova's a_i, losses) equal
+    the loop's to float64 rounding, with clients of unequal lengths finishing inside blocks."""
+    from fedrun.engine import blocked
+
+    # lr 0.01: at 0.1, momentum 0.9 on single samples is chaotic and grows float64 rounding to 0.1 in two rounds
+    common = ["data=digits", f"model={model}", f"algo={algo}", *more, "fl.clients_per_round=4", "fl.lr=0.01",
+              f"fl.batch_size={batch}", "hardware.dtype=float64", "partition=dirichlet", "partition.alpha=0.3"]
+    states, losses = {}, {}
+    for executor in ("loop", "vmap"):
+        sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
+        outs = [sim.run_round(rnd) for rnd in (1, 2)]
+        states[executor], losses[executor] = vars(sim.state), [o.result.mean_loss for o in outs]
+    plans = outs[0].plans
+    assert len({p.tau % blocked.block_length(sim.algo.local, sim.model, batch) for p in plans}) > 1
+    assert blocked.block_length(sim.algo.local, sim.model, batch) > 0
+    assert_close_tree(states["vmap"], states["loop"])
+    assert_close_tree(losses["vmap"], losses["loop"], "losses")
+    for other, width in (("scaffold", 1), ("fedavg", 16)):  # its own terms; minibatches that are products already
+        sim = Simulation(cfg_factory("data=digits", f"model={model}", f"algo={other}"))
+        assert blocked.block_length(sim.algo.local, sim.model, width) == 0
+    sim = Simulation(cfg_factory("data=digits", "model=mlp"))
+    assert blocked.block_length(sim.algo.local, sim.model, 1) == 0  # two layers: outputs not affine in the weights
+    assert not Simulation(cfg_factory(*common, "hardware.executor=vmap", "hardware.blocks=false")).executor.blocks
 
 
 @pytest.mark.parametrize("model", ["logreg", "mlp", "svm"])

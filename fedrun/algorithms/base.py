@@ -69,6 +69,11 @@ class LocalRule:
     # by hand (FunctionalModel.chain) without vmap. Read from the class that declares it, never inherited, so a
     # subclass that adds a per-client reduction is not stacked by mistake.
     batchable = False
+    # client_step is ``descend(direction(grad))`` with ``direction`` and ``descend`` affine in the state's w and
+    # momentum, the context's params and the gradient (its other state entries: numbers that do not depend on them),
+    # so a block of steps may run on coefficient vectors over those (engine/blocked.py, one-layer models). Read from
+    # the declaring class only, as batchable.
+    affine_step = False
 
     def round_extras(self, server_state: State, full_grads: torch.Tensor, sizes: torch.Tensor
                      ) -> tuple[dict[str, torch.Tensor], State]:

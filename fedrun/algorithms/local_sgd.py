@@ -23,6 +23,7 @@ class LocalSGD(LocalRule):
     name = "sgd"
     reports_step_counts = True
     batchable = True  # weight decay, momentum, the proximal term and a_i: elementwise (its subclasses: not declared)
+    affine_step = True  # w, the momentum and the direction are affine in (w, momentum, w_t, the gradient)
 
     def __init__(self, mu: float):
         self.mu = float(mu)

@@ -33,7 +33,7 @@ from ..algorithms.base import ClientContext, LocalRule, State
 from ..data.augment import minibatch, rows
 from ..errors import ConfigError
 from ..functional import FunctionalModel
-from . import tree
+from . import blocked, tree
 from .cohort import ClientPlan
 
 log = logging.getLogger("fedrun")
@@ -132,7 +132,8 @@ class VmapExecutor:
     name = "vmap"
 
     def __init__(self, chunk_size: int | None = None, memory_fraction: float = 0.5, compile: bool = False,
-                 tail: int = 0):
+                 tail: int = 0, blocks: bool = True):
+        self.blocks = blocks  # an affine rule on a one-layer model steps in blocks (engine/blocked.py)
         self.chunk_size = chunk_size
         self.memory_fraction = memory_fraction
         self.compile = compile
@@ -173,6 +174,9 @@ class VmapExecutor:
         return _result(out)
 
     def _run_chunk(self, rule, model, ctx, plans, x, y, cstates, record=None):
+        block = blocked.block_length(rule, model, plans[0].batches.shape[1]) if self.blocks else 0
+        if block and record is None and not self.compile:
+            return blocked.run(rule, model, ctx, plans, x, y, cstates, block)
         k_all = len(plans)
         stacked = tree.stack([rule.client_init(ctx, cs) for cs in cstates])
         taus = [p.tau for p in plans]  # non-increasing
@@ -358,7 +362,7 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
                            "(g++, clang++ or $CXX); install one (apt-get install g++) or set hardware.compile=false"])
     if name == "vmap":
         tail = vmap_tail(model, device) if hw_cfg.vmap_tail is None else hw_cfg.vmap_tail
-        return VmapExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction, compile_, tail)
+        return VmapExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction, compile_, tail, hw_cfg.blocks)
     if compile_:
         log.warning("hardware.compile=true has no effect: it compiles the vmap executor's step and this run uses the "
                     "loop executor (set hardware.executor=vmap to compile)")
