@@ -430,7 +430,7 @@ class BankConfig(PartConfig):
         yield (_int(self.models) and self.models >= 1, "models",
                "must be an integer >= 1 (C; 4 in Zhao et al.'s MNIST runs)", "4")
         yield _int(self.threshold) and self.threshold >= 0, "threshold", "must be an integer >= 0", "4"
-        yield _num(self.alpha_g) and self.alpha_g > 0, "alpha_g", "must be > 0", "0.02"
+        yield _num(self.alpha_g) and self.alpha_g >= 0, "alpha_g", "must be >= 0 (0: no central acceleration)", "0.02"
         yield _unit(self.beta1), "beta1", "must be in [0, 1)", "0.0"
         yield _unit(self.beta2), "beta2", "must be in [0, 1)", "0.999"
         yield _num(self.eps) and self.eps > 0, "eps", "must be > 0", "1e-8"
