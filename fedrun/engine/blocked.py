@@ -72,7 +72,7 @@ def run(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list
         sym_ctx = replace(ctx, params=_unit(1, size))
         table = [{k: v.clone() for k, v in symbolic.items() if k != "buffers"}]
         for s in range(steps):
-            coef = symbolic["w"].to(xb.dtype)
+            coef = symbolic["w"].to(xb.device, xb.dtype)
             here = slice(s * width, (s + 1) * width)
             out = sum(coef[i] * o[:, here] for i, o in enumerate(outputs) if o is not None)
             out = out + gram[:, here, : s * width] @ (coef[len(BASIS):][:s].repeat_interleave(width)[:, None]
@@ -84,7 +84,7 @@ def run(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list
             rule.descend(sym_ctx, symbolic, rule.direction(sym_ctx, symbolic, _unit(len(BASIS) + s, size)))
             table.append({k: v.clone() for k, v in symbolic.items() if k != "buffers"})
         done = (taus - t0).clamp(0, steps)  # each client's steps in this block: its state is the one after them
-        mine = {k: torch.stack([row[k] for row in table])[done] for k in table[0]}
+        mine = {k: torch.stack([row[k] for row in table])[done.cpu()].to(xb.device) for k in table[0]}
         if "momentum" in stacked:  # first: the weights' own combination below overwrites W_start
             momentum = _combine(mine["momentum"], starts, 2, stacked["momentum"].clone(), xb, grads, width, shape)
         _combine(mine["w"], starts, 0, stacked["w"], xb, grads, width, shape)  # in place: its other terms are read
@@ -106,12 +106,13 @@ def _unit(i: int, size: int) -> torch.Tensor:
 
 
 def _symbolic(stacked: State, size: int) -> State:
-    """The rule's state at the block's start over the basis: the weights are W_start, the momentum M_start, and
-    the per-client numbers (FedNova's a_i, the momentum counter) those of the clients still stepping (the first)."""
+    """The rule's state at the block's start over the basis, on the CPU (a few numbers per step): the weights are
+    W_start, the momentum M_start, and the per-client numbers (FedNova's a_i, the momentum counter) those of the
+    clients still stepping (the first)."""
     state = {"w": _unit(0, size), "direction": torch.zeros(size, dtype=torch.float64), "buffers": {}}
     if "momentum" in stacked:
         state["momentum"] = _unit(2, size)
-    return state | {k: v[0].clone() for k, v in stacked.items() if k not in (*VECTORS, "buffers")}
+    return state | {k: v[0].cpu() for k, v in stacked.items() if k not in (*VECTORS, "buffers")}  # on the CPU too
 
 
 def _split(flat: torch.Tensor, shape) -> tuple[torch.Tensor, torch.Tensor | None]:
