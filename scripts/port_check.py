@@ -100,27 +100,44 @@ DGT_COLUMNS = {"final acc %": "accuracy", "mean acc % (last 10)": "last10", "rou
                "mean cos (updates)": "cosine"}
 
 
-def dgt(old: Path, new: Path) -> pd.DataFrame:
-    """fig5.md's method rows against dgt_fig5.csv, each cell to the old table's printed precision."""
-    after = pd.read_csv(new / "dgt_fig5.csv")
-    out, dataset, header = [], None, []
-    for line in old.read_text().splitlines():
-        if heading := re.match(r"## (\w+) \(", line):
-            dataset = heading.group(1)
+def method_rows(text: str, heading: str):
+    """(section, header, cells) of each row of the tables under the headings that match ``heading`` (its first group
+    names the section) in a script's Markdown, with the cells of the table's header row (which starts "method")."""
+    section, header = None, []
+    for line in text.splitlines():
+        if found := re.match(heading, line):
+            section = found.group(1)
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if cells and cells[0] == "method":
             header = cells
-        elif dataset and header and len(cells) == len(header) and cells[0] and not cells[0].startswith(":"):
-            base, _, harm = cells[0].partition(" + ")
-            match = after[(after["preset"] == f"dgt_fig5_{dataset}") & (after["algo"] == base.lower())
-                          & (after["algo/harmonizer"] == ("dgt" if harm else "none"))]
-            for name, value in zip(header, cells):
-                column = next((c for k, c in DGT_COLUMNS.items() if name.startswith(k)), None)
-                if column is None or not len(match):
-                    continue
-                digits = len(value.split(".")[1]) if "." in value else 0
-                mine = float(match[column].iloc[0])
-                out.append((dataset, cells[0], column, float(value), mine, round(mine, digits) == float(value)))
+        elif section and header and len(cells) == len(header) and cells[0] and not cells[0].startswith(":"):
+            yield section, header, cells
+
+
+def printed_cells(match: pd.DataFrame, header: list[str], cells: list[str], columns: dict[str, str]):
+    """(column, old, new, equal) for each old cell whose header starts with a key of ``columns``: the new value
+    rounded to the old cell's printed decimals; an empty old cell (never reached) equals a missing new one."""
+    for name, value in zip(header, cells):
+        column = next((c for k, c in columns.items() if name.startswith(k)), None)
+        if column is None or not len(match):
+            continue
+        mine = float(match[column].iloc[0])
+        if not value:
+            yield column, float("nan"), mine, pd.isna(mine)
+            continue
+        digits = len(value.split(".")[1]) if "." in value else 0
+        yield column, float(value), mine, round(mine, digits) == float(value)
+
+
+def dgt(old: Path, new: Path) -> pd.DataFrame:
+    """fig5.md's method rows against dgt_fig5.csv, each cell to the old table's printed precision."""
+    after = pd.read_csv(new / "dgt_fig5.csv")
+    out = []
+    for dataset, header, cells in method_rows(old.read_text(), r"## (\w+) \("):
+        base, _, harm = cells[0].partition(" + ")
+        match = after[(after["preset"] == f"dgt_fig5_{dataset}") & (after["algo"] == base.lower())
+                      & (after["algo/harmonizer"] == ("dgt" if harm else "none"))]
+        out += [(dataset, cells[0], *c) for c in printed_cells(match, header, cells, DGT_COLUMNS)]
     return pd.DataFrame(out, columns=["dataset", "method", "cell", "old", "new", "equal"])
 
 
@@ -174,26 +191,13 @@ def gift_fig6(old: Path, new: Path) -> pd.DataFrame:
     """fig6.md's rows (one per setting and schedule) against gift_fig6.csv, each cell to the old table's printed
     precision; an empty cell (the target never reached) equals an empty one."""
     after = pd.read_csv(new / "gift_fig6.csv")
-    out, setting, header = [], None, []
-    for line in old.read_text().splitlines():
-        if heading := re.match(r"## (\w+) - ", line):
-            setting = heading.group(1)
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells and cells[0] == "method":
-            header = cells
-        elif setting and header and len(cells) == len(header) and cells[0] in GIFT_SCHEDULES:
-            match = after[(after["preset"] == f"gift_fig6_{setting}")
-                          & (after["algo/schedule"] == GIFT_SCHEDULES[cells[0]])]
-            for name, value in zip(header, cells):
-                column = next((c for k, c in GIFT_FIG6_COLUMNS.items() if name.startswith(k)), None)
-                if column is None or not len(match):
-                    continue
-                mine = float(match[column].iloc[0])
-                if not value:
-                    out.append((setting, cells[0], column, float("nan"), mine, pd.isna(mine)))
-                    continue
-                digits = len(value.split(".")[1]) if "." in value else 0
-                out.append((setting, cells[0], column, float(value), mine, round(mine, digits) == float(value)))
+    out = []
+    for setting, header, cells in method_rows(old.read_text(), r"## (\w+) - "):
+        if cells[0] not in GIFT_SCHEDULES:
+            continue
+        match = after[(after["preset"] == f"gift_fig6_{setting}")
+                      & (after["algo/schedule"] == GIFT_SCHEDULES[cells[0]])]
+        out += [(setting, cells[0], *c) for c in printed_cells(match, header, cells, GIFT_FIG6_COLUMNS)]
     return pd.DataFrame(out, columns=["setting", "method", "cell", "old", "new", "equal"])
 
 
@@ -232,41 +236,30 @@ def _same(point: str):
     return equal
 
 
+CHECKS = {  # what: (the comparison, the new tables' folder, the old table and how to get it)
+    "fedgh": (fedgh, "results/fedgh", "tables.csv of scripts/fedgh_tables.py"),
+    "bherd-sweeps": (bherd_sweeps, "results/bherd", "sweeps.md of scripts/bherd_sweeps.py: git show "
+                                                    "1bb12da:results/bherd/sweeps.md > sweeps.md"),
+    "dgt": (dgt, "results/dgt", "fig5.md of scripts/dgt_fig5.py: git show cb05113:results/dgt/fig5.md > fig5.md"),
+    "fsvrg": (fsvrg, "results/fsvrg", "figs_mnist.md of scripts/fsvrg_figs.py: git show "
+                                      "569f873:results/fsvrg/figs_mnist.md > figs_mnist.md"),
+    "gift-fig6": (gift_fig6, "results/gift", "fig6.md of scripts/gift_figs.py: git show "
+                                             "569f873:results/gift/fig6.md > fig6.md"),
+    "bherd-table2": (bherd_table2, "results/bherd", "table2.md of scripts/bherd_table2.py: git show "
+                                                    "569f873:results/bherd/table2.md > table2.md"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["fedgh", "bherd-sweeps", "dgt", "fsvrg", "gift-fig6",
-                                                 "bherd-table2"])
+    parser.add_argument("what", choices=list(CHECKS))
     parser.add_argument("--old", default=None)
     parser.add_argument("--new", default=None)
     args = parser.parse_args(argv)
-    if args.what == "fedgh":
-        if args.old is None:
-            parser.error("fedgh needs --old (tables.csv of scripts/fedgh_tables.py)")
-        cells = fedgh(Path(args.old), Path(args.new or "results/fedgh"))
-    elif args.what == "bherd-table2":
-        if args.old is None:
-            parser.error("bherd-table2 needs --old (table2.md of scripts/bherd_table2.py: git show "
-                         "569f873:results/bherd/table2.md > table2.md)")
-        cells = bherd_table2(Path(args.old), Path(args.new or "results/bherd"))
-    elif args.what == "gift-fig6":
-        if args.old is None:
-            parser.error("gift-fig6 needs --old (fig6.md of scripts/gift_figs.py: git show "
-                         "569f873:results/gift/fig6.md > fig6.md)")
-        cells = gift_fig6(Path(args.old), Path(args.new or "results/gift"))
-    elif args.what == "fsvrg":
-        if args.old is None:
-            parser.error("fsvrg needs --old (figs_mnist.md of scripts/fsvrg_figs.py: git show "
-                         "569f873:results/fsvrg/figs_mnist.md > figs_mnist.md)")
-        cells = fsvrg(Path(args.old), Path(args.new or "results/fsvrg"))
-    elif args.what == "dgt":
-        if args.old is None:
-            parser.error("dgt needs --old (fig5.md of scripts/dgt_fig5.py: git show cb05113:results/dgt/fig5.md)")
-        cells = dgt(Path(args.old), Path(args.new or "results/dgt"))
-    else:
-        if args.old is None:
-            parser.error("bherd-sweeps needs --old (sweeps.md of scripts/bherd_sweeps.py: git show "
-                         "1bb12da:results/bherd/sweeps.md > sweeps.md)")
-        cells = bherd_sweeps(Path(args.old), Path(args.new or "results/bherd"))
+    compare, folder, old = CHECKS[args.what]
+    if args.old is None:
+        parser.error(f"{args.what} needs --old ({old})")
+    cells = compare(Path(args.old), Path(args.new or folder))
     print(f"{int(cells['equal'].sum())} of {len(cells)} cells equal")
     differing = cells[~cells["equal"]]
     if len(differing):
