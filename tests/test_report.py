@@ -125,31 +125,6 @@ def test_more_rounds_extend_a_finished_run_only_when_resuming(tmp_path):
     assert finished_summary(run, compose_config([*base, "fl.rounds=9"]))["status"] == "diverged"
 
 
-def test_the_fsvrg_figures_set_fedrun_beside_004s_accuracy_as_fig_1_and_as_fig_3_give_it(tmp_path):
-    """Zhao et al. give MA's and GA's accuracy at 10% as 97.8 / 98.1 (Fig. 1) and as micro recall 96.5 / 97.0 (Fig. 3),
-    one quantity for single-label classification; the script says which of the two fedrun's final value is within a
-    point of, and how far the runs' micro recall ever is from their accuracy."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parents[1] / "scripts" / "fsvrg_figs.py"
-    spec = importlib.util.spec_from_file_location("fsvrg_figs", path)
-    figs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(figs)
-    run = tmp_path / "run"
-    run.mkdir()
-    pd.DataFrame({"round": [1, 2], "test_acc": [0.5, 0.96], "micro_recall": [0.501, 0.96]}).to_csv(
-        run / "metrics.csv", index=False)
-    table = pd.DataFrame({"panel": ["10% of machines"] * 2, "method": ["MA-FSVRG", "GA-FSVRG"],
-                          "final test_acc": [0.96, 0.99]})
-    text = figs.paper_consistency(table, [0.10], [str(run)])
-    assert "MA-FSVRG 0.978 / 0.965 / 0.96, fedrun 0.9600 (within 1 point of Fig. 1: no, of Fig. 3: yes)" in text
-    assert "GA-FSVRG 0.981 / 0.97 / 0.965, fedrun 0.9900 (within 1 point of Fig. 1: yes, of Fig. 3: no)" in text
-    assert "at any round of these runs: 0.001)" in text
-    readings = figs.readings_against_paper(table.assign(panel="Adam's step"), 0.10)
-    assert "- Adam's step: MA-FSVRG fedrun 0.9600 (within 1 point of Fig. 1: no, of Fig. 3: yes); GA-FSVRG" in readings
-
-
 def test_a_script_stops_at_an_interrupted_run_and_starts_no_other(tmp_path, monkeypatch):
     """SIGTERM or Ctrl-C interrupts the running job (it checkpoints, status interrupted); run_jobs must not go on to
     the next job, which would leave a script running after its user stopped it."""
