@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from . import __version__
-from .algorithms import ClientContext
+from .algorithms.base import ClientContext
 from .algorithms.schedule import RoundFeedback
 from .algorithms.schema import make
 from .compose import option

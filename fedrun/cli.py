@@ -24,9 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from .checkpoint import checkpoints
 from .compose import CONF_DIR
-from .engine.experiment import run_experiment
 from .errors import ConfigError, FedrunError, OverwriteError, StaleRunError
 from .overrides import check_overrides, check_sweep_jobs
 from .results import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
@@ -37,6 +35,8 @@ log = logging.getLogger("fedrun")
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _main(cfg: DictConfig) -> float | None:
+    from .engine.experiment import run_experiment  # torch and the engine: not for --help or a refused override
+
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     if hc.mode != RunMode.MULTIRUN:
@@ -97,6 +97,8 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
     unless ``resume=true`` (continue or extend it) or ``overwrite=true`` (start over: the earlier files move to a
     sibling folder ``<dir>.previous-<time>``, never deleted). A failed run without checkpoints is moved aside the
     same way and the new run starts."""
+    from .checkpoint import checkpoints
+
     summary_file = run_dir / SUMMARY_FILE
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
     held = checkpoints(run_dir)

@@ -5,7 +5,8 @@ import pytest
 import torch
 from conftest import register_tiny, run_cli
 
-from fedrun.algorithms import ClientContext, build_algorithm
+from fedrun.algorithms import build_algorithm
+from fedrun.algorithms.base import ClientContext
 from fedrun.algorithms.local_sgd import decorrelation_loss
 from fedrun.algorithms.schema import make
 from fedrun.compose import option

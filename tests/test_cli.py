@@ -203,3 +203,17 @@ def test_the_cli_does_not_import_torchvision_unless_a_run_needs_it():
 
     code = "import sys, fedrun.cli, fedrun.engine.experiment; assert 'torchvision' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_help_and_refused_overrides_import_neither_torch_nor_scikit_learn():
+    """`fedrun --help` and a refused override answer before torch is loaded (about a second of every such process),
+    and the digits loader reads scikit-learn's file without importing scikit-learn."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from fedrun.cli import app_help; from fedrun.compose import CONF_DIR; "
+            "from fedrun.overrides import check_overrides; app_help(['algo=bherd']); "
+            "assert check_overrides(['fl.rond=3'], CONF_DIR); "
+            "assert not {'torch', 'numpy'} & set(sys.modules), 'imported'; "
+            "from fedrun.data.digits import load; load(None, None); assert 'sklearn' not in sys.modules, 'sklearn'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

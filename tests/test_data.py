@@ -193,6 +193,21 @@ def test_digits_split_is_fixed():
     assert a.fingerprint() == b.fingerprint()
 
 
+def test_digits_are_scikit_learns_load_digits():
+    """Read from scikit-learn's file without importing it: the same images and labels as ``load_digits``, split
+    by the loader's fixed permutation and standardised with the train split's moments."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    data = DATASETS["digits"].load(None, settings("digits"))
+    x = (bunch.images.astype(np.float32) / 16.0)[:, None]
+    order = np.random.default_rng(0).permutation(len(x))
+    test, train = order[:359], order[359:]
+    x = (x - x[train].mean()) / x[train].std()
+    assert torch.equal(data.x_train, torch.from_numpy(x[train])) and torch.equal(data.x_test, torch.from_numpy(x[test]))
+    assert data.y_train.tolist() == bunch.target[train].tolist() and data.y_test.tolist() == bunch.target[test].tolist()
+
+
 def test_words_drop_markup_and_keep_apostrophes():
     assert words("Don't <br /><br />watch IT, it's 10/10!") == ["don't", "watch", "it", "it's", "10", "10"]
 

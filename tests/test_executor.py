@@ -90,7 +90,7 @@ def test_chunk_size_follows_free_memory(cfg_factory, monkeypatch):
 
     sim, _ = two_rounds(cfg_factory, ["data=digits", "model=mlp"], "vmap")
     plan = sim.run_round(3).plans[0]
-    from fedrun.algorithms import ClientContext
+    from fedrun.algorithms.base import ClientContext
 
     ctx = ClientContext(1, sim.state.params, sim.state.buffers, 0.1)
     monkeypatch.setattr(ex, "free_memory_bytes", lambda device: 10**12)

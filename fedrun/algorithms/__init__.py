@@ -10,15 +10,18 @@ from dataclasses import dataclass
 
 from hydra.utils import get_class
 
+from typing import TYPE_CHECKING
+
 from ..errors import ConfigError
-from .aggregate import aggregate_buffers
-from .bank import ModelBank
-from .base import Aggregator, ClientContext, LocalRule, ServerOptimizer
-from .harmonize import DGT, FedGH
-from .parts import AllSteps, NoHarmonizer
-from .schedule import AFL, GIFT, AdaComm, FixedSchedule
 from .schema import SCHEMAS, parse
-from .selection import GraB, Herd, RandomSubset
+
+if TYPE_CHECKING:  # the parts themselves import torch; checking a config (fedrun --help, a typo) needs none of them
+    from .bank import ModelBank
+    from .base import Aggregator, LocalRule, ServerOptimizer
+    from .harmonize import DGT, FedGH
+    from .parts import AllSteps, NoHarmonizer
+    from .schedule import AFL, GIFT, AdaComm, FixedSchedule
+    from .selection import GraB, Herd, RandomSubset
 
 PARTS = tuple(SCHEMAS)  # the plug points, in the order a round meets them
 # the parts whose settings are attributes and whose round-to-round state is their own (StatefulPart.init); the local
@@ -111,5 +114,4 @@ def build_algorithm(algo_cfg) -> Algorithm:
     )
 
 
-__all__ = ["PARTS", "STATEFUL_PARTS", "Algorithm", "ClientContext", "LocalRule", "aggregate_buffers", "build_algorithm",
-           "check_parts", "method_name"]
+__all__ = ["PARTS", "STATEFUL_PARTS", "Algorithm", "build_algorithm", "check_parts", "method_name"]

@@ -48,9 +48,7 @@ import numpy as np
 import torch
 
 from .base import ClientContext, State, StatefulPart
-
-GROUPINGS = ("kmeans", "preference")
-
+from .schema import FORMS
 
 def preferences(losses: torch.Tensor, models: torch.Tensor, weight_decay: float) -> torch.Tensor:
     """Eq. 18: each client's model of least full local objective, its mean loss over its data plus
@@ -151,9 +149,6 @@ def kmeans(points: torch.Tensor, seeds: torch.Tensor, eps: float = 1e-4, max_ite
             return centres, new_assign, it, total
         assign = new_assign
     return centres, assign, max_iter, total
-
-
-FORMS = ("paper", "adam")
 
 
 def accelerate(models: torch.Tensor, anchors: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: int,

@@ -31,9 +31,6 @@ import torch
 
 from .base import ClientContext, LocalRule, State
 
-SCALINGS = ("features", "none")
-OMEGAS = ("all", "round")
-
 
 def feature_counts(x: torch.Tensor, client_indices: list) -> torch.Tensor:
     """(clients, q): how many of each client's samples have a non-zero feature j (n_i^j of eq. 21)."""

@@ -123,9 +123,6 @@ class DGT(StatefulPart):
         return state, coef.to(updates.dtype) @ updates, info
 
 
-DGT_MODES = ("calibrate", "norm_only")
-
-
 def conflict_statistics(updates: torch.Tensor) -> dict[str, float]:
     """Gradient-conflict diagnostics (FedGH Fig. 2, DGT Figs. 3-4) from the cosine matrix of the round's updates:
     share of client pairs with negative cosine, minimum and mean pairwise cosine, and the mean cosine of each update
@@ -150,5 +147,5 @@ def cosine_matrix(updates: torch.Tensor) -> np.ndarray:
     return (gram / (norms[:, None] * norms[None, :]).clamp_min(1e-12)).cpu().numpy()
 
 
-__all__ = ["DGT", "DGT_MODES", "FedGH", "conflict_statistics", "cosine_matrix", "dgt_coefficients",
+__all__ = ["DGT", "FedGH", "conflict_statistics", "cosine_matrix", "dgt_coefficients",
            "fedgh_coefficients"]

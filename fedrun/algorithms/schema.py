@@ -21,9 +21,13 @@ from omegaconf import II, DictConfig, OmegaConf
 
 from ..errors import ConfigError
 from ..settings import Rule, Section
-from .bank import FORMS, GROUPINGS
-from .fsvrg import OMEGAS, SCALINGS
-from .harmonize import DGT_MODES
+
+# the choices of the parts' string settings, here so that checking a config needs no torch (fedrun --help, a typo)
+SCALINGS = ("features", "none")  # fsvrg: S_i from the features' frequencies, or none
+OMEGAS = ("all", "round")  # fsvrg: A from all clients' data, or this round's
+DGT_MODES = ("calibrate", "norm_only")
+FORMS = ("paper", "adam")  # the bank's central acceleration, eq. 64 as printed or Adam's
+GROUPINGS = ("kmeans", "preference")
 
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..algorithms import ClientContext
+from ..algorithms.base import ClientContext
 from ..algorithms.bank import preferences
 from ..metrics import classification_metrics
 from .cohort import plan_client

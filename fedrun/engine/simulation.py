@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..algorithms import STATEFUL_PARTS, ClientContext, aggregate_buffers, build_algorithm
+from ..algorithms import STATEFUL_PARTS, build_algorithm
+from ..algorithms.aggregate import aggregate_buffers
+from ..algorithms.base import ClientContext
 from ..algorithms.fsvrg import feature_counts
 from ..algorithms.harmonize import conflict_statistics, cosine_matrix
 from ..algorithms.schedule import RoundFeedback
