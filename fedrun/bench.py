@@ -39,7 +39,7 @@ from .engine.executor import (LoopExecutor, VmapExecutor, flops_per_step, loop_t
                               resolve_auto)
 from .engine.accounting import simulated_times
 from .engine.blocked import block_length
-from .functional import FunctionalModel
+from .functional import FunctionalModel, prefers_channels_last
 from .models import build_model
 from .results import git_commit
 
@@ -63,6 +63,7 @@ WORKLOADS = [
     Workload("softmax576_1000", "MA/GA-FSVRG (CIFAR-HOG)", "logreg", "vector", (576,), 10, 1000, 50, 1),
     Workload("svm_mnist_5", "BHerd (SVM-MNIST)", "svm", "image", (1, 28, 28), 10, 5, 12000, 100),
     Workload("lenet5_cifar_100", "GIFT (LeNet-5)", "lenet5", "image", (3, 32, 32), 10, 100, 20, 10, 5.0),
+    Workload("lenet5_mnist_10", "default experiment (make run)", "lenet5", "image", (1, 28, 28), 10, 10, 640, 64),
     Workload("cnn_fedgh_20", "FedGH (CNN)", "cnn_fedgh", "image", (3, 32, 32), 10, 20, 320, 64),
 ]
 
@@ -145,9 +146,10 @@ def sync(device: torch.device) -> None:
 
 
 def setup(w: Workload, device: torch.device, seed: int = 0):
+    """The workload's model (its layout as ``hardware.layout=auto`` picks it), data, client plans and context."""
     torch.manual_seed(seed)
     module, objective = build_model(option("model", w.model), w.kind, w.shape, w.classes, w.name)
-    model = FunctionalModel(module.to(device), objective)
+    model = FunctionalModel(module.to(device), objective, channels_last=prefers_channels_last(module, device))
     n = w.clients * w.samples
     x = (torch.randint(0, 1000, (n, *w.shape)) if w.kind == "tokens" else torch.randn(n, *w.shape)).to(device)
     y = torch.randint(0, w.classes, (n,), device=device)
@@ -164,32 +166,47 @@ def flops_per_round(model, x, y, plans) -> int:
     return flops_per_step(model, x[first], y[first]) * sum(p.tau for p in plans)
 
 
-def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int) -> tuple[dict, dict, dict]:
+def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int, models: dict | None = None
+                ) -> tuple[dict, dict, dict]:
     """Best seconds per executor, peak memory MB of one round under each, and the seconds of each one's first round
     (the warm-up). After the warm-up, the executors are timed in turn (interleaved, so drift on the machine hits all
     alike) until every one has been timed ``repeats`` times and, for short rounds, about two seconds in all (at most
-    20 times)."""
+    20 times). ``models``: another form of the model for some executors (by name), e.g. another layout."""
     states = [None] * len(plans)
+    models = models or {}
 
-    def once(executor) -> float:
+    def once(name) -> float:
         sync(x.device)
         t = time.perf_counter()
-        executor.run(rule, model, ctx, plans, x, y, states)
+        executors[name].run(rule, models.get(name, model), ctx, plans, x, y, states)
         sync(x.device)
         return time.perf_counter() - t
 
-    first = {name: once(ex) for name, ex in executors.items()}  # warm-up (a compiled step compiles here)
+    first = {name: once(name) for name in executors}  # warm-up (a compiled step compiles here)
     repeats = max(repeats, min(20, int(2.0 / max(min(first.values()), 1e-3))))
     best = {name: float("inf") for name in executors}
     for _ in range(repeats):
-        for name, ex in executors.items():
-            best[name] = min(best[name], once(ex))
+        for name in executors:
+            best[name] = min(best[name], once(name))
     peak = {}
     for name, ex in executors.items():
         with PeakMemory(x.device) as mem:
-            ex.run(rule, model, ctx, plans, x, y, states)
+            ex.run(rule, models.get(name, model), ctx, plans, x, y, states)
         peak[name] = mem.peak_mb
     return best, peak, first
+
+
+def time_evaluations(models: dict, ctx, x, y, repeats: int, batch_size: int = 2048) -> dict:
+    """Best seconds of evaluating (x, y) per form of the model (``eval.batch_size``'s default), interleaved."""
+    best = {name: float("inf") for name in models}
+    for _ in range(repeats + 1):
+        for name, model in models.items():
+            sync(x.device)
+            t = time.perf_counter()
+            model.evaluate_hits(ctx.params, ctx.buffers, x, y, batch_size)
+            sync(x.device)
+            best[name] = min(best[name], time.perf_counter() - t)
+    return best
 
 
 def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, compiled: bool = False) -> dict:
@@ -205,7 +222,14 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     blocks = block_length(make("local", "sgd"), model, w.batch)
     if blocks:  # the vmap executor runs blocks of steps here (hardware.blocks): also timed step by step
         executors["stepwise"] = VmapExecutor(blocks=False)
-    seconds, memory, warmup = time_rounds(executors, make("local", "sgd"), model, ctx, plans, x, y, repeats)
+    models = {}
+    if model.channels_last:  # image batches in channels-last strides here (hardware.layout): also timed in NCHW
+        executors["contiguous"] = make_executor(option("hardware", "auto"), model, device, x[first], y[first],
+                                                len(plans))
+        models["contiguous"] = FunctionalModel(model.module, model.objective)
+    seconds, memory, warmup = time_rounds(executors, make("local", "sgd"), model, ctx, plans, x, y, repeats, models)
+    if models:  # and the evaluation of the workload's samples, as fedrun's evaluation chunks them in each layout
+        evaluation = time_evaluations({"auto": model, "contiguous": models["contiguous"]}, ctx, x, y, repeats)
     flops = flops_per_round(model, x, y, plans)
     best = min(seconds["loop"], seconds["threads"], seconds["vmap"])
     return {
@@ -219,7 +243,10 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     } | ({"compiled_s": seconds["compiled"], "compiled_first_s": warmup["compiled"],
           "compiled_speedup": seconds["vmap"] / seconds["compiled"]} if compiled else {}) \
       | ({"stepwise_s": seconds["stepwise"], "block_steps": blocks,
-          "blocks_speedup": seconds["stepwise"] / seconds["vmap"]} if blocks else {})
+          "blocks_speedup": seconds["stepwise"] / seconds["vmap"]} if blocks else {}) \
+      | ({"contiguous_s": seconds["contiguous"], "layout_speedup": seconds["contiguous"] / seconds["auto"],
+          "eval_samples": len(y), "eval_s": evaluation["auto"], "eval_contiguous_s": evaluation["contiguous"],
+          "eval_speedup": evaluation["contiguous"] / evaluation["auto"]} if models else {})
 
 
 def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repeats: int) -> dict:
@@ -324,6 +351,18 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
                      f"speed-up |\n|---|---|---|---|---|---|\n{cells}\nvmap in blocks = the vmap executor as it "
                      "runs local SGD on a one-layer model with small minibatches (hardware.blocks=true, the default: "
                      "fedrun/engine/blocked.py); its time is the vmap column above.\n")
+    laid_out = [r for r in records if "contiguous_s" in r]
+    if laid_out:
+        cells = "".join(f"| {r['workload']} | {r['auto']} | {r['contiguous_s']:.3f} | {r['auto_s']:.3f} | "
+                        f"{r['layout_speedup']:.2f}x | {r['eval_samples']} | {r['eval_contiguous_s']:.3f} | "
+                        f"{r['eval_s']:.3f} | {r['eval_speedup']:.2f}x |\n" for r in laid_out)
+        compiled += ("\n| workload | auto executor | round, NCHW s | round, channels-last s | speed-up | evaluated "
+                     "samples | evaluation, NCHW s | evaluation, channels-last s | speed-up |\n"
+                     f"|---|---|---|---|---|---|---|---|---|\n{cells}\nchannels-last = image batches entering the "
+                     "model in channels-last strides (hardware.layout=auto on a CPU for a model with convolutions; "
+                     "fedrun/functional.py), NCHW = hardware.layout=contiguous; the rounds under the auto executor "
+                     "(the auto column above); the evaluation of the workload's samples with eval.batch_size 2048, "
+                     "in chunks of 2048 images in NCHW and of 256 in channels-last.\n")
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
     device = (list(records) + list(addons))[0]["device"]
     executors = (f"{head}{rows}\nloop = clients one after another; loop threads = the loop training that many "

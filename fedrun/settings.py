@@ -164,6 +164,7 @@ class HardwareConfig(Section):
     loop_threads: Optional[int] = MISSING
     gradient: str = MISSING
     blocks: bool = MISSING
+    layout: str = MISSING
     dtype: str = MISSING
     num_threads: Optional[int] = MISSING
     step_store: str = MISSING
@@ -183,6 +184,8 @@ class HardwareConfig(Section):
         yield (self.loop_threads is None or self.loop_threads >= 1, "loop_threads",
                "must be null (auto) or an integer >= 1", "null")
         yield self.gradient in ("auto", "autograd"), "gradient", "must be auto or autograd", "auto"
+        layouts = ("auto", "channels_last", "contiguous")
+        yield self.layout in layouts, "layout", f"must be one of {layouts}", "auto"
         yield self.dtype in ("float32", "float64"), "dtype", "must be float32 or float64", "float32"
         yield (self.num_threads is None or self.num_threads >= 1, "num_threads", "must be null or an integer >= 1",
                "2")

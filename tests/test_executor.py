@@ -155,10 +155,15 @@ def test_bench_records_are_consistent(tmp_path):
 
     from fedrun.bench import main
 
-    assert main(["--quick", "--only", "softmax576_400,svm_mnist_5", "--repeats", "1", "--out",
+    assert main(["--quick", "--only", "softmax576_400,svm_mnist_5,lenet5_mnist_10", "--repeats", "1", "--out",
                  str(tmp_path / "b.json")]) == 0
     records = json.loads((tmp_path / "b.json").read_text())
-    assert [r["workload"] for r in records] == ["softmax576_400", "svm_mnist_5"]
+    assert [r["workload"] for r in records] == ["softmax576_400", "svm_mnist_5", "lenet5_mnist_10"]
+    lenet = records.pop()  # convolutions on a CPU: channels-last images, timed in NCHW beside them
+    assert lenet["layout_speedup"] == pytest.approx(lenet["contiguous_s"] / lenet["auto_s"])
+    assert lenet["eval_speedup"] == pytest.approx(lenet["eval_contiguous_s"] / lenet["eval_s"])
+    assert all("contiguous_s" not in r for r in records)
+    assert f"| lenet5_mnist_10 | {lenet['auto']} | {lenet['contiguous_s']:.3f} |" in (tmp_path / "b.md").read_text()
     for r in records:
         for key in ("workload", "clients", "steps", "loop_s", "threads_s", "loop_threads", "vmap_s", "auto_s",
                     "speedup", "peak_mem_mb", "gflops", "matmul_peak_gflops", "device"):
@@ -467,3 +472,52 @@ def test_the_loop_runs_clients_in_threads_only_where_their_draws_cannot_depend_o
     with pytest.raises(ConfigError, match="hardware.loop_threads=2: the model has Dropout"):
         Simulation(cfg_factory(*dropout, "hardware.loop_threads=2"))
 
+
+
+@pytest.mark.parametrize("model,more,dtype,rounds,tol", [
+    ("cnn3", ["fl.momentum=0.9"], "float64", 2, 1e-10),
+    ("cnn3", ["fl.momentum=0.9"], "float32", 2, 1e-4)])
+# not MobileNetV2: its BatchNorm over a few samples at 1x1 spatial size amplifies rounding (see FAMILIES) to 2e-9
+# after one round in float64 and 3e-3 after two between the two layouts, and it takes minutes on two cores
+def test_channels_last_images_give_the_contiguous_rounds(monkeypatch, cfg_factory, model, more, dtype, rounds, tol):
+    """hardware.layout: the same rounds (model, client losses) and evaluation in channels-last strides
+    as in NCHW, to float rounding; auto picks channels-last for a convolutional model on a CPU."""
+    tiny(monkeypatch, "image32")
+    runs = {}
+    for layout in ("contiguous", "channels_last", "auto"):
+        cfg = cfg_factory(*COMMON, f"model={model}", *more, f"hardware.dtype={dtype}", "hardware.executor=loop",
+                          f"hardware.layout={layout}")
+        cfg.data.name = "tiny"
+        sim = Simulation(cfg)
+        outs = [sim.run_round(r) for r in range(1, rounds + 1)]
+        runs[layout] = sim, outs, sim.evaluation.evaluate()
+    assert runs["auto"][0].model.channels_last and not runs["contiguous"][0].model.channels_last
+    (a, a_outs, a_eval), (b, b_outs, b_eval) = runs["channels_last"], runs["contiguous"]
+    torch.testing.assert_close(a.state.params, b.state.params, rtol=tol, atol=tol)
+    for name in b.state.buffers:
+        torch.testing.assert_close(a.state.buffers[name], b.state.buffers[name], rtol=tol, atol=tol)
+    for x, y in zip(a_outs, b_outs):
+        torch.testing.assert_close(x.result.mean_loss, y.result.mean_loss, rtol=tol, atol=tol)
+    assert a_eval["test_acc"] == pytest.approx(b_eval["test_acc"], abs=1 / 240)  # one test sample at most
+    assert a_eval["test_loss"] == pytest.approx(b_eval["test_loss"], rel=tol)
+
+
+def test_one_channel_images_enter_in_channels_last_strides_that_the_convolutions_keep():
+    """For C = 1 the two layouts coincide, and ``contiguous(memory_format=channels_last)`` keeps the NCHW strides:
+    the first convolution's output would then stay NCHW, with every layer after it (the slow CPU path)."""
+    from fedrun.functional import channels_last
+
+    x = torch.randn(4, 1, 28, 28)
+    conv = torch.nn.Conv2d(1, 6, 5)
+    assert not conv(x.contiguous(memory_format=torch.channels_last)).is_contiguous(memory_format=torch.channels_last)
+    out = conv(channels_last(x))
+    assert out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous()
+    assert torch.equal(channels_last(x), x)
+
+
+def test_a_model_without_convolutions_or_on_a_gpu_keeps_its_layout(cfg_factory):
+    from fedrun.functional import prefers_channels_last
+
+    assert not Simulation(cfg_factory("data=digits", "model=logreg", "hardware=cpu")).model.channels_last
+    assert Simulation(cfg_factory("data=digits", "model=cnn3", "hardware=cpu")).model.channels_last
+    assert not prefers_channels_last(torch.nn.Conv2d(1, 2, 3), torch.device("cuda"))

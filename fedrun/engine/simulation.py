@@ -24,7 +24,7 @@ from ..algorithms.schedule import RoundFeedback
 from ..config import validate
 from ..data import FedDataset, get_spec, load_dataset
 from ..data.augment import AugmentedImages, training_inputs
-from ..functional import FunctionalModel
+from ..functional import FunctionalModel, prefers_channels_last
 from ..models import MODELS, build_model
 from ..partition import Partition, held_out, make_partition, refuse_single_sample_batches
 from .accounting import nbytes, simulated_times, tracked_values
@@ -80,8 +80,11 @@ class Simulation:
         torch.manual_seed(cfg.seed)
         kind = get_spec(cfg.data.name).meta(cfg.data)[0]
         module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
+        layout = cfg.hardware.layout
         self.model = FunctionalModel(module.to(self.device, self.dtype), objective,
-                                     by_hand=cfg.hardware.gradient == "auto")
+                                     by_hand=cfg.hardware.gradient == "auto",
+                                     channels_last=layout == "channels_last" or layout == "auto"
+                                     and prefers_channels_last(module, self.device))
         params, buffers = self.model.init_params(), self.model.init_buffers()
 
         task = objective.task_class(self.labels) if objective.task_class is not None else None
