@@ -3,6 +3,7 @@
 import copy
 
 import numpy as np
+import pytest
 import torch
 from conftest import register_tiny
 
@@ -56,10 +57,15 @@ def test_fedavg_round_on_tiny_linear_problem_equals_hand_computation(monkeypatch
     np.testing.assert_allclose(sim.state.params.double().numpy(), w0 + total, rtol=0, atol=1e-6)
 
 
-def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory):
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory, layout):
+    """Bit for bit plain PyTorch fed the same image layout (hardware.layout)."""
+    from fedrun.functional import channels_last
+
     cfg = cfg_factory("data=digits", "model=cnn3", "partition=iid", "fl.num_clients=1", "fl.clients_per_round=1",
                       "fl.local_epochs=1", "fl.batch_size=32", "fl.lr=0.1", "seed=7", "hardware=cpu",
-                      "hardware.executor=loop")
+                      "hardware.executor=loop", f"hardware.layout={layout}")
+    laid_out = channels_last if layout == "channels_last" else (lambda x: x)
     sim = Simulation(cfg)
     w0 = sim.state.params.clone()
     module = copy.deepcopy(sim.model.module)  # plain PyTorch from the same initial weights
@@ -73,7 +79,7 @@ def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory):
     module.train()
     for batch in plan.batches:
         opt.zero_grad()
-        sim.model.objective.loss(module(sim.data.x_train[batch]), sim.data.y_train[batch]).backward()
+        sim.model.objective.loss(module(laid_out(sim.data.x_train[batch])), sim.data.y_train[batch]).backward()
         opt.step()
     expected = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
     # the client's local training is bit-for-bit torch.optim.SGD over the same batches ...
