@@ -72,11 +72,13 @@ def channels_last(x: torch.Tensor) -> torch.Tensor:
 
 
 CPU_IMAGE_CHUNK = 256  # images per forward pass when a convolutional model evaluates on a CPU (bench: eval_speedup)
+CHANNELS_LAST_MIN_BATCH = 32  # smaller batches gain little (LeNet-5 per step: 1.04-1.07x at B <= 16, 1.08-1.20x at
+                              # B = 32-64, one thread) and GIFT's B = 10 cohort lost in the bench (0.83x): NCHW
 
 
 def prefers_channels_last(module: nn.Module, device: torch.device) -> bool:
-    """``hardware.layout=auto``: channels-last on a CPU for a model with 2-d convolutions (LeNet-5 trains about
-    1.2-1.3x faster per step, evaluates about 2x faster: results/bench/cpu.md); GPUs keep their layout."""
+    """``hardware.layout=auto``: channels-last on a CPU for a model with 2-d convolutions (for batches of at least
+    CHANNELS_LAST_MIN_BATCH images: results/bench/cpu.md); GPUs keep their layout."""
     return device.type == "cpu" and any(isinstance(m, nn.Conv2d) for m in module.modules())
 
 
@@ -85,9 +87,9 @@ class FunctionalModel:
         """``by_hand``: a dense chain (``dense_chain``) computes its gradient by hand, as backprop written out in a
         dozen tensor operations: the same gradient as autograd to float rounding, at a fraction of the per-step
         overhead of autograd's graph (and of vmap's over it), which dominates the small models of FSVRG's, BHerd's
-        and FedGH's settings. ``channels_last``: image batches enter the model in channels-last strides (one
-        client at a time and in evaluation; a vmapped cohort keeps its layout), the same arithmetic to float
-        rounding."""
+        and FedGH's settings. ``channels_last``: image batches of at least CHANNELS_LAST_MIN_BATCH images enter
+        the model in channels-last strides (one client at a time and in evaluation; a vmapped cohort keeps its
+        layout), the same arithmetic to float rounding."""
         self.module = module
         self.objective = objective
         self.chain = dense_chain(module, objective) if by_hand else None
@@ -142,7 +144,8 @@ class FunctionalModel:
             self._training = training
 
     def forward(self, flat: torch.Tensor, buffers: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        if self.channels_last and x.dim() == 4 and maybe_current_level() is None:  # not under vmap or grad
+        if (self.channels_last and x.dim() == 4 and len(x) >= CHANNELS_LAST_MIN_BATCH
+                and maybe_current_level() is None):  # not under vmap or grad
             x = channels_last(x)
         return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
 

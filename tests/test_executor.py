@@ -489,7 +489,7 @@ def test_channels_last_images_give_the_contiguous_rounds(monkeypatch, cfg_factor
     runs = {}
     for layout in ("contiguous", "channels_last", "auto"):
         cfg = cfg_factory(*COMMON, f"model={model}", *more, f"hardware.dtype={dtype}", "hardware.executor=loop",
-                          f"hardware.layout={layout}")
+                          f"hardware.layout={layout}", "fl.batch_size=32")  # at least CHANNELS_LAST_MIN_BATCH
         cfg.data.name = "tiny"
         sim = Simulation(cfg)
         outs = [sim.run_round(r) for r in range(1, rounds + 1)]
@@ -524,3 +524,18 @@ def test_a_model_without_convolutions_or_on_a_gpu_keeps_its_layout(cfg_factory):
     assert not Simulation(cfg_factory("data=digits", "model=logreg", "hardware=cpu")).model.channels_last
     assert Simulation(cfg_factory("data=digits", "model=cnn3", "hardware=cpu")).model.channels_last
     assert not prefers_channels_last(torch.nn.Conv2d(1, 2, 3), torch.device("cuda"))
+
+
+def test_only_batches_large_enough_to_gain_enter_channels_last(monkeypatch):
+    import fedrun.functional as functional
+    from fedrun.models import build_model
+    from fedrun.compose import option
+
+    module, objective = build_model(option("model", "cnn3"), "image", (1, 8, 8), 10, "digits")
+    model = functional.FunctionalModel(module, objective, channels_last=True)
+    laid_out = []
+    monkeypatch.setattr(functional, "channels_last", lambda x: laid_out.append(len(x)) or x)
+    w, buffers = model.init_params(), model.init_buffers()
+    for n in (functional.CHANNELS_LAST_MIN_BATCH - 1, functional.CHANNELS_LAST_MIN_BATCH):
+        model.forward(w, buffers, torch.randn(n, 1, 8, 8))
+    assert laid_out == [functional.CHANNELS_LAST_MIN_BATCH]
