@@ -83,62 +83,27 @@ def test_report_says_how_each_unfinished_run_ended(tmp_path):
     assert json.dumps(sorted(lines)) == json.dumps(["b", "c", "d", "e"])
 
 
-def test_a_script_never_passes_a_finished_run_of_another_config_for_the_one_asked(tmp_path):
-    """run_jobs reuses a folder's finished run only when it was made with the job's config (settings of how it ran,
-    such as threads, aside); another seed or length stops the script before any work, naming the difference."""
-    from fedrun.errors import StaleRunError
-    from fedrun.reproduce import run_jobs
-
-    base = ["data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=1"]
-    first = run_jobs([(base, str(tmp_path / "a"))], log=lambda *_: None)[0]
-    stamp = (tmp_path / "a" / "summary.json").stat().st_mtime_ns
-    again = run_jobs([([*base, "hardware.num_threads=1"], str(tmp_path / "a"))], log=lambda *_: None)[0]
-    assert again == first and (tmp_path / "a" / "summary.json").stat().st_mtime_ns == stamp
-    fresh = tmp_path / "b"
-    with pytest.raises(StaleRunError, match=r"fl\.rounds: 1 there, 2 asked.*seed: 0 there, 5 asked"):
-        run_jobs([([*base, "fl.rounds=2", "seed=5"], str(tmp_path / "a")), (base, str(fresh))],
-                 log=lambda *_: None)
-    assert not fresh.exists()  # refused before any work
-    assert (tmp_path / "a" / "summary.json").stat().st_mtime_ns == stamp
-
-
 def test_more_rounds_extend_a_finished_run_only_when_resuming(tmp_path):
-    """Asking a finished run's folder for more rounds and nothing else: with resume=true (which scripts pass) the run
-    is extended from its last round; without it the refusal says so; a diverged run is complete at any length."""
+    """A sweep job whose folder holds a finished run with fewer rounds and nothing else different: with resume=true
+    the run is extended from its last round; without it the refusal says so; a diverged run is complete at any
+    length (fedrun.results.finished_summary, what a sweep asks before each job)."""
+    from fedrun.compose import compose_config
     from fedrun.errors import StaleRunError
-    from fedrun.reproduce import compose_config, run_jobs
     from fedrun.results import finished_summary
 
-    base = ["data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=2"]
+    base = ["data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=2", "progress=false"]
     run = tmp_path / "a"
-    run_jobs([([*base, "fl.rounds=1"], str(run))], log=lambda *_: None)
+    run_experiment(compose_config([*base, "fl.rounds=1"]), run)
     with pytest.raises(StaleRunError, match=r"fl\.rounds: 1 there, 3 asked.*add resume=true"):
         finished_summary(run, compose_config([*base, "fl.rounds=3"]))
     with pytest.raises(StaleRunError, match=r"seed: 0 there, 1 asked\)"):  # not only rounds: no extension
         finished_summary(run, compose_config([*base, "fl.rounds=3", "seed=1", "resume=true"]))
-    assert finished_summary(run, compose_config([*base, "fl.rounds=3", "resume=true"])) is None
-    extended = run_jobs([([*base, "fl.rounds=3"], str(run))], log=lambda *_: None)[0]
+    longer = compose_config([*base, "fl.rounds=3", "resume=true"])
+    assert finished_summary(run, longer) is None
+    extended = run_experiment(longer, run)
     assert extended["extended_from_rounds"] == 1 and extended["rounds_completed"] == 3
     assert list(pd.read_csv(run / "metrics.csv")["round"]) == [1, 2, 3]
     summary = json.loads((run / "summary.json").read_text())
     (run / "summary.json").write_text(json.dumps(summary | {"status": "diverged"}))
     assert finished_summary(run, compose_config([*base, "fl.rounds=9"]))["status"] == "diverged"
 
-
-def test_a_script_stops_at_an_interrupted_run_and_starts_no_other(tmp_path, monkeypatch):
-    """SIGTERM or Ctrl-C interrupts the running job (it checkpoints, status interrupted); run_jobs must not go on to
-    the next job, which would leave a script running after its user stopped it."""
-    import fedrun.reproduce as reproduce
-
-    started = []
-
-    def fake_run(job):
-        started.append(job[1])
-        return {"status": "interrupted" if len(started) == 1 else "finished"}
-
-    monkeypatch.setattr(reproduce, "run_job", fake_run)
-    base = ["data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=1"]
-    jobs = [(base, str(tmp_path / name)) for name in "abc"]
-    with pytest.raises(SystemExit, match=r"interrupted at .*a; 2 job\(s\) not started"):
-        reproduce.run_jobs(jobs, log=lambda *_: None)
-    assert started == [str(tmp_path / "a")]
