@@ -180,7 +180,7 @@ class FunctionalModel:
         return loss.detach(), g
 
     def _loss_and_grad_by_hand(self, flat, x, y) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward through the dense chain keeping each Linear's input and each ReLU's mask, then backward:
+        """Forward through the dense chain keeping each Linear's input and each ReLU's output, then backward:
         dW = d^T h, db = sum(d), d <- (d W) * mask. The gradient comes back flat, in the parameters' order. ``flat``
         may be a (K, d) stack of clients' parameters with (K, B, ...) minibatches: K losses and a (K, d) gradient,
         in batched matrix products (the vmap executor's native step)."""
@@ -201,15 +201,15 @@ class FunctionalModel:
                 else:
                     h = h @ w.transpose(-1, -2) if b is None else torch.baddbmm(b.unsqueeze(-2), h, w.transpose(-1, -2))
             elif isinstance(layer, nn.ReLU):
-                saved.append((layer, h > 0))
                 h = h.clamp_min(0)
+                saved.append((layer, h))
             else:
                 h = h.flatten(len(lead) + 1)
         loss, d = self.objective.loss_and_grad_out(h, y)
         grads = []
         for i, entry in enumerate(reversed(saved)):
-            if isinstance(entry[0], nn.ReLU):
-                d = d * entry[1]
+            if isinstance(entry[0], nn.ReLU):  # d * (output > 0) in one kernel, as autograd's ReLU backward
+                d = torch.ops.aten.threshold_backward(d, entry[1], 0)
                 continue
             _, inputs, w, b = entry
             if b is not None:

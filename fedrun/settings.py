@@ -167,6 +167,7 @@ class HardwareConfig(Section):
     layout: str = MISSING
     dtype: str = MISSING
     num_threads: Optional[int] = MISSING
+    host_memory: str = MISSING
     step_store: str = MISSING
     gram_block: int = MISSING
 
@@ -189,6 +190,7 @@ class HardwareConfig(Section):
         yield self.dtype in ("float32", "float64"), "dtype", "must be float32 or float64", "float32"
         yield (self.num_threads is None or self.num_threads >= 1, "num_threads", "must be null or an integer >= 1",
                "2")
+        yield self.host_memory in ("keep", "system"), "host_memory", "must be keep or system", "keep"
         yield self.step_store in ("auto", "device", "host"), "step_store", "must be auto, device or host", "auto"
         yield self.gram_block >= 1, "gram_block", "must be an integer >= 1", "65536"
 

@@ -32,6 +32,7 @@ from .cohort import ClientPlan, earliest_reporters, plan_client, report_delays, 
 from .evaluation import Evaluation
 from .executor import CohortResult, make_executor
 from .full_batch import full_losses_and_gradients
+from .host_memory import keep_freed_memory
 from .state import ServerState
 
 log = logging.getLogger("fedrun")
@@ -68,6 +69,8 @@ class Simulation:
         self.cfg = cfg
         if cfg.hardware.num_threads:
             torch.set_num_threads(int(cfg.hardware.num_threads))
+        if cfg.hardware.host_memory == "keep":
+            keep_freed_memory()
         self.device = resolve_device(cfg.hardware.device)
         self.dtype = getattr(torch, cfg.hardware.dtype)
         self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
