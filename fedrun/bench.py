@@ -38,6 +38,7 @@ from .engine.cohort import plan_client
 from .engine.executor import (LoopExecutor, VmapExecutor, flops_per_step, loop_threads, make_executor,
                               resolve_auto)
 from .engine.accounting import simulated_times
+from .engine import host_memory
 from .engine.blocked import block_length
 from .functional import FunctionalModel, prefers_channels_last
 from .models import build_model
@@ -308,6 +309,7 @@ def device_name(device: torch.device) -> str:
 def machine() -> dict:
     return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "fedrun": __version__,
+            "host_memory": "keep" if host_memory.kept() else "system",
             "git_commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
@@ -385,7 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compiled", action="store_true",
                         help="also time the vmap executor with hardware.compile=true (compiled_first_s: its first "
                              "round, the compilation included)")
+    parser.add_argument("--host-memory", choices=("keep", "system"), default="keep",
+                        help="hardware.host_memory for the whole bench process (keep: as runs do by default; system: "
+                             "the C library's own thresholds; process-wide, so compare two invocations)")
     args = parser.parse_args(argv)
+    if args.host_memory == "keep":
+        host_memory.keep_freed_memory()
     device = torch.device(args.device)
     chosen = lambda w: not args.only or w.name in args.only.split(",")  # noqa: E731
     workloads = [quick(w) if args.quick else w for w in WORKLOADS if chosen(w)]

@@ -39,3 +39,8 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     _kept = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _kept
+
+
+def kept() -> bool:
+    """Whether this process keeps freed memory (``keep_freed_memory`` has taken effect)."""
+    return _kept
