@@ -25,8 +25,9 @@ resident memory. Pairs alternate which tool runs first. FL-bench's generator wri
 
 FL-bench is not on PyPI and these machines cannot reach GitHub: get it with ``git clone
 https://github.com/KarhouTam/FL-bench PATH`` where you can, and install its requirements into a virtual environment
-whose interpreter you pass as ``--flbench-python`` (``pip install torch torchvision hydra-core omegaconf rich
-scikit-learn pandas numpy`` suffices for FedAvg; its ``ray``/``visdom`` extras are not needed).
+whose interpreter you pass as ``--flbench-python`` (for FedAvg, ``pip install torch torchvision hydra-core omegaconf
+rich scikit-learn pandas numpy matplotlib pynvml flwr-datasets ray`` suffices at FL-bench 06e658b, whose server
+imports ``ray`` and whose generator imports ``flwr_datasets``; ``visdom`` is not needed).
 """
 
 from __future__ import annotations
