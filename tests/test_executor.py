@@ -463,6 +463,22 @@ def test_the_loop_in_threads_gives_the_one_thread_loops_rounds_bit_for_bit(cfg_f
     assert_close_tree(states[3], states[1], exact=True)
 
 
+def test_threads_take_the_longest_clients_first(cfg_factory, monkeypatch):
+    """The round ends with its last client: threads claim clients by tau, longest first, so a long one is not left
+    to train alone at the end. Each thread claims one client before it trains, so the first clients to start are the
+    longest ones, whichever thread runs them."""
+    import fedrun.engine.executor as executor
+
+    started, train = [], executor._train_client
+    monkeypatch.setattr(executor, "_train_client", lambda rule, model, ctx, plan, *rest: started.append(plan.tau)
+                        or train(rule, model, ctx, plan, *rest))
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "partition=dirichlet", "hardware.executor=loop",
+                                 "hardware.loop_threads=2", "fl.num_clients=6", "fl.clients_per_round=6"))
+    sim.run_round(1)
+    assert len(set(started)) > 2, "clients of different lengths"
+    assert sorted(started[:2]) == sorted(started)[-2:]
+
+
 def test_the_loop_runs_clients_in_threads_only_where_their_draws_cannot_depend_on_timing(cfg_factory):
     from fedrun.errors import ConfigError
 

@@ -84,7 +84,9 @@ class LoopExecutor:
         if self.threads <= 1 or len(jobs) <= 1:
             return _result([_train_client(rule, model, ctx, p, cs, x, y, record) for p, cs in jobs])
         outputs: list[tuple | None] = [None] * len(jobs)
-        claim = iter(range(len(jobs)))  # each thread takes the next untrained client, under the lock
+        # each thread takes the next untrained client, under the lock, longest first: the round ends when the last
+        # client does, and a long one taken last would train alone while the other threads idle
+        claim = iter(sorted(range(len(jobs)), key=lambda i: -plans[i].tau))
         lock = threading.Lock()
 
         def work(replica: FunctionalModel) -> None:
