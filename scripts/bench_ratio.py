@@ -1,0 +1,69 @@
+"""Two runs of ``python -m fedrun.bench`` side by side: each workload's auto executor time and GFLOP/s in both, and
+their ratio (issue #27's targets are ratios over the starting commit, or over another setting such as
+``--host-memory system``, which is process-wide and so needs a bench run of its own).
+
+    python scripts/bench_ratio.py BASE.json THIS.json [--base-label L] [--this-label L] [--out FILE.md]
+
+Both JSON files are the bench's ``--out``; the workloads both ran are compared. Take the two runs back to back on one
+machine (the ratio is only as good as the machine's steadiness between them: the table shows both runs' matmul
+peaks as a check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def load(path: Path) -> dict[str, dict]:
+    return {r["workload"]: r for r in json.loads(path.read_text()) if "auto_s" in r}
+
+
+def describe(records: dict[str, dict], path: Path) -> str:
+    first = next(iter(records.values()))
+    machine = first.get("machine", {})
+    return (f"`{path.name}`: `{first.get('command', '?')}` at commit {str(machine.get('git_commit', '?'))[:7]} on "
+            f"{machine.get('date', '?')}")
+
+
+def table(base: dict, this: dict, base_label: str, this_label: str) -> str:
+    rows = [f"| workload | {base_label} auto s | {this_label} auto s | speed-up | {base_label} GFLOP/s | "
+            f"{this_label} GFLOP/s | matmul peak GFLOP/s ({base_label} / {this_label}) |", "|---|---|---|---|---|---|---|"]
+    for name in (n for n in this if n in base):
+        b, t = base[name], this[name]
+        rows.append(f"| {name} | {b['auto_s']:.3f} | {t['auto_s']:.3f} | {b['auto_s'] / t['auto_s']:.2f}x | "
+                    f"{b['gflops']:.2f} | {t['gflops']:.2f} | {b['matmul_peak_gflops']:.0f} / "
+                    f"{t['matmul_peak_gflops']:.0f} |")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", type=Path)
+    parser.add_argument("this", type=Path)
+    parser.add_argument("--base-label", default="base")
+    parser.add_argument("--this-label", default="this")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    for path in (args.base, args.this):
+        if not path.exists():
+            parser.error(f"{path}: no such bench output; make one with `python -m fedrun.bench --out {path}`")
+    base, this = load(args.base), load(args.this)
+    if not set(base) & set(this):
+        parser.error(f"{args.base} and {args.this} share no workload")
+    command = "python scripts/bench_ratio.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = (f"# fedrun.bench: {args.this_label} against {args.base_label}\n\nMade by `{command}` from two bench runs "
+            f"taken back to back on one machine:\n\n- {args.base_label}: {describe(base, args.base)}\n"
+            f"- {args.this_label}: {describe(this, args.this)}\n\n"
+            f"{table(base, this, args.base_label, args.this_label)}\n"
+            "auto s = the round under the auto executor (best of the bench's repeats); speed-up = base / this.\n")
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
