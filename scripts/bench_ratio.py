@@ -30,7 +30,8 @@ def describe(records: dict[str, dict], path: Path) -> str:
 
 def table(base: dict, this: dict, base_label: str, this_label: str) -> str:
     rows = [f"| workload | {base_label} auto s | {this_label} auto s | speed-up | {base_label} GFLOP/s | "
-            f"{this_label} GFLOP/s | matmul peak GFLOP/s ({base_label} / {this_label}) |", "|---|---|---|---|---|---|---|"]
+            f"{this_label} GFLOP/s | matmul peak GFLOP/s ({base_label} / {this_label}) |",
+            "|---|---|---|---|---|---|---|"]
     for name in (n for n in this if n in base):
         b, t = base[name], this[name]
         rows.append(f"| {name} | {b['auto_s']:.3f} | {t['auto_s']:.3f} | {b['auto_s'] / t['auto_s']:.2f}x | "
