@@ -131,19 +131,22 @@ class PeakMemory:
 def matmul_peak_gflops(device: torch.device, repeats: int = 3) -> float:
     n = 8192 if device.type == "cuda" else 2048
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    best = float("inf")
-    for _ in range(repeats + 1):
-        sync(device)
-        t = time.perf_counter()
-        a @ b
-        sync(device)
-        best = min(best, time.perf_counter() - t)
+    best = min(seconds(lambda: a @ b, device) for _ in range(repeats + 1))
     return 2 * n**3 / best / 1e9
 
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def seconds(work, device: torch.device) -> float:
+    """Wall seconds of ``work()``, the device's queued work included."""
+    sync(device)
+    t = time.perf_counter()
+    work()
+    sync(device)
+    return time.perf_counter() - t
 
 
 def setup(w: Workload, device: torch.device, seed: int = 0):
@@ -177,11 +180,7 @@ def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int, mo
     models = models or {}
 
     def once(name) -> float:
-        sync(x.device)
-        t = time.perf_counter()
-        executors[name].run(rule, models.get(name, model), ctx, plans, x, y, states)
-        sync(x.device)
-        return time.perf_counter() - t
+        return seconds(lambda: executors[name].run(rule, models.get(name, model), ctx, plans, x, y, states), x.device)
 
     first = {name: once(name) for name in executors}  # warm-up (a compiled step compiles here)
     repeats = max(repeats, min(20, int(2.0 / max(min(first.values()), 1e-3))))
@@ -202,11 +201,8 @@ def time_evaluations(models: dict, ctx, x, y, repeats: int, batch_size: int = 20
     best = {name: float("inf") for name in models}
     for _ in range(repeats + 1):
         for name, model in models.items():
-            sync(x.device)
-            t = time.perf_counter()
-            model.evaluate_hits(ctx.params, ctx.buffers, x, y, batch_size)
-            sync(x.device)
-            best[name] = min(best[name], time.perf_counter() - t)
+            best[name] = min(best[name], seconds(lambda: model.evaluate_hits(ctx.params, ctx.buffers, x, y,
+                                                                                   batch_size), x.device))
     return best
 
 

@@ -110,14 +110,13 @@ class FunctionalModel:
     def replica(self) -> FunctionalModel:
         """The same model on a copy of the module template (for another thread: ``functional_call`` swaps the
         template's parameters while it runs)."""
-        if self._hook is None:
-            return FunctionalModel(copy.deepcopy(self.module), self.objective, self.chain is not None,
-                                   self.channels_last)
-        self._hook.remove()  # not copied along (it is bound to this model): the copy registers its own
+        if self._hook is not None:
+            self._hook.remove()  # not copied along (it is bound to this model): the copy registers its own
         try:
             module = copy.deepcopy(self.module)
         finally:
-            self._hook = self._head.register_forward_pre_hook(self._keep_features)
+            if self._hook is not None:
+                self._hook = self._head.register_forward_pre_hook(self._keep_features)
         return FunctionalModel(module, self.objective, self.chain is not None, self.channels_last)
 
     # -- parameters as one vector -------------------------------------------------------------------------------

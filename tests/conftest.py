@@ -24,6 +24,16 @@ def cfg_factory():
     return make_cfg
 
 
+def load_script(name: str):
+    """A script under scripts/ as a module (they are not a package), for tests of its functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_cli(*args: str, cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "fedrun.cli", *args], cwd=cwd, env=full_env, capture_output=True,

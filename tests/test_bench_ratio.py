@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-
-def _script():
-    path = Path(__file__).parents[1] / "scripts" / "bench_ratio.py"
-    spec = importlib.util.spec_from_file_location("bench_ratio", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_script
 
 
 def _records(path: Path, times: dict[str, float], commit: str) -> Path:
@@ -25,7 +17,7 @@ def _records(path: Path, times: dict[str, float], commit: str) -> Path:
 
 
 def test_the_workloads_both_ran_are_joined_with_base_over_this(tmp_path):
-    ratio = _script()
+    ratio = load_script("bench_ratio")
     base = _records(tmp_path / "base.json", {"a": 0.5, "b": 0.3, "only_base": 1.0}, "1111111aaa")
     this = _records(tmp_path / "this.json", {"b": 0.1, "a": 0.2, "only_this": 1.0}, "2222222bbb")
     out = tmp_path / "ratio.md"
@@ -38,7 +30,7 @@ def test_the_workloads_both_ran_are_joined_with_base_over_this(tmp_path):
 
 
 def test_a_missing_run_is_refused_with_how_to_make_it(tmp_path, capsys):
-    ratio = _script()
+    ratio = load_script("bench_ratio")
     with pytest.raises(SystemExit):
         ratio.main([str(tmp_path / "nope.json"), str(tmp_path / "nope2.json")])
     assert "python -m fedrun.bench --out" in capsys.readouterr().err

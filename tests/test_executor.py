@@ -179,6 +179,21 @@ def test_bench_records_are_consistent(tmp_path):
     assert "| softmax576_400 |" in text and f"| softmax576_400 | 1 | 16 | {softmax['stepwise_s']:.3f} |" in text
 
 
+@pytest.mark.parametrize("mode", ["system", "keep"])
+def test_the_bench_keeps_host_memory_as_runs_do_unless_told_and_records_which(tmp_path, monkeypatch, mode):
+    import json
+
+    from fedrun.bench import main
+    from fedrun.engine import host_memory
+
+    monkeypatch.setattr(host_memory, "_kept", False)
+    monkeypatch.setattr(host_memory, "keep_freed_memory", lambda: setattr(host_memory, "_kept", True) or True)
+    argv = ["--quick", "--only", "svm_mnist_5", "--repeats", "1", "--out", str(tmp_path / "b.json")]
+    main(argv + (["--host-memory", "system"] if mode == "system" else []))
+    assert host_memory.kept() == (mode == "keep")
+    assert json.loads((tmp_path / "b.json").read_text())[0]["machine"]["host_memory"] == mode
+
+
 @pytest.mark.parametrize("name", ["cpu", "gpu"])
 def test_auto_is_within_ten_percent_of_the_fastest_executor_in_the_committed_bench(name):
     """Issue #27: on every workload of the committed bench output (results/bench/<device>.json, made by

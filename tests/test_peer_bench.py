@@ -3,22 +3,13 @@ generated, client for client, and FL-bench is handed fedrun's client-sampling se
 
 from __future__ import annotations
 
-import importlib.util
 import pickle
-from pathlib import Path
 
 import numpy as np
 import torch
+from conftest import load_script
 
 from fedrun.engine.simulation import Simulation
-
-
-def _script():
-    path = Path(__file__).parents[1] / "scripts" / "peer_bench.py"
-    spec = importlib.util.spec_from_file_location("peer_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_fedrun_trains_on_flbenchs_clients_in_its_order_and_samples_as_flbench_is_told(tmp_path, cfg_factory):
@@ -26,7 +17,7 @@ def test_fedrun_trains_on_flbenchs_clients_in_its_order_and_samples_as_flbench_i
     indices) become LEAF JSON with one user per FL-bench client; fedrun's natural partition then gives client i
     exactly FL-bench client i's training samples, its test set is the clients' test splits, and the sequence
     handed to FL-bench is the cohorts fedrun's rounds train."""
-    peer = _script()
+    peer = load_script("peer_bench")
     rng = np.random.default_rng(0)
     source = tmp_path / "synthetic"
     source.mkdir()

@@ -321,11 +321,9 @@ def test_list_names_every_artefact_with_its_jobs_per_seed(capsys):
 
 
 def test_the_port_check_compares_an_old_scripts_cells_with_fedrun_tables(tmp_path):
-    import importlib.util
+    from conftest import load_script
 
-    spec = importlib.util.spec_from_file_location("port_check", Path(__file__).parents[1] / "scripts" / "port_check.py")
-    port = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(port)
+    port = load_script("port_check")
     (tmp_path / "sweeps.md").write_text("## fig8c: sweep over N\n\n| case | N | acc@10 | acc@50 | acc@100 | std |\n"
                                         "|:--|--:|--:|--:|--:|--:|\n| case1 | 5 | 82.39 | 84.77 | 86.05 | 0.1 |\n")
     for fig in ("fig5a", "fig8a", "fig8b"):
