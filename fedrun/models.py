@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .data.base import IGNORE
 from .errors import ConfigError
 
 
@@ -37,8 +38,6 @@ class Objective:
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.hits(out, y).sum()
 
-
-IGNORE = -100  # a target (or sequence position) that is not scored: padding; F.cross_entropy's ignore_index
 
 def _cross_entropy_and_grad(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean cross-entropy over the scored targets of (..., N, C) logits (a leading axis: one loss per client), and its

@@ -4,8 +4,8 @@
 
 PATH is a checkout of fedrun to compare with (e.g. ``git worktree add ../base <commit>``); both run on this
 interpreter and its packages, with PYTHONPATH pointing at the checkout, in interleaved pairs (baseline, this), so
-that the load of the machine falls on both alike. Three commands are timed whole, wall clock: ``import fedrun.cli``,
-``fedrun --help``, and a one-round run on the bundled digits (``data=digits model=logreg fl.rounds=1 logger=none``),
+that the load of the machine falls on both alike. Four commands are timed whole, wall clock: ``import fedrun.cli``,
+``fedrun --help``, ``fedrun-data list``, and a one-round run on the bundled digits (``data=digits model=logreg fl.rounds=1 logger=none``),
 whose time is mostly start-up; with ``--default-run`` also the default experiment (``make run``'s command: LeNet-5,
 10 MNIST clients, 10 rounds). Writes the medians and their ratios to --out (Markdown) and prints them.
 """
@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 COMMANDS = {
     "import fedrun.cli": ["-c", "import fedrun.cli"],
     "fedrun --help": ["-m", "fedrun.cli", "--help"],
+    "fedrun-data list": ["-m", "fedrun.data.cli", "list"],
     "one-round run (digits, logreg)": ["-m", "fedrun.cli", "data=digits", "model=logreg", "fl.rounds=1", "logger=none",
                                        "progress=false", "hardware.num_threads=1"],
 }

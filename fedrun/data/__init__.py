@@ -3,7 +3,7 @@ executors work unchanged across datasets."""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from . import (
@@ -21,6 +21,9 @@ from . import (
 )
 from .base import DatasetSpec, FedDataset, default_root, resolve_root
 from .hog import hog_spec
+
+if TYPE_CHECKING:
+    import torch
 
 DATASETS: dict[str, DatasetSpec] = {
     s.name: s

@@ -10,9 +10,11 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from ..lazy import lazy_import
 from .base import DatasetSpec, FedDataset
+
+torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 TEST_FRACTION = 0.2
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
 from omegaconf import OmegaConf
 
+from ..lazy import lazy_import
 from .base import DatasetSpec, FedDataset, cache_path, load_or_build, sha256_arrays
+
+torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 GREY = (0.299, 0.587, 0.114)
 NORMALIZATIONS = ("l2", "none")
@@ -30,7 +31,7 @@ def hog(images: torch.Tensor, block: int = 7, stride: int = 3, bins: int = 9, no
         ) -> torch.Tensor:
     """(N, H, W) grey images -> (N, blocks * bins) HOG features, ordered block by block (row-major), bin within."""
     x = images.float()[:, None]
-    padded = F.pad(x, (1, 1, 1, 1), mode="replicate")
+    padded = torch.nn.functional.pad(x, (1, 1, 1, 1), mode="replicate")
     gx = (padded[..., 1:-1, 2:] - padded[..., 1:-1, :-2]) / 2  # d/dx, x to the right
     gy = (padded[..., 2:, 1:-1] - padded[..., :-2, 1:-1]) / 2  # d/dy, y downwards
     magnitude = torch.sqrt(gx**2 + gy**2)
@@ -38,7 +39,7 @@ def hog(images: torch.Tensor, block: int = 7, stride: int = 3, bins: int = 9, no
     index = torch.clamp((angle / (2 * math.pi / bins)).long(), max=bins - 1)
     per_bin = torch.zeros(x.shape[0], bins, *x.shape[-2:], dtype=magnitude.dtype, device=x.device)
     per_bin.scatter_(1, index, magnitude)
-    sums = F.avg_pool2d(per_bin, block, stride) * block * block  # (N, bins, by, bx)
+    sums = torch.nn.functional.avg_pool2d(per_bin, block, stride) * block * block  # (N, bins, by, bx)
     features = sums.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
     if normalize == "l2":
         features = features / features.norm(dim=1, keepdim=True).clamp_min(1e-12)

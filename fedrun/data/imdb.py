@@ -10,12 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..errors import DataMissingError
+from ..lazy import lazy_import
 from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
 from .download import fetcher
 from .text import build_vocabulary, encode, words
+
+torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 LABELS = {"neg": 0, "pos": 1}
 

@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import torch
 
 from ..errors import DataMissingError
-from ..models import IGNORE
-from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
+from ..lazy import lazy_import
+from .base import IGNORE, DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
 from .text import OOV, PAD, build_vocabulary, encode, words
+
+torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 # LEAF's models/shakespeare alphabet (utils/language_utils.py ALL_LETTERS)
 LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"

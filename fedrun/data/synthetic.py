@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..errors import DataMissingError
+from ..lazy import lazy_import
 from .base import DatasetSpec, FedDataset
+
+torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
