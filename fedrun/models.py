@@ -97,6 +97,20 @@ class Flatten(nn.Module):
         return x.flatten(1)
 
 
+class WindowConv2d(nn.Conv2d):
+    """A convolution whose window may cover its whole input (LeNet-5's third: 5x5 kernels on 5x5 maps), computed
+    then as the matrix product it is: one output position, ``x.flatten(1) @ W.flatten(1)^T + b``. The same parameters
+    and result as ``nn.Conv2d`` (to float rounding); a CPU's oneDNN convolution of this shape, backward included,
+    takes several times longer (``scripts/step_costs.py``). Other inputs go to ``nn.Conv2d``."""
+
+    def forward(self, x):
+        whole = (x.shape[-2:] == self.kernel_size and self.padding == (0, 0) and self.dilation == (1, 1)
+                 and self.groups == 1)
+        if not whole:
+            return super().forward(x)
+        return F.linear(x.flatten(-3), self.weight.flatten(1), self.bias)[..., None, None]
+
+
 def _linear(shape, classes, mcfg):
     return nn.Sequential(Flatten(), nn.Linear(math.prod(shape), classes))
 
@@ -184,12 +198,13 @@ def _cnn3(shape, classes, mcfg):
 
 def _lenet5(shape, classes, mcfg):
     """LeNet-5 as in GraB's code: conv 5x5 6, pool, conv 5x5 16, pool, conv 5x5 120, FC 84, FC C. Inputs smaller
-    than 32x32 (MNIST) are zero-padded to 32x32 by the first convolution, as LeCun did."""
+    than 32x32 (MNIST) are zero-padded to 32x32 by the first convolution, as LeCun did. The third convolution's
+    window is its whole 5x5 input at 32x32: a matrix product (:class:`WindowConv2d`)."""
     c, h, w = shape
     pad = max(0, (32 - min(h, w) + 1) // 2)
     s = _conv_out(_conv_out(min(h, w) + 2 * pad, 5, pool=2), 5, pool=2)
     return nn.Sequential(nn.Conv2d(c, 6, 5, padding=pad), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
-                         nn.MaxPool2d(2), nn.Conv2d(16, 120, 5), nn.ReLU(), Flatten(),
+                         nn.MaxPool2d(2), WindowConv2d(16, 120, 5), nn.ReLU(), Flatten(),
                          nn.Linear(120 * (s - 4) ** 2, 84), nn.ReLU(), nn.Linear(84, classes))
 
 

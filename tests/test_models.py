@@ -5,7 +5,7 @@ from fedrun.compose import option
 from fedrun.data import DATASETS
 from fedrun.errors import ConfigError
 from fedrun.functional import FunctionalModel
-from fedrun.models import MODELS, SQUARED_HINGE_PARITY, build_model
+from fedrun.models import MODELS, SQUARED_HINGE_PARITY, WindowConv2d, build_model
 
 IMAGE_SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar10": (3, 32, 32), "cifar100": (3, 32, 32)}
 
@@ -145,3 +145,45 @@ def test_only_dense_chains_take_the_gradient_by_hand():
     penalty = lambda z: z.pow(2).mean()  # noqa: E731
     with_penalty = mlp.loss_and_grad(w, {}, x, y, penalty)[0]
     assert with_penalty > mlp.loss_and_grad(w, {}, x, y)[0]  # the penalty went in: autograd's path
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_a_whole_window_convolution_equals_nn_conv2d_with_its_gradients_one_image_a_batch_and_a_vmapped_cohort(
+        channels_last):
+    """LeNet-5's third convolution runs as a matrix product where its window covers the input; the result and the
+    gradients (weights, bias, input) are nn.Conv2d's, in float64, also under vmap over clients' weights."""
+    torch.manual_seed(0)
+    window = WindowConv2d(16, 120, 5).double()
+    conv = torch.nn.Conv2d(16, 120, 5).double()
+    conv.load_state_dict(window.state_dict())
+    x = torch.randn(7, 16, 5, 5, dtype=torch.float64)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out = window(xa)
+    ref = conv(xb)
+    assert out.shape == ref.shape == (7, 120, 1, 1)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    for a, b in [(window.weight.grad, conv.weight.grad), (window.bias.grad, conv.bias.grad), (xa.grad, xb.grad)]:
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(window(x[0]), conv(x[0]), rtol=1e-12, atol=1e-12)  # one image, no batch axis
+    weights = torch.randn(3, *conv.weight.shape, dtype=torch.float64)
+    biases = torch.randn(3, 120, dtype=torch.float64)
+
+    def cohort(module):
+        return torch.vmap(lambda w, b, xs: torch.func.functional_call(module, {"weight": w, "bias": b}, (xs,)))(
+            weights, biases, x.expand(3, *x.shape))
+
+    torch.testing.assert_close(cohort(window), cohort(conv), rtol=1e-12, atol=1e-12)
+
+
+def test_a_window_smaller_than_the_input_is_an_ordinary_convolution():
+    window = WindowConv2d(4, 8, 3, padding=1)
+    conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+    conv.load_state_dict(window.state_dict())
+    for x in (torch.randn(2, 4, 3, 3), torch.randn(2, 4, 6, 6)):  # padded 3x3 input, and a larger one
+        assert torch.equal(window(x), conv(x))
+    lenet, _ = build_model(mcfg("lenet5"), "image", (1, 28, 28), 10)
+    assert [type(m) for m in lenet if isinstance(m, torch.nn.Conv2d)][-1] is WindowConv2d
