@@ -5,9 +5,10 @@
 PATH is a checkout of fedrun to compare with (e.g. ``git worktree add ../base <commit>``); both run on this
 interpreter and its packages, with PYTHONPATH pointing at the checkout, in interleaved pairs (baseline, this), so
 that the load of the machine falls on both alike. Four commands are timed whole, wall clock: ``import fedrun.cli``,
-``fedrun --help``, ``fedrun-data list``, and a one-round run on the bundled digits (``data=digits model=logreg fl.rounds=1 logger=none``),
-whose time is mostly start-up; with ``--default-run`` also the default experiment (``make run``'s command: LeNet-5,
-10 MNIST clients, 10 rounds). Writes the medians and their ratios to --out (Markdown) and prints them.
+``fedrun --help``, ``fedrun-data list``, and a one-round run on the bundled digits (``data=digits model=logreg
+fl.rounds=1 logger=none``), whose time is mostly start-up; with ``--default-run`` also the default experiment
+(``make run``'s command: LeNet-5, 10 MNIST clients, 10 rounds). Writes the medians and their ratios to --out
+(Markdown) and prints them.
 """
 
 from __future__ import annotations
