@@ -10,7 +10,10 @@ Each measure runs in fresh processes on one thread, once with ``hardware.host_me
   workload), per client, for a stack of K = 1, 4, 16 and 100 clients (``FunctionalModel``'s batched step);
 - the same step's matrix products alone (forward, weight and input gradients: what ``flops_per_step`` counts), K = 1:
   the arithmetic floor of a lone client's step;
-- a LeNet-5 step (loss and gradient) on 64 MNIST-shaped images, in NCHW and in channels-last strides.
+- a LeNet-5 step (loss and gradient) on 64 MNIST-shaped images, in NCHW and in channels-last strides;
+- each of LeNet-5's layers alone in channels-last, on the activations the step gives it: its forward (autograd
+  recording, as in the step), and its forward and backward (the gradients of its parameters and, past the first
+  layer, of its input, as in the step): where the step's time goes.
 """
 
 from __future__ import annotations
@@ -113,6 +116,31 @@ def worker(mode: str) -> dict[str, float]:
         flat, buffers = lenet.init_params(), lenet.init_buffers()
         out[f"LeNet-5 step, 64 MNIST images, {name} (us)"] = best_us(
             lambda: lenet.loss_and_grad(flat, buffers, images, labels), 100)
+    return out | layer_costs(module, images)
+
+
+def layer_costs(module, images) -> dict[str, float]:
+    """Each layer of ``module`` (a Sequential) alone, on the activations that the layers before it give, in
+    channels-last strides: forward, and forward and backward."""
+    import torch
+
+    from fedrun.functional import channels_last
+
+    out, h = {}, channels_last(images)
+    for i, layer in enumerate(module):
+        x = h.detach().requires_grad_(i > 0)  # the step needs no gradient of the images
+        wrt = [*layer.parameters(), *([x] if i > 0 else [])]
+        h = layer(x)
+        if not wrt:
+            continue
+        grad_out = torch.randn_like(h)
+        name = f"LeNet-5 layer {i} {type(layer).__name__} {tuple(x.shape[1:])}, channels-last"
+
+        def both(layer=layer, x=x, wrt=wrt, grad_out=grad_out):
+            return torch.autograd.grad(layer(x), wrt, grad_out)
+
+        out[f"{name}: forward (us)"] = best_us(lambda layer=layer, x=x: layer(x), 100)
+        out[f"{name}: forward and backward (us)"] = best_us(both, 100)
     return out
 
 
