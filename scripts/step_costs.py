@@ -134,7 +134,8 @@ def layer_costs(module, images) -> dict[str, float]:
         if not wrt:
             continue
         grad_out = torch.randn_like(h)
-        name = f"LeNet-5 layer {i} {type(layer).__name__} {tuple(x.shape[1:])}, channels-last"
+        layout = ", channels-last" if x.dim() == 4 else ""
+        name = f"LeNet-5 layer {i} {type(layer).__name__} {tuple(x.shape[1:])}{layout}"
 
         def both(layer=layer, x=x, wrt=wrt, grad_out=grad_out):
             return torch.autograd.grad(layer(x), wrt, grad_out)

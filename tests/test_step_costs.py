@@ -31,7 +31,7 @@ def test_lenet5s_layers_are_timed_each_on_the_activation_the_layer_before_gives_
     for layer in module:
         shapes.append(tuple(h.shape[1:]))
         h = layer(h)
-    assert names == [f"LeNet-5 layer {i} {type(m).__name__} {s}, channels-last"
+    assert names == [f"LeNet-5 layer {i} {type(m).__name__} {s}" + (", channels-last" if len(s) == 3 else "")
                      for i, (m, s) in enumerate(zip(module, shapes))]
     assert len(out) == len(calls) == 2 * len(module)
     grads = [c for c in calls if isinstance(c, tuple)]  # the backward calls' gradients: parameters', then input's
