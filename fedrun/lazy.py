@@ -1,5 +1,6 @@
 """Modules imported on first use: a command that never touches a tensor (``fedrun-data list``) starts without
-paying for torch's import (over a second), while the modules that use it still name it at the top."""
+paying for torch's import (over a second), while the modules that use it still name it at the top
+(``from ..lazy import torch``: the dataset modules)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,6 @@ def lazy_import(name: str) -> ModuleType:
     sys.modules[name] = module
     loader.exec_module(module)
     return module
+
+
+torch = lazy_import("torch")

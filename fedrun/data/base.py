@@ -13,9 +13,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ConfigError, DataMissingError, IntegrityError
-from ..lazy import lazy_import
-
-torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
+from ..lazy import torch
 
 IGNORE = -100  # a target (or sequence position) that is not scored: padding; F.cross_entropy's ignore_index
 INPUT_KINDS = ("image", "vector", "tokens", "sequence")

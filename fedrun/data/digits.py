@@ -11,10 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..lazy import lazy_import
+from ..lazy import torch
 from .base import DatasetSpec, FedDataset
-
-torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 TEST_FRACTION = 0.2
 

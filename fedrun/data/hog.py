@@ -18,10 +18,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..lazy import lazy_import
+from ..lazy import torch
 from .base import DatasetSpec, FedDataset, cache_path, load_or_build, sha256_arrays
-
-torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 GREY = (0.299, 0.587, 0.114)
 NORMALIZATIONS = ("l2", "none")

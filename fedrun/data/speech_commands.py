@@ -17,11 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataMissingError
-from ..lazy import lazy_import
+from ..lazy import torch
 from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
 from .download import fetcher
-
-torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 KEYWORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
 SAMPLE_RATE, WINDOW, HOP, N_FFT = 16000, 400, 160, 512

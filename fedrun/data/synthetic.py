@@ -11,10 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataMissingError
-from ..lazy import lazy_import
+from ..lazy import torch
 from .base import DatasetSpec, FedDataset
-
-torch = lazy_import("torch")  # fedrun/lazy.py: `fedrun-data list` never loads it
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
