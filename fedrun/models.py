@@ -99,9 +99,9 @@ class Flatten(nn.Module):
 
 class WindowConv2d(nn.Conv2d):
     """A convolution whose window may cover its whole input (LeNet-5's third: 5x5 kernels on 5x5 maps), computed
-    then as the matrix product it is: one output position, ``x.flatten(1) @ W.flatten(1)^T + b``. The same parameters
-    and result as ``nn.Conv2d`` (to float rounding); a CPU's oneDNN convolution of this shape, backward included,
-    takes several times longer (``scripts/step_costs.py``). Other inputs go to ``nn.Conv2d``."""
+    then as the matrix product it is: one output position, ``x.flatten(-3) @ W.flatten(1)^T + b``. The same
+    parameters and result as ``nn.Conv2d`` (to float rounding), faster than a CPU's oneDNN convolution of this shape:
+    LeNet-5's cohorts 1.1-1.2x (results/bench/window-conv-cpu.md). Other inputs go to ``nn.Conv2d``."""
 
     def forward(self, x):
         whole = (x.shape[-2:] == self.kernel_size and self.padding == (0, 0) and self.dilation == (1, 1)
