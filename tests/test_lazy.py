@@ -2,19 +2,21 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from fedrun.lazy import lazy_import
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_lazy_module_runs_on_first_use_and_once(tmp_path, monkeypatch):
     runs = tmp_path / "runs.txt"
     (tmp_path / "fedrun_lazy_probe.py").write_text(f"open({str(runs)!r}, 'a').write('ran\\n')\nVALUE = 7\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "fedrun_lazy_probe", raising=False)
+    monkeypatch.setitem(sys.modules, "fedrun_lazy_probe", None)  # restored (removed) after the test
+    del sys.modules["fedrun_lazy_probe"]
     module = lazy_import("fedrun_lazy_probe")
     assert not runs.exists(), "ran before first use"
     assert module.VALUE == 7 and runs.read_text() == "ran\n"
