@@ -13,7 +13,11 @@ Each measure runs in fresh processes on one thread, once with ``hardware.host_me
 - a LeNet-5 step (loss and gradient) on 64 MNIST-shaped images, in NCHW and in channels-last strides;
 - each of LeNet-5's layers alone in channels-last, on the activations the step gives it: its forward (autograd
   recording, as in the step), and its forward and backward (the gradients of its parameters and, past the first
-  layer, of its input, as in the step): where the step's time goes.
+  layer, of its input, as in the step): where the step's time goes;
+- a cohort of 100 CIFAR-shaped LeNet-5 clients at B = 10 (GIFT's): its two convolutions as one grouped
+  convolution (what vmap runs) in NCHW and in channels-last, against a loop of the clients' own convolutions; and
+  the vmapped step with the stacked images in NCHW and laid out so that vmap's grouped convolutions see
+  channels-last (memory (B, H, W, K, C)).
 """
 
 from __future__ import annotations
@@ -116,7 +120,67 @@ def worker(mode: str) -> dict[str, float]:
         flat, buffers = lenet.init_params(), lenet.init_buffers()
         out[f"LeNet-5 step, 64 MNIST images, {name} (us)"] = best_us(
             lambda: lenet.loss_and_grad(flat, buffers, images, labels), 100)
-    return out | layer_costs(module, images)
+    return out | layer_costs(module, images) | cohort_costs()
+
+
+COHORT, COHORT_B = 100, 10
+
+
+def grouped_channels_last(x):
+    """Stacked images (K, B, C, H, W) laid out in memory as (B, H, W, K, C): vmap turns a convolution with per-client
+    weights into one grouped convolution over (B, K * C, H, W), which is then channels-last without a copy."""
+    return x.permute(1, 3, 4, 0, 2).contiguous().permute(3, 0, 4, 1, 2)
+
+
+def grouped(x, weights):
+    """The clients' convolutions (x (K, B, C, H, W), weights (K, O, C, k, k)) as one grouped convolution."""
+    import torch.nn.functional as F
+
+    k, b = x.shape[:2]
+    merged = x.transpose(0, 1).reshape(b, -1, *x.shape[-2:])  # (B, K * C, H, W); channels-last if x's memory is
+    out = F.conv2d(merged, weights.flatten(0, 1), groups=k)
+    return out.reshape(b, k, -1, *out.shape[-2:]).transpose(0, 1)
+
+
+def cohort_costs() -> dict[str, float]:
+    import torch
+
+    from fedrun.compose import option
+    from fedrun.functional import FunctionalModel
+    from fedrun.models import build_model
+
+    out = {}
+    for name, (c, o, hw) in {"conv1 (3 -> 6, 32x32)": (3, 6, 32), "conv2 (6 -> 16, 14x14)": (6, 16, 14)}.items():
+        x = torch.randn(COHORT, COHORT_B, c, hw, hw)
+        weights = torch.randn(COHORT, o, c, 5, 5, requires_grad=True)
+        tag = f"{COHORT} LeNet-5 clients' {name}, B = {COHORT_B}"
+        for layout, xs in (("NCHW", x), ("channels-last", grouped_channels_last(x))):
+            xs = xs.detach().requires_grad_(c > 3)  # the first convolution needs no input gradient
+
+            def grouped_step(xs=xs):
+                y = grouped(xs, weights)
+                return torch.autograd.grad(y, [weights, *([xs] if xs.requires_grad else [])], torch.ones_like(y))
+
+            out[f"{tag}: one grouped convolution, {layout}, forward and backward (us)"] = best_us(grouped_step, 5)
+        own = [(xi.contiguous(memory_format=torch.channels_last).requires_grad_(c > 3), wi.detach().requires_grad_())
+               for xi, wi in zip(x, weights)]
+
+        def loop():
+            for xi, wi in own:
+                y = torch.nn.functional.conv2d(xi, wi)
+                torch.autograd.grad(y, [wi, *([xi] if xi.requires_grad else [])], torch.ones_like(y))
+
+        out[f"{tag}: a loop of the clients' own, channels-last, forward and backward (us)"] = best_us(loop, 5)
+    module, objective = build_model(option("model", "lenet5"), "image", (3, 32, 32), 10, "cifar10")
+    model = FunctionalModel(module, objective)
+    flat = torch.stack([model.init_params() for _ in range(COHORT)])
+    x, y = torch.randn(COHORT, COHORT_B, 3, 32, 32), torch.randint(0, 10, (COHORT, COHORT_B))
+    buffers = model.init_buffers()
+    step = torch.vmap(lambda w, xs, ys: model.loss_and_grad(w, buffers, xs, ys))
+    for layout, xs in (("NCHW", x), ("laid out (B, H, W, K, C)", grouped_channels_last(x))):
+        out[f"vmapped LeNet-5 step of {COHORT} clients, B = {COHORT_B}, images {layout} (us)"] = best_us(
+            lambda xs=xs: step(flat, xs, y), 5)
+    return out
 
 
 def layer_costs(module, images) -> dict[str, float]:

@@ -36,3 +36,16 @@ def test_lenet5s_layers_are_timed_each_on_the_activation_the_layer_before_gives_
     assert len(out) == len(calls) == 2 * len(module)
     grads = [c for c in calls if isinstance(c, tuple)]  # the backward calls' gradients: parameters', then input's
     assert len(grads) == len(module) and grads[0][0].shape == module[0].weight.shape and len(grads[1]) == 1
+
+
+def test_a_cohorts_grouped_convolution_is_each_clients_own_and_the_layout_makes_it_channels_last():
+    costs = load_script("step_costs")
+    x = torch.randn(4, 3, 6, 9, 9, dtype=torch.float64)
+    weights = torch.randn(4, 5, 6, 5, 5, dtype=torch.float64)
+    laid_out = costs.grouped_channels_last(x)
+    assert torch.equal(laid_out, x) and laid_out.permute(1, 3, 4, 0, 2).is_contiguous()
+    merged = laid_out.transpose(0, 1).reshape(3, -1, 9, 9)
+    assert merged.is_contiguous(memory_format=torch.channels_last) and merged.data_ptr() == laid_out.data_ptr()
+    own = torch.stack([torch.nn.functional.conv2d(xi, wi) for xi, wi in zip(x, weights)])
+    for images in (x, laid_out):
+        torch.testing.assert_close(costs.grouped(images, weights), own, rtol=1e-12, atol=1e-12)
