@@ -216,7 +216,7 @@ def final_accuracy(tool: str, record: dict, out: Path) -> float:
 
 
 def markdown(results: dict, args, command: str) -> str:
-    from fedrun.results import git_commit
+    from startup_bench import git_commit  # of REPO, the checkout the fedrun runs use, with -dirty
 
     rows = ["| clients | tool | whole process (s) | per round, training (s) | per round with evaluation (s) | "
             "final accuracy % | peak memory (MB) |", "|---|---|---|---|---|---|---|"]
@@ -238,8 +238,8 @@ def markdown(results: dict, args, command: str) -> str:
         ratios.append(f"| {clients} | {p['whole'] / f['whole']:.2f}x | {p['train'] / f['train']:.2f}x | "
                       f"{p['with_eval'] / f['with_eval']:.2f}x | {f['acc'] - p['acc']:+.2f} |")
     return (f"# fedrun against FL-bench on FL-bench's FedAvg workload (issue #27)\n\n"
-            f"Made by `{command}` at fedrun commit {git_commit()} on {time.strftime('%Y-%m-%d')}, FL-bench checkout "
-            f"{args.flbench_commit}, on {os.cpu_count()} cores, every process on one thread; {args.pairs} "
+            f"Made by `{command}` at fedrun commit {git_commit(REPO)} on {time.strftime('%Y-%m-%d')}, FL-bench "
+            f"checkout {args.flbench_commit}, on {os.cpu_count()} cores, every process on one thread; {args.pairs} "
             f"interleaved pair(s) per client count (medians; accuracy the mean), seeds 0..{args.pairs - 1}, "
             f"{args.rounds} rounds; load average {os.getloadavg()[0]:.1f} at the end. FedProx synthetic(1, 1) from "
             f"FL-bench's generator, its 2NN, E = {E}, B = {B}, lr {LR}, {FRACTION:.0%} of the clients per round on "

@@ -137,7 +137,8 @@ def grouped(x, weights):
     import torch.nn.functional as F
 
     k, b = x.shape[:2]
-    merged = x.transpose(0, 1).reshape(b, -1, *x.shape[-2:])  # (B, K * C, H, W); channels-last if x's memory is
+    merged = x.transpose(0, 1).reshape(b, -1, *x.shape[-2:])  # (B, K * C, H, W): a channels-last view for
+    # images laid out by grouped_channels_last, else a copy
     out = F.conv2d(merged, weights.flatten(0, 1), groups=k)
     return out.reshape(b, k, -1, *out.shape[-2:]).transpose(0, 1)
 
@@ -210,14 +211,14 @@ def layer_costs(module, images) -> dict[str, float]:
 
 
 def markdown(runs: dict[str, list[dict]], command: str, pairs: int) -> str:
-    from fedrun.results import git_commit
+    from startup_bench import git_commit  # of REPO, the checkout the workers run, with -dirty
 
     rows = ["| measure | host_memory=system | host_memory=keep | system / keep |", "|---|---|---|---|"]
     for key in runs["system"][0]:
         system = statistics.median(r[key] for r in runs["system"])
         keep = statistics.median(r[key] for r in runs["keep"])
         rows.append(f"| {key} | {system:.1f} | {keep:.1f} | {system / keep:.2f}x |")
-    return (f"# One local step's cost on a CPU (issue #27)\n\nMade by `{command}` at commit {git_commit()[:7]} on "
+    return (f"# One local step's cost on a CPU (issue #27)\n\nMade by `{command}` at commit {git_commit(REPO)} on "
             f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, every process on one thread: medians of {pairs} "
             "interleaved pair(s) of fresh processes (glibc's thresholds are process-wide, and whether a process "
             "without `keep` page-faults its steps depends on what it freed before). Random inputs; the 2NN as "

@@ -49,3 +49,10 @@ def test_a_cohorts_grouped_convolution_is_each_clients_own_and_the_layout_makes_
     own = torch.stack([torch.nn.functional.conv2d(xi, wi) for xi, wi in zip(x, weights)])
     for images in (x, laid_out):
         torch.testing.assert_close(costs.grouped(images, weights), own, rtol=1e-12, atol=1e-12)
+
+
+def test_the_table_names_the_commit_of_the_checkout_its_workers_run():
+    costs = load_script("step_costs")
+    text = costs.markdown({"system": [{"a (us)": 2.0}], "keep": [{"a (us)": 1.0}]}, "cmd", 1)
+    assert f"at commit {load_script('startup_bench').git_commit(costs.REPO)} on" in text
+    assert "| a (us) | 2.0 | 1.0 | 2.00x |" in text
