@@ -135,6 +135,16 @@ def matmul_peak_gflops(device: torch.device, repeats: int = 3) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def convolution_peak_gflops(device: torch.device, repeats: int = 3) -> float:
+    """The CPU peak's product (2048^3) as a 1x1 convolution in channels-last: oneDNN's kernel, which uses AVX-512
+    where MKL's matrix product may not (on AMD CPUs MKL takes its AVX2 path: about half this machine's peak)."""
+    n = 2048
+    x = torch.randn(16, n // 16, 1, n, device=device).permute(0, 3, 1, 2)  # (16, C = n, n / 16, 1), channels-last
+    w = torch.randn(n, n, 1, 1, device=device)
+    best = min(seconds(lambda: torch.nn.functional.conv2d(x, w), device) for _ in range(repeats + 1))
+    return 2 * n**3 / best / 1e9
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -153,7 +163,8 @@ def setup(w: Workload, device: torch.device, seed: int = 0):
     """The workload's model (its layout as ``hardware.layout=auto`` picks it), data, client plans and context."""
     torch.manual_seed(seed)
     module, objective = build_model(option("model", w.model), w.kind, w.shape, w.classes, w.name)
-    model = FunctionalModel(module.to(device), objective, channels_last=prefers_channels_last(module, device))
+    model = FunctionalModel(module.to(device), objective, channels_last=prefers_channels_last(module, device),
+                            cohort_network=device.type == "cpu")
     n = w.clients * w.samples
     x = (torch.randint(0, 1000, (n, *w.shape)) if w.kind == "tokens" else torch.randn(n, *w.shape)).to(device)
     y = torch.randint(0, w.classes, (n,), device=device)
@@ -210,8 +221,9 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     model, x, y, plans, ctx = setup(w, device)
     first = plans[0].batches[0]
     threads = loop_threads(None, model, device, len(plans))
-    _, why = resolve_auto(model, device, x[first], y[first], len(plans), threads)
-    auto = make_executor(option("hardware", "auto"), model, device, x[first], y[first], len(plans))  # as a run's
+    rule = make("local", "sgd")
+    _, why = resolve_auto(model, device, x[first], y[first], len(plans), threads, rule)
+    auto = make_executor(option("hardware", "auto"), model, device, x[first], y[first], len(plans), rule)  # as a run's
     auto_name = f"{auto.name} x{auto.threads}" if auto.name == "loop" and auto.threads > 1 else auto.name
     executors = {"loop": LoopExecutor(), "threads": LoopExecutor(threads), "vmap": VmapExecutor(), "auto": auto}
     if compiled:
@@ -222,10 +234,13 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     models = {}
     if model.channels_last:  # image batches in channels-last strides here (hardware.layout): also timed in NCHW
         executors["contiguous"] = make_executor(option("hardware", "auto"), model, device, x[first], y[first],
-                                                len(plans))
-        models["contiguous"] = FunctionalModel(model.module, model.objective)
-    seconds, memory, warmup = time_rounds(executors, make("local", "sgd"), model, ctx, plans, x, y, repeats, models)
-    if models:  # and the evaluation of the workload's samples, as fedrun's evaluation chunks them in each layout
+                                                len(plans), rule)
+        models["contiguous"] = FunctionalModel(model.module, model.objective, cohort_network=model.cohort is not None)
+    if model.cohort is not None:  # the vmap executor steps the cohort as one network here: also timed under vmap
+        executors["func"] = VmapExecutor()
+        models["func"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last)
+    seconds, memory, warmup = time_rounds(executors, rule, model, ctx, plans, x, y, repeats, models)
+    if "contiguous" in models:  # and the evaluation of the workload's samples, chunked as fedrun's in each layout
         evaluation = time_evaluations({"auto": model, "contiguous": models["contiguous"]}, ctx, x, y, repeats)
     flops = flops_per_round(model, x, y, plans)
     best = min(seconds["loop"], seconds["threads"], seconds["vmap"])
@@ -243,7 +258,8 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
           "blocks_speedup": seconds["stepwise"] / seconds["vmap"]} if blocks else {}) \
       | ({"contiguous_s": seconds["contiguous"], "layout_speedup": seconds["contiguous"] / seconds["auto"],
           "eval_samples": len(y), "eval_s": evaluation["auto"], "eval_contiguous_s": evaluation["contiguous"],
-          "eval_speedup": evaluation["contiguous"] / evaluation["auto"]} if models else {})
+          "eval_speedup": evaluation["contiguous"] / evaluation["auto"]} if "contiguous" in models else {}) \
+      | ({"func_s": seconds["func"], "network_speedup": seconds["func"] / seconds["vmap"]} if "func" in models else {})
 
 
 def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repeats: int) -> dict:
@@ -252,7 +268,8 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     observe on the updates plus the time model)."""
     model, x, y, plans, ctx = setup(w, device)
     first = plans[0].batches[0]
-    executor = make_executor(option("hardware", "auto"), model, device, x[first], y[first], len(plans))
+    executor = make_executor(option("hardware", "auto"), model, device, x[first], y[first], len(plans),
+                             make("local", "sgd"))
     record = device if "herd" in addons else None
     weights = torch.full((len(plans),), 1.0 / len(plans), device=device)
     clients = [p.id for p in plans]
@@ -349,6 +366,15 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
                      f"speed-up |\n|---|---|---|---|---|---|\n{cells}\nvmap in blocks = the vmap executor as it "
                      "runs local SGD on a one-layer model with small minibatches (hardware.blocks=true, the default: "
                      "fedrun/engine/blocked.py); its time is the vmap column above.\n")
+    networks = [r for r in records if "func_s" in r]
+    if networks:
+        cells = "".join(f"| {r['workload']} | {r['batch']} | {r['func_s']:.3f} | {r['vmap_s']:.3f} | "
+                        f"{r['network_speedup']:.2f}x |\n" for r in networks)
+        compiled += ("\n| workload | minibatch | vmap, torch.func s | vmap, one network s | speed-up |\n"
+                     f"|---|---|---|---|---|\n{cells}\none network = the vmap executor as it steps a Sequential "
+                     "CNN's cohort on a CPU (hardware.cohort_network=true, the default: grouped convolutions in "
+                     "channels-last, fedrun/cohort_network.py); its time is the vmap column above; torch.func = "
+                     "hardware.cohort_network=false.\n")
     laid_out = [r for r in records if "contiguous_s" in r]
     if laid_out:
         cells = "".join(f"| {r['workload']} | {r['auto']} | {r['contiguous_s']:.3f} | {r['auto_s']:.3f} | "
@@ -367,7 +393,9 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
                  f"clients at once, one intra-op thread each (hardware.loop_threads); speedup = loop/vmap; auto/best "
                  f"= auto's time over the fastest executor's; peak MB = "
                  f"the peak memory of a round under the auto executor, data included (process RSS on a CPU, allocator "
-                 f"peak on a GPU).\n{compiled}") if records else ""
+                 f"peak on a GPU); matmul peak = a 2048^3 (8192^3 on a GPU) matrix product timed in this run "
+                 f"(convolution_peak_gflops below, on a CPU: the same product as a 1x1 convolution, oneDNN's kernel)."
+                 f"\n{compiled}") if records else ""
     return (f"# Benchmark on {device}\n\nMade by `{command}`.\n\n{executors}"
             f"{addons_markdown(list(addons))}\n## Machine\n{about}\n")
 
@@ -394,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [quick(w) if args.quick else w for w in WORKLOADS if chosen(w)]
     addon_workloads = [(quick(w) if args.quick else w, a) for w, a in ADDON_WORKLOADS if chosen(w)]
     peak = matmul_peak_gflops(device)
+    conv_peak = convolution_peak_gflops(device) if device.type == "cpu" else None
     records = []
     for w in workloads:
         rec = run_workload(w, device, args.repeats, peak, args.compiled)
@@ -410,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         addon_records.append(rec)
         print(f"{rec['workload']:26s} tau={rec['tau']} d={rec['parameters']} train={rec['train_s']:.3f}s "
               + " ".join(f"{a}={rec[a + '_s']:.4f}s ({100 * rec[a + '_share']:.2f}%)" for a in addons), flush=True)
-    info = machine()
+    info = machine() | ({"convolution_peak_gflops": round(conv_peak)} if conv_peak else {})
     command = "python -m fedrun.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.out:
         out = Path(args.out)

@@ -16,6 +16,7 @@ from torch import nn
 from torch._C._functorch import maybe_current_level
 from torch.func import functional_call, grad_and_value
 
+from .cohort_network import cohort_layers, stacked_loss_and_grad
 from .models import Objective
 
 
@@ -83,16 +84,20 @@ def prefers_channels_last(module: nn.Module, device: torch.device) -> bool:
 
 
 class FunctionalModel:
-    def __init__(self, module: nn.Module, objective: Objective, by_hand: bool = True, channels_last: bool = False):
+    def __init__(self, module: nn.Module, objective: Objective, by_hand: bool = True, channels_last: bool = False,
+                 cohort_network: bool = False):
         """``by_hand``: a dense chain (``dense_chain``) computes its gradient by hand, as backprop written out in a
         dozen tensor operations: the same gradient as autograd to float rounding, at a fraction of the per-step
         overhead of autograd's graph (and of vmap's over it), which dominates the small models of FSVRG's, BHerd's
         and FedGH's settings. ``channels_last``: image batches of at least CHANNELS_LAST_MIN_BATCH images enter
         the model in channels-last strides (one client at a time and in evaluation; a vmapped cohort keeps its
-        layout), the same arithmetic to float rounding."""
+        layout), the same arithmetic to float rounding. ``cohort_network``: a (K, d) stack of a Sequential CNN's
+        clients steps as one network (``fedrun/cohort_network.py``: grouped convolutions in channels-last; for a
+        CPU)."""
         self.module = module
         self.objective = objective
         self.chain = dense_chain(module, objective) if by_hand else None
+        self.cohort = cohort_layers(module, objective) if cohort_network and self.chain is None else None
         self.channels_last = channels_last
         named = list(module.named_parameters())
         self.names = [n for n, _ in named]
@@ -117,7 +122,14 @@ class FunctionalModel:
         finally:
             if self._hook is not None:
                 self._hook = self._head.register_forward_pre_hook(self._keep_features)
-        return FunctionalModel(module, self.objective, self.chain is not None, self.channels_last)
+        return FunctionalModel(module, self.objective, self.chain is not None, self.channels_last,
+                               self.cohort is not None)
+
+    @property
+    def stacks(self) -> bool:
+        """A (K, d) stack of clients' parameters with (K, B, ...) minibatches gives K losses and a (K, d) gradient
+        without vmap: a dense chain's gradient by hand, or a Sequential CNN's cohort as one network."""
+        return self.chain is not None or self.cohort is not None
 
     # -- parameters as one vector -------------------------------------------------------------------------------
     def init_params(self) -> torch.Tensor:
@@ -169,6 +181,8 @@ class FunctionalModel:
         self.set_training(True)
         if self.chain is not None and feature_penalty is None:
             return self._loss_and_grad_by_hand(flat, x, y)
+        if self.cohort is not None and flat.dim() == 2 and feature_penalty is None:
+            return stacked_loss_and_grad(self.cohort, self.objective, self.shapes, flat, x, y)
         if maybe_current_level() is not None:  # inside a torch.func transform (the vmap executor)
             g, loss = self.grad_and_loss(flat, buffers, x, y, feature_penalty)
             return loss, g

@@ -102,19 +102,27 @@ def test_chunk_size_follows_free_memory(cfg_factory, monkeypatch):
     assert big > 1000 and 1 <= small < 5
 
 
-@pytest.mark.parametrize("data,model,batch,expected", [
-    ("digits", "logreg", 64, "vmap"), ("digits", "mlp", 64, "vmap"),
-    # about 30 MFLOP per client step: small, so vmap, unless the loop trains clients in threads (more than one torch
-    # thread), which beats vmap on every convolutional workload of the bench
-    ("digits", "cnn3", 16, "loop" if torch.get_num_threads() > 1 else "vmap"),
-    ("digits", "cnn3", 64, "loop"),  # about 120 MFLOP
-    ("mnist", "lenet5", 64, "loop"),
-    ("digits", "centralized", 64, "loop"),  # one client per round: nothing to batch
+THREADS = torch.get_num_threads() > 1
+
+
+@pytest.mark.parametrize("data,model,batch,more,expected", [
+    ("digits", "logreg", 64, [], "vmap"), ("digits", "mlp", 64, [], "vmap"),
+    # Sequential CNNs under local SGD: their cohort steps as one network, faster than the loop on the bench's
+    # workloads up to 1 GFLOP per client step (cnn3 on digits: about 30 and 120 MFLOP, LeNet-5 on MNIST 145) ...
+    ("digits", "cnn3", 16, [], "vmap"), ("digits", "cnn3", 64, [], "vmap"), ("mnist", "lenet5", 64, [], "vmap"),
+    ("mnist", "cnn_fedgh", 64, [], "loop"),  # about 1.6 GFLOP: the loop
+    # ... and otherwise about 30 MFLOP per client step is small, so vmap, unless the loop trains clients in threads
+    # (more than one torch thread), which beats vmap on every convolutional workload of the bench
+    ("digits", "cnn3", 16, ["hardware.cohort_network=false"], "loop" if THREADS else "vmap"),
+    ("digits", "cnn3", 16, ["algo=scaffold"], "loop" if THREADS else "vmap"),  # its own step: not stacked
+    ("digits", "cnn3", 64, ["hardware.cohort_network=false"], "loop"),  # about 120 MFLOP
+    ("digits", "centralized", 64, [], "loop"),  # one client per round: nothing to batch
 ])
-def test_auto_resolves_to_a_concrete_executor_and_logs_it(cfg_factory, caplog, data, model, batch, expected):
+def test_auto_resolves_to_a_concrete_executor_and_logs_it(cfg_factory, caplog, data, model, batch, more, expected):
     with caplog.at_level(logging.INFO, logger="fedrun"):
         algo = ["algo=centralized", "model=logreg"] if model == "centralized" else [f"model={model}"]
-        sim = Simulation(cfg_factory(f"data={data}", *algo, f"fl.batch_size={batch}", "hardware.executor=auto"))
+        sim = Simulation(cfg_factory(f"data={data}", *algo, f"fl.batch_size={batch}", "hardware.executor=auto",
+                                     *more))
     assert sim.executor.name == expected
     assert any(f"hardware.executor=auto resolved to {expected}" in r.getMessage() for r in caplog.records)
 
@@ -274,12 +282,14 @@ def test_every_algorithm_family_gives_the_same_rounds_under_both_executors(cfg_f
     # the 1/sqrt(var + 1e-8) of nearly constant features (1e-9 after one round, 4e-4 after two): one round for it
     rounds = (1,) if family == "feddecorr" else (1, 2)
     states = {}
-    for executor in ("loop", "vmap"):
-        sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
+    # vmap: a batchable rule's cohort steps as one network (hardware.cohort_network), the others under torch.func
+    for executor in ("loop", "vmap", "vmap,hardware.cohort_network=false"):
+        sim = Simulation(cfg_factory(*common, *f"hardware.executor={executor}".split(",")))
         for rnd in rounds:
             sim.run_round(rnd)
         states[executor] = vars(sim.state)
     assert_close_tree(states["vmap"], states["loop"])
+    assert_close_tree(states["vmap,hardware.cohort_network=false"], states["loop"])
 
 
 @pytest.mark.parametrize("family", ["scaffold", "bherd"])
@@ -303,15 +313,19 @@ def test_clients_finishing_one_by_one_give_the_vmapped_rounds(cfg_factory, famil
     assert Simulation(cfg_factory("data=digits", "model=cnn3", "hardware.executor=vmap")).executor.tail == 1
 
 
+@pytest.mark.parametrize("model", ["mlp", "cnn3"])
 @pytest.mark.parametrize("algo,more", [("fedavg", ["fl.momentum=0.9", "fl.weight_decay=0.01"]),
                                        ("fedprox", []), ("bherd", []), ("fednova", ["algo.local.mu=0.1"])])
-def test_a_batchable_rule_on_a_dense_model_steps_without_vmap_and_gives_the_loops_rounds(cfg_factory, algo, more):
-    """Local SGD (FedAvg, FedProx, FedNova's local part, BHerd's steps) on a model with a by-hand gradient steps the
-    stacked clients as one batch (no vmap): the rounds (client states, FedNova's a_i, herded steps) equal the loop's
-    to float64 rounding. A rule built on it that adds its own terms (SCAFFOLD, FedDecorr) is not stacked."""
+def test_a_batchable_rule_on_a_stacking_model_steps_without_vmap_and_gives_the_loops_rounds(cfg_factory, algo, more,
+                                                                                            model):
+    """Local SGD (FedAvg, FedProx, FedNova's local part, BHerd's steps) on a model with a by-hand gradient (mlp) or
+    a Sequential CNN (cnn3: the cohort as one network) steps the stacked clients as one batch (no vmap): the
+    rounds (client states, FedNova's a_i, herded steps) equal the loop's to float64 rounding, also with clients of
+    several lengths dropping out of the stack. A rule built on it that adds its own terms (SCAFFOLD, FedDecorr) is
+    not stacked."""
     from fedrun.engine.executor import steps_natively
 
-    common = ["data=digits", "model=mlp", f"algo={algo}", *more, "fl.clients_per_round=4", "fl.batch_size=16",
+    common = ["data=digits", f"model={model}", f"algo={algo}", *more, "fl.clients_per_round=4", "fl.batch_size=16",
               "hardware.dtype=float64", "partition=dirichlet", "partition.alpha=0.3"]
     states = {}
     for executor in ("loop", "vmap"):
@@ -322,8 +336,10 @@ def test_a_batchable_rule_on_a_dense_model_steps_without_vmap_and_gives_the_loop
     assert steps_natively(sim.algo.local, sim.model)
     assert_close_tree(states["vmap"], states["loop"])
     for other in ("scaffold", "feddecorr"):
-        sim = Simulation(cfg_factory("data=digits", "model=mlp", f"algo={other}"))
+        sim = Simulation(cfg_factory("data=digits", f"model={model}", f"algo={other}"))
         assert not steps_natively(sim.algo.local, sim.model)
+    sim = Simulation(cfg_factory(*common, "hardware.cohort_network=false", "hardware.gradient=autograd"))
+    assert not steps_natively(sim.algo.local, sim.model)
 
 
 @pytest.mark.parametrize("model,batch", [("logreg", 1), ("logreg", 3), ("svm", 1)])

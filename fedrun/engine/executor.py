@@ -291,6 +291,11 @@ _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 # 1.7x faster under vmap, at B=32 (103 MFLOP) both are equal, the FedGH CNN at B=64 (3.5 GFLOP) runs 1.8x faster
 # in the loop.
 CPU_VMAP_MAX_FLOPS_PER_STEP = 100e6
+# Up to this many, a Sequential CNN's cohort stepping as one network (FunctionalModel.cohort) beats the loop, also in
+# threads; above it, the loop in threads wins. fedrun.bench on 2 cores: LeNet-5 at B = 64 (145 MFLOP) runs 1.4x
+# faster as one network than in the loop's threads, at B = 10 (32 MFLOP) 1.7x; the FedGH CNN at B = 64 (2.8 GFLOP)
+# 1.16x slower.
+CPU_NETWORK_MAX_FLOPS_PER_STEP = 1e9
 
 
 def flops_per_step(model: FunctionalModel, x: torch.Tensor, y: torch.Tensor) -> int:
@@ -327,11 +332,13 @@ def is_recurrent(model: FunctionalModel) -> bool:
 
 
 def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor,
-                 cohort_size: int = 2, threads: int = 1) -> tuple[str, str]:
+                 cohort_size: int = 2, threads: int = 1, rule: LocalRule | None = None) -> tuple[str, str]:
     """``auto``: vmap on a GPU. On a CPU: vmap for dense models; for convolutional models the loop when it trains
     ``threads`` > 1 clients at once (as fast as vmap's batched convolutions or faster on the convolutional workloads
     of ``python -m fedrun.bench``), else vmap when one client step is small (at most CPU_VMAP_MAX_FLOPS_PER_STEP on
-    the minibatch (x, y)) and the loop otherwise; the loop for recurrent models (PyTorch has no vmap batching rule
+    the minibatch (x, y)) and the loop otherwise; but vmap where the cohort of a Sequential CNN steps as one network
+    (``rule`` batchable, ``FunctionalModel.cohort``) and one client step is at most CPU_NETWORK_MAX_FLOPS_PER_STEP;
+    the loop for recurrent models (PyTorch has no vmap batching rule
     for its fused CPU RNN kernel). Deterministic, so the same config always runs the same executor; the bench checks
     it against all. One client per round (centralized SGD) has nothing to batch: the loop, which skips vmap's per-call
     overhead."""
@@ -343,22 +350,26 @@ def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, 
         return "loop", "recurrent layers on the CPU"
     if not any(isinstance(m, _CONV) for m in model.module.modules()):
         return "vmap", "dense layers only, on the CPU"
+    flops = flops_per_step(model, x, y)
+    if (model.cohort is not None and rule is not None and steps_natively(rule, model)
+            and flops <= CPU_NETWORK_MAX_FLOPS_PER_STEP):
+        return "vmap", (f"a Sequential CNN, {flops / 1e6:.0f} MFLOP per client step, on the CPU: the cohort steps as "
+                        "one network")
     if threads > 1:
         return "loop", f"convolutions on the CPU, {threads} clients at once"
-    flops = flops_per_step(model, x, y)
     if flops <= CPU_VMAP_MAX_FLOPS_PER_STEP:
         return "vmap", f"convolutions, {flops / 1e6:.0f} MFLOP per client step (small) on the CPU"
     return "loop", f"convolutions, {flops / 1e6:.0f} MFLOP per client step (large) on the CPU"
 
 
 def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor,
-                  cohort_size: int):
-    """The executor of ``hardware.executor``; ``auto`` decides from a minibatch (x, y) of the run's shape and the
-    number of clients per round."""
+                  cohort_size: int, rule: LocalRule | None = None):
+    """The executor of ``hardware.executor``; ``auto`` decides from a minibatch (x, y) of the run's shape, the
+    number of clients per round and the local rule."""
     name = hw_cfg.executor
     threads = loop_threads(hw_cfg.loop_threads, model, device, cohort_size)
     if name == "auto":
-        name, why = resolve_auto(model, device, x, y, cohort_size, threads)
+        name, why = resolve_auto(model, device, x, y, cohort_size, threads, rule)
         log.info("hardware.executor=auto resolved to %s (%s)", name, why)
     compile_ = hw_cfg.compile
     if compile_ and name == "vmap" and device.type == "cpu" and not any(
@@ -378,9 +389,10 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
 
 def steps_natively(rule: LocalRule, model: FunctionalModel) -> bool:
     """The stack of clients steps as one batch without vmap: a rule that declares its step batchable (elementwise
-    over clients, ``LocalRule.batchable``) on a model whose gradient is by hand in batched products (a dense chain):
-    no functorch wrapping per operation, which is most of a small model's vmapped step."""
-    return type(rule).__dict__.get("batchable", False) and model.chain is not None
+    over clients, ``LocalRule.batchable``) on a model that steps a stack itself (``FunctionalModel.stacks``: a dense
+    chain's gradient by hand in batched products, a Sequential CNN's cohort as one network): no functorch wrapping
+    per operation, which is most of a small model's vmapped step."""
+    return type(rule).__dict__.get("batchable", False) and model.stacks
 
 
 def vmap_tail(model: FunctionalModel, device: torch.device) -> int:

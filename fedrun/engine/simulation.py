@@ -87,7 +87,8 @@ class Simulation:
         self.model = FunctionalModel(module.to(self.device, self.dtype), objective,
                                      by_hand=cfg.hardware.gradient == "auto",
                                      channels_last=layout == "channels_last" or layout == "auto"
-                                     and prefers_channels_last(module, self.device))
+                                     and prefers_channels_last(module, self.device),
+                                     cohort_network=cfg.hardware.cohort_network and self.device.type == "cpu")
         params, buffers = self.model.init_params(), self.model.init_buffers()
 
         task = objective.task_class(self.labels) if objective.task_class is not None else None
@@ -113,7 +114,8 @@ class Simulation:
                 self.model.dim)
         b = min(cfg.fl.batch_size, len(self.labels))
         self.executor = make_executor(cfg.hardware, self.model, self.device, self.data.x_train[:b],
-                                      self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients))
+                                      self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients),
+                                      self.algo.local)
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.state.buffers)
         self.step_store = self._step_store() if self.algo.selector.records_steps else None
         track = cfg.diagnostics.track_params

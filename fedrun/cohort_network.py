@@ -1,0 +1,123 @@
+"""A cohort of a Sequential CNN's clients as one network, for the vmap executor on a CPU (issue #27).
+
+``torch.func.vmap`` runs a stack of K clients' convolutions as grouped convolutions in NCHW, and wraps every other
+operation. Here the stack is one network instead: the images of the K clients' minibatches are laid side by side
+along the channels, (B, K * C, H, W) in channels-last memory (B, H, W, K, C), so that each convolution is one
+grouped convolution (groups = K, each client's own weights) in the layout where oneDNN's small-channel kernels are
+fastest, each ReLU and max pooling one call over all K * C channels, a convolution whose window covers its whole
+input (LeNet-5's third) and each Linear layer one batched matrix product over the clients; then one backward pass
+gives every client's gradient (the clients' losses are summed, and no client's output depends on another's
+parameters). A ReLU directly before a max pooling runs after it: max commutes with the non-decreasing ReLU, the
+gradient reaches the same input element, and the pooling and the ReLU's backward then see a quarter of the
+elements. The same losses and gradients as each client's own step, to float rounding (tests/test_cohort_network.py).
+
+On 2 cores, per step of the stack (``python -m fedrun.bench``, results/bench/cpu.md): LeNet-5 in GIFT's cohort
+(100 CIFAR clients, B = 10) and in the default experiment's (10 MNIST clients, B = 64).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .models import Flatten, Objective, WindowConv2d
+
+
+def cohort_layers(module: nn.Module, objective: Objective) -> list[nn.Module] | None:
+    """The layers of a model whose cohort can step as one network: a Sequential of 2-d convolutions (zero padding,
+    no groups), ReLUs and max poolings, one flattening layer, then Linear and ReLU layers ending in a Linear, without
+    buffers (BatchNorm) or random layers, under an objective with a written-out output gradient; None otherwise. A
+    ReLU directly before a max pooling is moved after it (see the module's docstring)."""
+    layers = list(module.children()) if isinstance(module, nn.Sequential) else []
+    flat = [i for i, m in enumerate(layers) if type(m) in (nn.Flatten, Flatten)]
+    if (objective.loss_and_grad_out is None or len(flat) != 1 or list(module.buffers())
+            or not any(isinstance(m, nn.Conv2d) for m in layers) or not isinstance(layers[-1], nn.Linear)):
+        return None
+    head, tail = layers[: flat[0]], layers[flat[0] + 1 :]
+    flatten = layers[flat[0]]
+    if isinstance(flatten, nn.Flatten) and (flatten.start_dim, flatten.end_dim) != (1, -1):
+        return None
+    for m in head:
+        if not (type(m) is nn.ReLU or _supported_conv(m) or _supported_pool(m)):
+            return None
+    if not all(type(m) in (nn.ReLU, nn.Linear) for m in tail):
+        return None
+    head = list(head)
+    for i in range(len(head) - 1):
+        if type(head[i]) is nn.ReLU and isinstance(head[i + 1], nn.MaxPool2d):
+            head[i], head[i + 1] = head[i + 1], head[i]
+    return [*head, flatten, *tail]
+
+
+def _supported_conv(m: nn.Module) -> bool:
+    return type(m) in (nn.Conv2d, WindowConv2d) and m.groups == 1 and m.padding_mode == "zeros"
+
+
+def _supported_pool(m: nn.Module) -> bool:
+    return type(m) is nn.MaxPool2d and not m.return_indices
+
+
+def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes: list[torch.Size], flat: torch.Tensor,
+                  x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each client's minibatch loss and gradient: ``flat`` (K, d) the clients' parameters (in ``shapes``' order),
+    ``x`` (K, B, C, H, W) and ``y`` (K, B) their minibatches; returns (K,) losses and the (K, d) gradient."""
+    k, b = x.shape[:2]
+    with torch.enable_grad():
+        w = flat.detach().requires_grad_(True)
+        params = iter(p.reshape(k, *s) for p, s in zip(torch.split(w, [s.numel() for s in shapes], dim=-1), shapes))
+        h = side_by_side(x)
+        rows = False  # h is (K, B, F): past a whole-window convolution or the flattening layer
+        for layer in layers:
+            if isinstance(layer, nn.Conv2d):
+                weight = next(params)
+                bias = next(params) if layer.bias is not None else None
+                if rows and not _whole_window(layer, (1, 1)):
+                    h, rows = h.transpose(0, 1).reshape(b, -1, 1, 1), False  # 1x1 images again
+                if rows or _whole_window(layer, h.shape[-2:]):
+                    if not rows:
+                        h, rows = _as_rows(h, k), True
+                    h = _linear(h, weight.flatten(2), bias)
+                else:
+                    h = F.conv2d(h, weight.flatten(0, 1), None if bias is None else bias.flatten(), layer.stride,
+                                 layer.padding, layer.dilation, groups=k)
+            elif isinstance(layer, nn.MaxPool2d):
+                if rows:
+                    h, rows = h.transpose(0, 1).reshape(b, -1, 1, 1), False
+                h = F.max_pool2d(h, layer.kernel_size, layer.stride, layer.padding, layer.dilation, layer.ceil_mode)
+            elif isinstance(layer, nn.ReLU):
+                h = F.relu(h)
+            elif isinstance(layer, nn.Linear):
+                weight = next(params)
+                h = _linear(h, weight, next(params) if layer.bias is not None else None)
+            elif not rows:  # the flattening layer
+                h, rows = _as_rows(h, k), True
+        loss, grad_out = objective.loss_and_grad_out(h, y)
+        (g,) = torch.autograd.grad(h, w, grad_out)
+    return loss.detach(), g
+
+
+def side_by_side(x: torch.Tensor) -> torch.Tensor:
+    """(K, B, C, H, W) minibatches as (B, K * C, H, W) images in channels-last memory (B, H, W, K, C), client k's
+    channels at k * C ...: one copy. Also for C = 1, where a reshape alone would keep a strided view that oneDNN
+    runs in NCHW (several times slower)."""
+    k, b, c, height, width = x.shape
+    return x.permute(1, 3, 4, 0, 2).contiguous().view(b, height, width, k * c).permute(0, 3, 1, 2)
+
+
+def _whole_window(conv: nn.Conv2d, size) -> bool:
+    """The convolution has one output position, its window covering the whole unpadded input: a matrix product."""
+    return (tuple(size) == tuple(conv.kernel_size) and conv.padding in ((0, 0), "valid")
+            and conv.dilation == (1, 1))
+
+
+def _as_rows(h: torch.Tensor, k: int) -> torch.Tensor:
+    """(B, K * C, H, W) -> (K, B, C * H * W), each image flattened in (C, H, W) order as ``x.flatten(1)``."""
+    return h.unflatten(1, (k, -1)).transpose(0, 1).flatten(2)
+
+
+def _linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """(K, B, in) rows through each client's (K, out, in) weight and (K, out) bias."""
+    if bias is None:
+        return h @ weight.transpose(1, 2)
+    return torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))

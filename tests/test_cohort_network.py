@@ -1,0 +1,71 @@
+"""A Sequential CNN's cohort as one network (fedrun/cohort_network.py): each client's loss and gradient as its own
+step gives them, and which models qualify."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from fedrun.cohort_network import cohort_layers, side_by_side
+from fedrun.functional import FunctionalModel
+from fedrun.models import CROSS_ENTROPY, IGNORE, Flatten, build_model
+
+
+
+def _model(name, shape):
+    module, objective = build_model(OmegaConf.load(f"conf/model/{name}.yaml"), "image", shape, 10, "test")
+    return module.double(), objective
+
+
+@pytest.mark.parametrize("name,shape", [("lenet5", (1, 28, 28)), ("lenet5", (3, 32, 32)), ("cnn3", (3, 12, 12)),
+                                        ("cnn_fedgh", (3, 32, 32))])
+def test_each_clients_loss_and_gradient_equal_its_own_step(name, shape):
+    """Three clients with their own parameters and minibatches (one with an unscored target): the stacked losses
+    and (K, d) gradient equal each client's autograd step to float64 rounding, where the network's grouped
+    convolutions, moved ReLUs and batched products would mix clients or layouts if they were wrong."""
+    torch.manual_seed(0)
+    module, objective = _model(name, shape)
+    model = FunctionalModel(module, objective, cohort_network=True)
+    assert model.cohort is not None and model.stacks
+    k, b = 3, 5
+    flat = model.init_params() + 0.1 * torch.randn(k, model.dim, dtype=torch.float64)
+    x = torch.randn(k, b, *shape, dtype=torch.float64)
+    y = torch.randint(0, 10, (k, b))
+    y[1, 2] = IGNORE
+    loss, grad = model.loss_and_grad(flat, {}, x, y)
+    assert loss.shape == (k,) and grad.shape == (k, model.dim)
+    own = FunctionalModel(module, objective)
+    for i in range(k):
+        own_loss, own_grad = own.loss_and_grad(flat[i], {}, x[i], y[i])
+        torch.testing.assert_close(loss[i], own_loss, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(grad[i], own_grad, rtol=1e-10, atol=1e-12)
+
+
+def test_a_relu_before_a_max_pooling_runs_after_it_and_unsupported_models_are_left_to_vmap():
+    module, objective = _model("lenet5", (1, 28, 28))
+    layers = cohort_layers(module, objective)
+    kinds = [type(m).__name__ for m in layers]
+    assert kinds[:6] == ["Conv2d", "MaxPool2d", "ReLU", "Conv2d", "MaxPool2d", "ReLU"]
+    assert sorted(kinds) == sorted(type(m).__name__ for m in module)  # the same layers, reordered
+    conv = [nn.Conv2d(1, 4, 3), nn.ReLU(), Flatten(), nn.Linear(4 * 36, 10)]
+    assert cohort_layers(nn.Sequential(*conv), CROSS_ENTROPY) is not None
+    for other in ([nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), *conv[1:]],  # buffers
+                  [nn.Conv2d(1, 4, 3), nn.Dropout(0.5), *conv[1:]],  # random
+                  [nn.Conv2d(1, 4, 3, groups=1, padding=1, padding_mode="reflect"), nn.ReLU(), Flatten(),
+                   nn.Linear(4 * 64, 10)],
+                  [Flatten(), nn.Linear(64, 10)],  # no convolution: a dense chain's
+                  conv[:-1]):  # not ending in a Linear
+        assert cohort_layers(nn.Sequential(*other), CROSS_ENTROPY) is None
+    assert FunctionalModel(module, objective).cohort is None  # off unless asked (a run: hardware.cohort_network)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_the_clients_images_lie_side_by_side_in_channels_last_memory(channels):
+    """Client k's image channels become channels k * C ... of one image batch, in channels-last memory (NCHW strides
+    would send every convolution and pooling to oneDNN's NCHW kernels)."""
+    x = torch.randn(4, 2, channels, 5, 6)
+    h = side_by_side(x)
+    assert h.shape == (2, 4 * channels, 5, 6)
+    assert h.is_contiguous(memory_format=torch.channels_last) and not h.is_contiguous()
+    for k in range(4):
+        assert torch.equal(h[:, k * channels : (k + 1) * channels], x[k])
