@@ -11,8 +11,9 @@ parameters). A ReLU directly before a max pooling runs after it: max commutes wi
 gradient reaches the same input element, and the pooling and the ReLU's backward then see a quarter of the
 elements. The same losses and gradients as each client's own step, to float rounding (tests/test_cohort_network.py).
 
-On 2 cores, per step of the stack (``python -m fedrun.bench``, results/bench/cpu.md): LeNet-5 in GIFT's cohort
-(100 CIFAR clients, B = 10) and in the default experiment's (10 MNIST clients, B = 64).
+On 2 cores (``python -m fedrun.bench``, results/bench/cpu.md): rounds of LeNet-5 1.7x (GIFT's cohort, 100 CIFAR
+clients, B = 10) and 2.4x (the default experiment's, 10 MNIST clients, B = 64) faster than under torch.func's vmap,
+1.7x and 1.4x faster than the loop in threads.
 """
 
 from __future__ import annotations
