@@ -59,8 +59,8 @@ def _supported_pool(m: nn.Module) -> bool:
     return type(m) is nn.MaxPool2d and not m.return_indices
 
 
-def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes: list[torch.Size], flat: torch.Tensor,
-                  x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes: list[torch.Size],
+                          flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each client's minibatch loss and gradient: ``flat`` (K, d) the clients' parameters (in ``shapes``' order),
     ``x`` (K, B, C, H, W) and ``y`` (K, B) their minibatches; returns (K,) losses and the (K, d) gradient."""
     k, b = x.shape[:2]
