@@ -341,6 +341,16 @@ def addons_markdown(records: list[dict]) -> str:
             "plus the time model.\n")
 
 
+def side_table(records: list[dict], key: str, columns: list[str], cells, note: str) -> str:
+    """A table of the records that have ``key`` (an optional measurement), one row of ``cells(record)`` each, and the
+    note that says what it measured; empty when none has it."""
+    rows = [r for r in records if key in r]
+    if not rows:
+        return ""
+    body = "".join(f"| {' | '.join(str(c) for c in cells(r))} |\n" for r in rows)
+    return f"\n| {' | '.join(columns)} |\n|{'---|' * len(columns)}\n{body}\n{note}\n"
+
+
 def markdown(records: list[dict], info: dict, command: str, addons: list[dict] = ()) -> str:
     head = ("| workload | paper | clients | steps | loop s | loop threads s (threads) | vmap s | auto s (choice) | "
             "speedup | auto/best | peak MB | GFLOP/s | matmul peak GFLOP/s |\n"
@@ -350,43 +360,37 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
         f"{r['threads_s']:.3f} ({r['loop_threads']}) | {r['vmap_s']:.3f} "
         f"| {r['auto_s']:.3f} ({r['auto']}) | {r['speedup']:.1f}x | {r['auto_vs_best']:.2f} | {r['peak_mem_mb']:.0f} "
         f"| {r['gflops']:.2f} | {r['matmul_peak_gflops']:.0f} |\n" for r in records)
-    compiled = ""
-    if records and "compiled_s" in records[0]:
-        cells = "".join(f"| {r['workload']} | {r['vmap_s']:.3f} | {r['compiled_s']:.3f} | "
-                        f"{r['compiled_speedup']:.2f}x | {r['compiled_first_s']:.1f} |\n" for r in records)
-        compiled = ("\n| workload | vmap s | compiled s | vmap/compiled | compiled first round s |\n"
-                    f"|---|---|---|---|---|\n{cells}\ncompiled = the vmap executor with hardware.compile=true, timed "
-                    "as the others after its first round (the compilation; inductor's on-disk cache makes a repeated "
-                    "one short).\n")
-    blocked = [r for r in records if "stepwise_s" in r]
-    if blocked:
-        cells = "".join(f"| {r['workload']} | {r['batch']} | {r['block_steps']} | {r['stepwise_s']:.3f} | "
-                        f"{r['vmap_s']:.3f} | {r['blocks_speedup']:.2f}x |\n" for r in blocked)
-        compiled += ("\n| workload | minibatch | steps per block | vmap step by step s | vmap in blocks s | "
-                     f"speed-up |\n|---|---|---|---|---|---|\n{cells}\nvmap in blocks = the vmap executor as it "
-                     "runs local SGD on a one-layer model with small minibatches (hardware.blocks=true, the default: "
-                     "fedrun/engine/blocked.py); its time is the vmap column above.\n")
-    networks = [r for r in records if "func_s" in r]
-    if networks:
-        cells = "".join(f"| {r['workload']} | {r['batch']} | {r['func_s']:.3f} | {r['vmap_s']:.3f} | "
-                        f"{r['network_speedup']:.2f}x |\n" for r in networks)
-        compiled += ("\n| workload | minibatch | vmap, torch.func s | vmap, one network s | speed-up |\n"
-                     f"|---|---|---|---|---|\n{cells}\none network = the vmap executor as it steps a Sequential "
-                     "CNN's cohort on a CPU (hardware.cohort_network=true, the default: grouped convolutions in "
-                     "channels-last, fedrun/cohort_network.py); its time is the vmap column above; torch.func = "
-                     "hardware.cohort_network=false.\n")
-    laid_out = [r for r in records if "contiguous_s" in r]
-    if laid_out:
-        cells = "".join(f"| {r['workload']} | {r['auto']} | {r['contiguous_s']:.3f} | {r['auto_s']:.3f} | "
-                        f"{r['layout_speedup']:.2f}x | {r['eval_samples']} | {r['eval_contiguous_s']:.3f} | "
-                        f"{r['eval_s']:.3f} | {r['eval_speedup']:.2f}x |\n" for r in laid_out)
-        compiled += ("\n| workload | auto executor | round, NCHW s | round, channels-last s | speed-up | evaluated "
-                     "samples | evaluation, NCHW s | evaluation, channels-last s | speed-up |\n"
-                     f"|---|---|---|---|---|---|---|---|---|\n{cells}\nchannels-last = image batches entering the "
-                     "model in channels-last strides (hardware.layout=auto on a CPU for a model with convolutions; "
-                     "fedrun/functional.py), NCHW = hardware.layout=contiguous; the rounds under the auto executor "
-                     "(the auto column above); the evaluation of the workload's samples with eval.batch_size 2048, "
-                     "in chunks of 2048 images in NCHW and of 256 in channels-last.\n")
+    compiled = side_table(
+        records, "compiled_s", ["workload", "vmap s", "compiled s", "vmap/compiled", "compiled first round s"],
+        lambda r: [r["workload"], f"{r['vmap_s']:.3f}", f"{r['compiled_s']:.3f}", f"{r['compiled_speedup']:.2f}x",
+                   f"{r['compiled_first_s']:.1f}"],
+        "compiled = the vmap executor with hardware.compile=true, timed as the others after its first round (the "
+        "compilation; inductor's on-disk cache makes a repeated one short).")
+    compiled += side_table(
+        records, "stepwise_s",
+        ["workload", "minibatch", "steps per block", "vmap step by step s", "vmap in blocks s", "speed-up"],
+        lambda r: [r["workload"], r["batch"], r["block_steps"], f"{r['stepwise_s']:.3f}", f"{r['vmap_s']:.3f}",
+                   f"{r['blocks_speedup']:.2f}x"],
+        "vmap in blocks = the vmap executor as it runs local SGD on a one-layer model with small minibatches "
+        "(hardware.blocks=true, the default: fedrun/engine/blocked.py); its time is the vmap column above.")
+    compiled += side_table(
+        records, "func_s", ["workload", "minibatch", "vmap, torch.func s", "vmap, one network s", "speed-up"],
+        lambda r: [r["workload"], r["batch"], f"{r['func_s']:.3f}", f"{r['vmap_s']:.3f}",
+                   f"{r['network_speedup']:.2f}x"],
+        "one network = the vmap executor as it steps a Sequential CNN's cohort on a CPU (hardware.cohort_network=true, "
+        "the default: grouped convolutions in channels-last, fedrun/cohort_network.py); its time is the vmap column "
+        "above; torch.func = hardware.cohort_network=false.")
+    compiled += side_table(
+        records, "contiguous_s",
+        ["workload", "auto executor", "round, NCHW s", "round, channels-last s", "speed-up", "evaluated samples",
+         "evaluation, NCHW s", "evaluation, channels-last s", "speed-up"],
+        lambda r: [r["workload"], r["auto"], f"{r['contiguous_s']:.3f}", f"{r['auto_s']:.3f}",
+                   f"{r['layout_speedup']:.2f}x", r["eval_samples"], f"{r['eval_contiguous_s']:.3f}",
+                   f"{r['eval_s']:.3f}", f"{r['eval_speedup']:.2f}x"],
+        "channels-last = image batches entering the model in channels-last strides (hardware.layout=auto on a CPU for "
+        "a model with convolutions; fedrun/functional.py), NCHW = hardware.layout=contiguous; the rounds under the "
+        "auto executor (the auto column above); the evaluation of the workload's samples with eval.batch_size 2048, "
+        "in chunks of 2048 images in NCHW and of 256 in channels-last.")
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
     device = (list(records) + list(addons))[0]["device"]
     executors = (f"{head}{rows}\nloop = clients one after another; loop threads = the loop training that many "

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .models import Flatten, Objective, WindowConv2d
+from .models import Flatten, Objective, WindowConv2d, covers_input
 
 
 def cohort_layers(module: nn.Module, objective: Objective) -> list[nn.Module] | None:
@@ -63,7 +63,7 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                           flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each client's minibatch loss and gradient: ``flat`` (K, d) the clients' parameters (in ``shapes``' order),
     ``x`` (K, B, C, H, W) and ``y`` (K, B) their minibatches; returns (K,) losses and the (K, d) gradient."""
-    k, b = x.shape[:2]
+    k = x.shape[0]
     with torch.enable_grad():
         w = flat.detach().requires_grad_(True)
         params = iter(p.reshape(k, *s) for p, s in zip(torch.split(w, [s.numel() for s in shapes], dim=-1), shapes))
@@ -73,9 +73,9 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
             if isinstance(layer, nn.Conv2d):
                 weight = next(params)
                 bias = next(params) if layer.bias is not None else None
-                if rows and not _whole_window(layer, (1, 1)):
-                    h, rows = h.transpose(0, 1).reshape(b, -1, 1, 1), False  # 1x1 images again
-                if rows or _whole_window(layer, h.shape[-2:]):
+                if rows and not covers_input(layer, (1, 1)):
+                    h, rows = _as_images(h), False
+                if rows or covers_input(layer, h.shape[-2:]):
                     if not rows:
                         h, rows = _as_rows(h, k), True
                     h = _linear(h, weight.flatten(2), bias)
@@ -84,7 +84,7 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                                  layer.padding, layer.dilation, groups=k)
             elif isinstance(layer, nn.MaxPool2d):
                 if rows:
-                    h, rows = h.transpose(0, 1).reshape(b, -1, 1, 1), False
+                    h, rows = _as_images(h), False
                 h = F.max_pool2d(h, layer.kernel_size, layer.stride, layer.padding, layer.dilation, layer.ceil_mode)
             elif isinstance(layer, nn.ReLU):
                 h = F.relu(h)
@@ -106,15 +106,14 @@ def side_by_side(x: torch.Tensor) -> torch.Tensor:
     return x.permute(1, 3, 4, 0, 2).contiguous().view(b, height, width, k * c).permute(0, 3, 1, 2)
 
 
-def _whole_window(conv: nn.Conv2d, size) -> bool:
-    """The convolution has one output position, its window covering the whole unpadded input: a matrix product."""
-    return (tuple(size) == tuple(conv.kernel_size) and conv.padding in ((0, 0), "valid")
-            and conv.dilation == (1, 1))
-
-
 def _as_rows(h: torch.Tensor, k: int) -> torch.Tensor:
     """(B, K * C, H, W) -> (K, B, C * H * W), each image flattened in (C, H, W) order as ``x.flatten(1)``."""
     return h.unflatten(1, (k, -1)).transpose(0, 1).flatten(2)
+
+
+def _as_images(h: torch.Tensor) -> torch.Tensor:
+    """(K, B, C) rows of 1x1 images (past a whole-window convolution) -> (B, K * C, 1, 1) images again."""
+    return h.transpose(0, 1).reshape(h.shape[1], -1, 1, 1)
 
 
 def _linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -97,6 +97,13 @@ class Flatten(nn.Module):
         return x.flatten(1)
 
 
+def covers_input(conv: nn.Conv2d, size) -> bool:
+    """The convolution's window covers its whole unpadded input of spatial ``size``: one output position, a matrix
+    product of the flattened input and the flattened kernels."""
+    return (tuple(size) == tuple(conv.kernel_size) and conv.padding in ((0, 0), "valid") and conv.dilation == (1, 1)
+            and conv.groups == 1)
+
+
 class WindowConv2d(nn.Conv2d):
     """A convolution whose window may cover its whole input (LeNet-5's third: 5x5 kernels on 5x5 maps), computed
     then as the matrix product it is: one output position, ``x.flatten(-3) @ W.flatten(1)^T + b``. The same
@@ -104,9 +111,7 @@ class WindowConv2d(nn.Conv2d):
     LeNet-5's cohorts 1.1-1.2x (results/bench/window-conv-cpu.md). Other inputs go to ``nn.Conv2d``."""
 
     def forward(self, x):
-        whole = (x.shape[-2:] == self.kernel_size and self.padding == (0, 0) and self.dilation == (1, 1)
-                 and self.groups == 1)
-        if not whole:
+        if not covers_input(self, x.shape[-2:]):
             return super().forward(x)
         return F.linear(x.flatten(-3), self.weight.flatten(1), self.bias)[..., None, None]
 
