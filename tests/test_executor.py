@@ -174,6 +174,13 @@ def test_bench_records_are_consistent(tmp_path):
     assert lenet["eval_speedup"] == pytest.approx(lenet["eval_contiguous_s"] / lenet["eval_s"])
     assert all("contiguous_s" not in r for r in records)
     assert f"| lenet5_mnist_10 | {lenet['auto']} | {lenet['contiguous_s']:.3f} |" in (tmp_path / "b.md").read_text()
+    # a Sequential CNN's cohort steps as one network under vmap (auto's choice), timed under torch.func beside it
+    assert lenet["auto"] == "vmap" and "one network" in lenet["auto_reason"]
+    assert lenet["network_speedup"] == pytest.approx(lenet["func_s"] / lenet["vmap_s"])
+    row = f"| lenet5_mnist_10 | 64 | {lenet['func_s']:.3f} | {lenet['vmap_s']:.3f} |"
+    assert row in (tmp_path / "b.md").read_text()
+    assert all("func_s" not in r for r in records)
+    assert lenet["machine"]["convolution_peak_gflops"] > 0  # the peak's product through oneDNN, on a CPU
     for r in records:
         for key in ("workload", "clients", "steps", "loop_s", "threads_s", "loop_threads", "vmap_s", "auto_s",
                     "speedup", "peak_mem_mb", "gflops", "matmul_peak_gflops", "device"):
