@@ -96,10 +96,66 @@ def test_chunk_size_follows_free_memory(cfg_factory, monkeypatch):
 
     ctx = ClientContext(1, sim.state.params, sim.state.buffers, 0.1)
     monkeypatch.setattr(ex, "free_memory_bytes", lambda device: 10**12)
-    big = sim.executor._fitting_chunk(sim.algo.local, sim.model, ctx, plan, sim.data.x_train)
+    monkeypatch.setattr(ex, "last_level_cache_bytes", lambda: None)  # the cache's limit: the next test
+    big = sim.executor.chunk_for(sim.algo.local, sim.model, ctx, plan, sim.data.x_train)
     monkeypatch.setattr(ex, "free_memory_bytes", lambda device: 10**6)
-    small = sim.executor._fitting_chunk(sim.algo.local, sim.model, ctx, plan, sim.data.x_train)
+    small = sim.executor.chunk_for(sim.algo.local, sim.model, ctx, plan, sim.data.x_train)
     assert big > 1000 and 1 <= small < 5
+
+
+@pytest.mark.parametrize("overrides,limited", [
+    (["model=mlp"], True),  # a dense chain's stacked step on a CPU
+    (["model=mlp", "algo=scaffold"], False),  # its own step under vmap: not stacked by hand
+    (["model=mlp", "hardware.gradient=autograd"], False),
+    (["model=logreg", "fl.batch_size=2"], False),  # local SGD in blocks (engine/blocked.py)
+    (["model=logreg"], True),
+    (["model=cnn3"], False),  # a cohort as one network: more clients, faster grouped convolutions
+    (["model=mlp", "hardware.cache_fraction=null"], False),
+])
+def test_a_dense_chains_stacked_clients_are_chunked_to_fit_half_the_last_level_cache(cfg_factory, monkeypatch,
+                                                                                      overrides, limited):
+    from fedrun.algorithms.base import ClientContext
+    from fedrun.engine import executor as ex
+
+    sim = Simulation(cfg_factory(*COMMON, "data=digits", *overrides, "hardware.executor=vmap"))
+    plan = sim.run_round(1).plans[0]
+    ctx = ClientContext(1, sim.state.params, sim.state.buffers, 0.1)
+    monkeypatch.setattr(ex, "free_memory_bytes", lambda device: 10**12)
+
+    def chunk(cache):
+        monkeypatch.setattr(ex, "last_level_cache_bytes", lambda: cache)
+        return sim.executor.chunk_for(sim.algo.local, sim.model, ctx, plan, sim.data.x_train)
+
+    unlimited = chunk(None)  # a cache of unknown size limits nothing
+    assert unlimited > 10**4
+    if not limited:
+        assert chunk(2**20) == unlimited
+        return
+    one, four = chunk(2**22), chunk(2**24)  # half of 4 and 16 MiB
+    assert 1 <= one < 1000 and abs(four - 4 * one) <= 4 and chunk(1) == 1
+
+
+def test_cohorts_chunked_by_the_cache_equal_whole_ones(cfg_factory, monkeypatch):
+    from fedrun.engine import executor as ex
+
+    monkeypatch.setattr(ex, "last_level_cache_bytes", lambda: 2**20)  # half a MiB: the 2NN's clients one by one
+    chunks = []
+    chunk_for = ex.VmapExecutor.chunk_for
+    monkeypatch.setattr(ex.VmapExecutor, "chunk_for", lambda *a, **k: chunks.append(chunk_for(*a, **k)) or chunks[-1])
+    chunked, _ = two_rounds(cfg_factory, ["data=digits", "model=mlp"], "vmap")
+    whole, _ = two_rounds(cfg_factory, ["data=digits", "model=mlp"], "vmap", cache_fraction="null")
+    assert chunks[:2] == [1, 1] and chunks[2] > 5  # the chunked run's two rounds, then the whole cohort's
+    torch.testing.assert_close(chunked.state.params, whole.state.params, rtol=1e-5, atol=1e-6)
+
+
+def test_the_last_level_cache_is_read_from_sysfs(tmp_path):
+    from fedrun.engine.executor import last_level_cache_bytes
+
+    for index, size in (("index0", "48K"), ("index2", "1024K"), ("index3", "32768K")):
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "size").write_text(size + "\n")
+    assert last_level_cache_bytes(tmp_path) == 32 * 2**20
+    assert last_level_cache_bytes(tmp_path / "absent") is None
 
 
 THREADS = torch.get_num_threads() > 1
@@ -192,6 +248,23 @@ def test_bench_records_are_consistent(tmp_path):
     assert softmax["block_steps"] == 16 and "stepwise_s" not in svm  # B = 100: matrix products already
     text = (tmp_path / "b.md").read_text()
     assert "| softmax576_400 |" in text and f"| softmax576_400 | 1 | 16 | {softmax['stepwise_s']:.3f} |" in text
+
+
+def test_the_bench_times_a_dense_cohort_whole_beside_its_cache_sized_chunks(tmp_path, monkeypatch):
+    import json
+
+    from fedrun.bench import main
+    from fedrun.engine import executor as ex
+
+    monkeypatch.setattr(ex, "last_level_cache_bytes", lambda: 2**23)  # half of 8 MiB: a few 2NN clients a chunk
+    assert main(["--quick", "--only", "mlp_synthetic_100,svm_mnist_5", "--repeats", "1", "--out",
+                 str(tmp_path / "b.json")]) == 0
+    svm, mlp = json.loads((tmp_path / "b.json").read_text())
+    assert mlp["workload"] == "mlp_synthetic_100" and mlp["clients"] == 10 and 1 < mlp["cache_chunk"] < 10
+    assert mlp["chunk_speedup"] == pytest.approx(mlp["whole_s"] / mlp["vmap_s"])
+    row = f"| mlp_synthetic_100 | 10 | {mlp['cache_chunk']} | {mlp['whole_s']:.3f} | {mlp['vmap_s']:.3f} |"
+    assert row in (tmp_path / "b.md").read_text()
+    assert "whole_s" not in svm  # 5 clients of 785 parameters: one chunk either way
 
 
 @pytest.mark.parametrize("mode", ["system", "keep"])

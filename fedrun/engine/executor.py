@@ -3,7 +3,8 @@
 ``loop`` trains the clients one after another. ``vmap`` stacks the cohort's step states along a client axis and
 runs each local step for all of them in one ``torch.func.vmap`` call, minibatches gathered by index from the
 device-resident data. Clients are sorted by tau_i, so at step t the active clients are a prefix of the stack and
-finished clients cost nothing (masked, not padded). A cohort that would not fit in memory runs in chunks.
+finished clients cost nothing (masked, not padded). A cohort that would not fit in memory runs in chunks; on a CPU,
+a dense model's stacked step also in chunks that fit the last-level cache (``cache_chunk``).
 
 When ``tail`` or fewer clients are left stepping (the longest clients of a cohort of unequal sizes), they finish one
 after another with the plain step: on a CPU vmap's per-call overhead exceeds what batching
@@ -20,13 +21,16 @@ per number of active clients, at the price of stepping finished clients' rows (d
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 import shutil
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -137,10 +141,11 @@ class VmapExecutor:
     name = "vmap"
 
     def __init__(self, chunk_size: int | None = None, memory_fraction: float = 0.5, compile: bool = False,
-                 tail: int = 0, blocks: bool = True):
+                 tail: int = 0, blocks: bool = True, cache_fraction: float | None = 0.5):
         self.blocks = blocks  # an affine rule on a one-layer model steps in blocks (engine/blocked.py)
         self.chunk_size = chunk_size
         self.memory_fraction = memory_fraction
+        self.cache_fraction = cache_fraction
         self.compile = compile
         self.tail = 0 if compile else tail  # a compiled step runs the whole stack (one graph per batch width)
         self._step: tuple | None = None  # (rule, model, vmapped step), built once: a compiled step is reused
@@ -169,7 +174,7 @@ class VmapExecutor:
         for i in order:
             groups.setdefault(plans[i].batches.shape[1], []).append(i)
         for members in groups.values():
-            size = self.chunk_size or self._fitting_chunk(rule, model, ctx, plans[members[0]], x)
+            size = self.chunk_size or self.chunk_for(rule, model, ctx, plans[members[0]], x, record)
             for s in range(0, len(members), size):
                 chunk = members[s : s + size]
                 results = self._run_chunk(rule, model, ctx, [plans[i] for i in chunk], x, y,
@@ -243,11 +248,46 @@ class VmapExecutor:
             tree.tree_map(lambda a, b: a[i].copy_(b), stacked, state)
         return stacked
 
-    def _fitting_chunk(self, rule, model, ctx, plan: ClientPlan, x: torch.Tensor) -> int:
-        """Clients per chunk from the memory one client's step needs and the memory free on the device."""
+    def chunk_for(self, rule, model, ctx, plan: ClientPlan, x: torch.Tensor, record=None) -> int:
+        """Clients per chunk from the memory one client's step needs: within ``memory_fraction`` of the memory free
+        on the device and, for a dense chain's stacked step on a CPU, within ``cache_fraction`` of the last-level
+        cache (``cache_chunk``)."""
         state_bytes = sum(t.numel() * t.element_size() for t in tree.leaves(rule.client_init(ctx, None)))
-        per_client = 4 * state_bytes + 3 * plan.batches.shape[1] * activation_bytes_per_sample(model, x)
-        return max(1, int(self.memory_fraction * free_memory_bytes(x.device) // max(1, per_client)))
+        per_client = max(1, 4 * state_bytes + 3 * plan.batches.shape[1] * activation_bytes_per_sample(model, x))
+        size = max(1, int(self.memory_fraction * free_memory_bytes(x.device) // per_client))
+        in_blocks = self.blocks and record is None and blocked.block_length(rule, model, plan.batches.shape[1])
+        stacked_chain = model.chain is not None and steps_natively(rule, model) and not in_blocks and not self.compile
+        if self.cache_fraction and x.device.type == "cpu" and stacked_chain:
+            size = min(size, cache_chunk(per_client, self.cache_fraction))
+        return size
+
+
+def cache_chunk(per_client: int, fraction: float) -> int:
+    """Clients per chunk whose step (``per_client`` bytes each: state, gradient, activations) stays within
+    ``fraction`` of the last-level cache; unlimited where its size is unknown. A dense chain's stacked step is a few
+    matrix products per layer over its clients' (K, d) parameters and gradients: once those outgrow the cache, every
+    product and update streams them from memory, and a client's step costs more the more clients step with it
+    (``python -m fedrun.bench``'s chunk table). A convolutional cohort's activations dwarf its parameters, and its
+    grouped convolutions gain from more clients: not chunked."""
+    cache = last_level_cache_bytes()
+    return max(1, int(fraction * cache // per_client)) if cache else sys.maxsize
+
+
+@functools.lru_cache(maxsize=4)
+def last_level_cache_bytes(caches: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
+    """The largest cache of CPU 0 (Linux sysfs: ``index*/size`` under ``caches``), None where it cannot be read."""
+    sizes = []
+    for entry in caches.glob("index*/size"):
+        try:
+            text = entry.read_text().strip().upper()
+        except OSError:
+            continue
+        units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+        if text[:-1].isdigit() and text[-1] in units:
+            sizes.append(int(text[:-1]) * units[text[-1]])
+        elif text.isdigit():
+            sizes.append(int(text))
+    return max(sizes) if sizes else None
 
 
 def activation_bytes_per_sample(model: FunctionalModel, x: torch.Tensor) -> int:
@@ -378,7 +418,8 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
                            "(g++, clang++ or $CXX); install one (apt-get install g++) or set hardware.compile=false"])
     if name == "vmap":
         tail = vmap_tail(model, device) if hw_cfg.vmap_tail is None else hw_cfg.vmap_tail
-        return VmapExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction, compile_, tail, hw_cfg.blocks)
+        return VmapExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction, compile_, tail, hw_cfg.blocks,
+                            hw_cfg.cache_fraction)
     if compile_:
         log.warning("hardware.compile=true has no effect: it compiles the vmap executor's step and this run uses the "
                     "loop executor (set hardware.executor=vmap to compile)")
