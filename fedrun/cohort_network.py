@@ -13,7 +13,7 @@ elements. The same losses and gradients as each client's own step, to float roun
 
 On 2 cores (``python -m fedrun.bench``, results/bench/cpu.md): rounds of LeNet-5 1.7x (GIFT's cohort, 100 CIFAR
 clients, B = 10) and 2.4x (the default experiment's, 10 MNIST clients, B = 64) faster than under torch.func's vmap,
-1.7x and 1.4x faster than the loop in threads.
+1.7x and 1.5x faster than the loop in threads.
 """
 
 from __future__ import annotations
