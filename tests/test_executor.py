@@ -422,6 +422,27 @@ def test_a_batchable_rule_on_a_stacking_model_steps_without_vmap_and_gives_the_l
     assert not steps_natively(sim.algo.local, sim.model)
 
 
+@pytest.mark.parametrize("model", ["mlp", "cnn3"])
+def test_a_stacked_cohorts_lone_last_client_finishes_with_its_plain_step(cfg_factory, monkeypatch, model):
+    """Stepping natively, the last client left in the stack (tau longer than the others') takes its own plain step
+    (one client's parameters, not a stack of one) unless hardware.vmap_tail=0; the rounds are the loop's either way
+    (the test above)."""
+    from fedrun.functional import FunctionalModel
+
+    common = ["data=digits", f"model={model}", "fl.clients_per_round=4", "fl.batch_size=16", "partition=dirichlet",
+              "partition.alpha=0.3", "hardware.executor=vmap"]
+    shapes = []
+    inner = FunctionalModel.loss_and_grad
+    monkeypatch.setattr(FunctionalModel, "loss_and_grad",
+                        lambda self, flat, *a, **k: shapes.append(flat.dim()) or inner(self, flat, *a, **k))
+    for tail, alone in ((None, True), (0, False)):
+        shapes.clear()
+        sim = Simulation(cfg_factory(*common, *([f"hardware.vmap_tail={tail}"] if tail is not None else [])))
+        taus = sorted(p.tau for p in sim.run_round(1).plans)
+        assert taus[-1] > taus[-2], "the case must have one client longer than the rest"
+        assert shapes.count(1) == (taus[-1] - taus[-2] if alone else 0) and 2 in shapes
+
+
 @pytest.mark.parametrize("model,batch", [("logreg", 1), ("logreg", 3), ("svm", 1)])
 @pytest.mark.parametrize("algo,more", [("fedavg", []), ("fedavg", ["fl.momentum=0.9", "fl.weight_decay=0.01"]),
                                        ("fedprox", ["fl.momentum=0.5"]), ("fednova", ["algo.local.mu=0.1"])])

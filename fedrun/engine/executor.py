@@ -193,7 +193,9 @@ class VmapExecutor:
         native = steps_natively(rule, model) and not self.compile
         step = (lambda c, s, xb, yb: rule.client_step(model, c, s, xb, yb)) if native else \
             self._vmapped_step(rule, model)
-        tail = 0 if native else self.tail  # a native step has no per-call overhead to save
+        # a native step has no vmap overhead to save, but a lone client's plain step skips the stack's slicing and
+        # batched products (most of a natural partition's round: its largest client steps alone)
+        tail = min(self.tail, 1) if native else self.tail
         loss_sum = torch.zeros(k_all, device=x.device, dtype=ctx.params.dtype)
         steps = torch.zeros(k_all, taus[0], len(ctx.params), device=record, dtype=ctx.params.dtype) \
             if record is not None else None
@@ -440,8 +442,9 @@ def steps_natively(rule: LocalRule, model: FunctionalModel) -> bool:
 def vmap_tail(model: FunctionalModel, device: torch.device) -> int:
     """``hardware.vmap_tail=null``: on a CPU, up to 4 clients of a dense model finish one by one (vmap's per-call
     overhead outweighs batching so few small steps), one of a convolutional model (its plain step is costlier); on a
-    GPU one (a lone client has nothing to batch). Deterministic, as ``auto`` is: the same config always steps the same
-    way. A threshold read off informal timings on this CPU, not a committed benchmark."""
+    GPU one (a lone client has nothing to batch). A stack stepping natively (no vmap) takes at most 1 of it.
+    Deterministic, as ``auto`` is: the same config always steps the same way. A threshold read off informal timings on
+    this CPU, not a committed benchmark."""
     if device.type == "cuda" or any(isinstance(m, _CONV) for m in model.module.modules()):
         return 1
     return 4
