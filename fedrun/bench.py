@@ -238,9 +238,9 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
         executors["contiguous"] = make_executor(option("hardware", "auto"), model, device, x[first], y[first],
                                                 len(plans), rule)
         models["contiguous"] = FunctionalModel(model.module, model.objective, cohort_network=model.cohort is not None)
-    chunk = executors["vmap"].chunk_for(rule, model, ctx, plans[0], x)
-    if chunk < min(len(plans), VmapExecutor(cache_fraction=None).chunk_for(rule, model, ctx, plans[0], x)):
-        executors["whole"] = VmapExecutor(cache_fraction=None)  # chunks sized by the cache here: also timed without
+    chunk, whole = executors["vmap"].chunk_for(rule, model, ctx, plans[0], x), VmapExecutor(cache_fraction=None)
+    if chunk < min(len(plans), whole.chunk_for(rule, model, ctx, plans[0], x)):
+        executors["whole"] = whole  # chunks sized by the cache here: also timed without
     if model.cohort is not None:  # the vmap executor steps the cohort as one network here: also timed under vmap
         executors["func"] = VmapExecutor()
         models["func"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last)

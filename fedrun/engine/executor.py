@@ -183,9 +183,16 @@ class VmapExecutor:
                     out[i] = r
         return _result(out)
 
+    def _block_length(self, rule, model, width: int, record) -> int:
+        """Steps per block where this chunk runs in blocks (engine/blocked.py), else 0: not with recorded steps or a
+        compiled step."""
+        if not self.blocks or record is not None or self.compile:
+            return 0
+        return blocked.block_length(rule, model, width)
+
     def _run_chunk(self, rule, model, ctx, plans, x, y, cstates, record=None):
-        block = blocked.block_length(rule, model, plans[0].batches.shape[1]) if self.blocks else 0
-        if block and record is None and not self.compile:
+        block = self._block_length(rule, model, plans[0].batches.shape[1], record)
+        if block:
             return blocked.run(rule, model, ctx, plans, x, y, cstates, block)
         k_all = len(plans)
         stacked = tree.stack([rule.client_init(ctx, cs) for cs in cstates])
@@ -257,7 +264,7 @@ class VmapExecutor:
         state_bytes = sum(t.numel() * t.element_size() for t in tree.leaves(rule.client_init(ctx, None)))
         per_client = max(1, 4 * state_bytes + 3 * plan.batches.shape[1] * activation_bytes_per_sample(model, x))
         size = max(1, int(self.memory_fraction * free_memory_bytes(x.device) // per_client))
-        in_blocks = self.blocks and record is None and blocked.block_length(rule, model, plan.batches.shape[1])
+        in_blocks = self._block_length(rule, model, plan.batches.shape[1], record)
         stacked_chain = model.chain is not None and steps_natively(rule, model) and not in_blocks and not self.compile
         if self.cache_fraction and x.device.type == "cpu" and stacked_chain:
             size = min(size, cache_chunk(per_client, self.cache_fraction))
@@ -279,13 +286,13 @@ def cache_chunk(per_client: int, fraction: float) -> int:
 @functools.lru_cache(maxsize=4)
 def last_level_cache_bytes(caches: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
     """The largest cache of CPU 0 (Linux sysfs: ``index*/size`` under ``caches``), None where it cannot be read."""
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
     sizes = []
     for entry in caches.glob("index*/size"):
         try:
             text = entry.read_text().strip().upper()
         except OSError:
             continue
-        units = {"K": 1024, "M": 1024**2, "G": 1024**3}
         if text[:-1].isdigit() and text[-1] in units:
             sizes.append(int(text[:-1]) * units[text[-1]])
         elif text.isdigit():
