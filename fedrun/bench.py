@@ -166,7 +166,7 @@ def setup(w: Workload, device: torch.device, seed: int = 0):
     torch.manual_seed(seed)
     module, objective = build_model(option("model", w.model), w.kind, w.shape, w.classes, w.name)
     model = FunctionalModel(module.to(device), objective, channels_last=prefers_channels_last(module, device),
-                            cohort_network=device.type == "cpu")
+                            cohort_network=device.type == "cpu", onednn=True)
     n = w.clients * w.samples
     x = (torch.randint(0, 1000, (n, *w.shape)) if w.kind == "tokens" else torch.randn(n, *w.shape)).to(device)
     y = torch.randint(0, w.classes, (n,), device=device)
@@ -247,6 +247,9 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     seconds, memory, warmup = time_rounds(executors, rule, model, ctx, plans, x, y, repeats, models)
     if "contiguous" in models:  # and the evaluation of the workload's samples, chunked as fedrun's in each layout
         evaluation = time_evaluations({"auto": model, "contiguous": models["contiguous"]}, ctx, x, y, repeats)
+    if model.chain is not None and device.type == "cpu":  # and a dense model's evaluation without oneDNN's linear
+        evaluation = time_evaluations({"auto": model, "torch": FunctionalModel(model.module, model.objective)}, ctx,
+                                      x, y, repeats)
     flops = flops_per_round(model, x, y, plans)
     best = min(seconds["loop"], seconds["threads"], seconds["vmap"])
     return {
@@ -264,6 +267,9 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
       | ({"contiguous_s": seconds["contiguous"], "layout_speedup": seconds["contiguous"] / seconds["auto"],
           "eval_samples": len(y), "eval_s": evaluation["auto"], "eval_contiguous_s": evaluation["contiguous"],
           "eval_speedup": evaluation["contiguous"] / evaluation["auto"]} if "contiguous" in models else {}) \
+      | ({"eval_samples": len(y), "eval_s": evaluation["auto"], "eval_torch_s": evaluation["torch"],
+          "linear_speedup": evaluation["torch"] / evaluation["auto"]} if model.chain is not None
+         and device.type == "cpu" else {}) \
       | ({"func_s": seconds["func"], "network_speedup": seconds["func"] / seconds["vmap"]}
          if "func" in models else {}) \
       | ({"whole_s": seconds["whole"], "cache_chunk": chunk, "chunk_speedup": seconds["whole"] / seconds["vmap"]}
@@ -407,6 +413,14 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
         "a model with convolutions; fedrun/functional.py), NCHW = hardware.layout=contiguous; the rounds under the "
         "auto executor (the auto column above); the evaluation of the workload's samples with eval.batch_size 2048, "
         "in chunks of 2048 images in NCHW and of 256 in channels-last.")
+    compiled += side_table(
+        records, "eval_torch_s", ["workload", "evaluated samples", "evaluation, torch's matmul s",
+                                  "evaluation, oneDNN s", "speed-up"],
+        lambda r: [r["workload"], r["eval_samples"], f"{r['eval_torch_s']:.4f}", f"{r['eval_s']:.4f}",
+                   f"{r['linear_speedup']:.2f}x"],
+        "oneDNN = a dense model's evaluation (the workload's samples, eval.batch_size 2048) with its products of at "
+        "least 2M multiply-adds through oneDNN's linear kernel (hardware.onednn=true, the default; "
+        "fedrun/functional.py: dense_product); torch's matmul = hardware.onednn=false.")
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
     device = (list(records) + list(addons))[0]["device"]
     executors = (f"{head}{rows}\nloop = clients one after another; loop threads = the loop training that many "

@@ -77,6 +77,28 @@ CHANNELS_LAST_MIN_BATCH = 32  # smaller batches gain little (LeNet-5 per step: 1
                               # B = 32-64, one thread) and GIFT's B = 10 cohort lost in the bench (0.83x): NCHW
 
 
+ONEDNN_MIN_MACS = 1 << 21  # smaller products run faster in torch's matmul (its call costs less; 1 and 2 threads)
+
+
+def dense_product(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, onednn: bool,
+                  relu: bool = False) -> torch.Tensor:
+    """``h @ w.T + b`` for a (B, in) batch, then a ReLU if ``relu``: a Linear layer's product. With ``onednn``, a
+    float32 product of at least ONEDNN_MIN_MACS multiply-adds on a CPU that needs no autograd graph goes through
+    oneDNN's linear kernel (with the ReLU fused), which runs AVX-512 where torch's matmul (MKL) may run AVX2 only
+    (on AMD CPUs: 2-3x slower for evaluation-sized batches; results/bench/cpu.md, ``linear_speedup``). The same
+    values to float rounding; else torch's."""
+    if (onednn and h.dtype == torch.float32 and h.device.type == "cpu" and h.dim() == 2
+            and h.shape[0] * w.shape[0] * w.shape[1] >= ONEDNN_MIN_MACS and _onednn_linear is not None
+            and not (torch.is_grad_enabled() and (h.requires_grad or w.requires_grad
+                                                   or (b is not None and b.requires_grad)))):
+        return _onednn_linear(h, w, b, "relu" if relu else "none", [], "")
+    h = h @ w.T if b is None else torch.addmm(b, h, w.T)
+    return h.clamp_min(0) if relu else h
+
+
+_onednn_linear = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
+
+
 def prefers_channels_last(module: nn.Module, device: torch.device) -> bool:
     """``hardware.layout=auto``: channels-last on a CPU for a model with 2-d convolutions (for batches of at least
     CHANNELS_LAST_MIN_BATCH images: results/bench/cpu.md); GPUs keep their layout."""
@@ -85,7 +107,7 @@ def prefers_channels_last(module: nn.Module, device: torch.device) -> bool:
 
 class FunctionalModel:
     def __init__(self, module: nn.Module, objective: Objective, by_hand: bool = True, channels_last: bool = False,
-                 cohort_network: bool = False):
+                 cohort_network: bool = False, onednn: bool = False):
         """``by_hand``: a dense chain (``dense_chain``) computes its gradient by hand, as backprop written out in a
         dozen tensor operations: the same gradient as autograd to float rounding, at a fraction of the per-step
         overhead of autograd's graph (and of vmap's over it), which dominates the small models of FSVRG's, BHerd's
@@ -93,12 +115,14 @@ class FunctionalModel:
         the model in channels-last strides (one client at a time and in evaluation; a vmapped cohort keeps its
         layout), the same arithmetic to float rounding. ``cohort_network``: a (K, d) stack of a Sequential CNN's
         clients steps as one network (``fedrun/cohort_network.py``: grouped convolutions in channels-last; for a
-        CPU)."""
+        CPU). ``onednn``: a dense chain's large products without a graph through oneDNN (``dense_product``); its
+        forward without a graph (evaluation) then runs by hand as well."""
         self.module = module
         self.objective = objective
         self.chain = dense_chain(module, objective) if by_hand else None
         self.cohort = cohort_layers(module, objective) if cohort_network and self.chain is None else None
         self.channels_last = channels_last
+        self.onednn = onednn
         named = list(module.named_parameters())
         self.names = [n for n, _ in named]
         self.shapes = [p.shape for _, p in named]
@@ -123,7 +147,7 @@ class FunctionalModel:
             if self._hook is not None:
                 self._hook = self._head.register_forward_pre_hook(self._keep_features)
         return FunctionalModel(module, self.objective, self.chain is not None, self.channels_last,
-                               self.cohort is not None)
+                               self.cohort is not None, self.onednn)
 
     @property
     def stacks(self) -> bool:
@@ -155,6 +179,9 @@ class FunctionalModel:
             self._training = training
 
     def forward(self, flat: torch.Tensor, buffers: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        if (self.onednn and self.chain is not None and flat.dim() == 1 and maybe_current_level() is None
+                and not (torch.is_grad_enabled() and flat.requires_grad)):
+            return self._chain_forward(flat, x)[0]
         if (self.channels_last and x.dim() == 4 and len(x) >= CHANNELS_LAST_MIN_BATCH
                 and maybe_current_level() is None):  # not under vmap or grad
             x = channels_last(x)
@@ -193,31 +220,12 @@ class FunctionalModel:
         return loss.detach(), g
 
     def _loss_and_grad_by_hand(self, flat, x, y) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward through the dense chain keeping each Linear's input and each ReLU's output, then backward:
-        dW = d^T h, db = sum(d), d <- (d W) * mask. The gradient comes back flat, in the parameters' order. ``flat``
-        may be a (K, d) stack of clients' parameters with (K, B, ...) minibatches: K losses and a (K, d) gradient,
-        in batched matrix products (the vmap executor's native step)."""
+        """The chain's forward (``_chain_forward``), then backward: dW = d^T h, db = sum(d), d <- (d W) * mask. The
+        gradient comes back flat, in the parameters' order. ``flat`` may be a (K, d) stack of clients' parameters
+        with (K, B, ...) minibatches: K losses and a (K, d) gradient, in batched matrix products (the vmap
+        executor's native step)."""
         lead = flat.shape[:-1]
-        if lead:
-            chunks = torch.split(flat, self.numels, dim=-1)
-            params = iter(t.reshape(*lead, *s) for t, s in zip(chunks, self.shapes))
-        else:
-            params = iter(self.unflatten(flat).values())
-        h, saved = x, []
-        for layer in self.chain:
-            if isinstance(layer, nn.Linear):
-                w = next(params)
-                b = next(params) if layer.bias is not None else None
-                saved.append((layer, h, w, b))
-                if not lead:
-                    h = h @ w.T if b is None else torch.addmm(b, h, w.T)
-                else:
-                    h = h @ w.transpose(-1, -2) if b is None else torch.baddbmm(b.unsqueeze(-2), h, w.transpose(-1, -2))
-            elif isinstance(layer, nn.ReLU):
-                h = h.clamp_min(0)
-                saved.append((layer, h))
-            else:
-                h = h.flatten(len(lead) + 1)
+        h, saved = self._chain_forward(flat, x)
         loss, d = self.objective.loss_and_grad_out(h, y)
         grads = []
         for i, entry in enumerate(reversed(saved)):
@@ -231,6 +239,32 @@ class FunctionalModel:
             if i < len(saved) - 1:
                 d = d @ w
         return loss.detach(), torch.cat([g.reshape(*lead, -1) for g in reversed(grads)], dim=-1)
+
+    def _chain_forward(self, flat, x) -> tuple[torch.Tensor, list[tuple]]:
+        """The dense chain's output, keeping each Linear's input and each ReLU's output for the backward pass."""
+        lead = flat.shape[:-1]
+        if lead:
+            chunks = torch.split(flat, self.numels, dim=-1)
+            params = iter(t.reshape(*lead, *s) for t, s in zip(chunks, self.shapes))
+        else:
+            params = iter(self.unflatten(flat).values())
+        h, saved, fused = x, [], False
+        for layer, after in zip(self.chain, [*self.chain[1:], None]):
+            if isinstance(layer, nn.Linear):
+                w = next(params)
+                b = next(params) if layer.bias is not None else None
+                saved.append((layer, h, w, b))
+                if not lead:
+                    fused = isinstance(after, nn.ReLU)
+                    h = dense_product(h, w, b, self.onednn, relu=fused)
+                else:
+                    h = h @ w.transpose(-1, -2) if b is None else torch.baddbmm(b.unsqueeze(-2), h, w.transpose(-1, -2))
+            elif isinstance(layer, nn.ReLU):
+                h, fused = h if fused else h.clamp_min(0), False  # a ReLU fused into the product: done
+                saved.append((layer, h))
+            else:
+                h = h.flatten(len(lead) + 1)
+        return h, saved
 
     @torch.no_grad()
     def evaluate(self, flat, buffers, x, y, batch_size: int = 2048) -> tuple[float, float]:

@@ -164,6 +164,7 @@ class HardwareConfig(Section):
     vmap_tail: Optional[int] = MISSING
     loop_threads: Optional[int] = MISSING
     gradient: str = MISSING
+    onednn: bool = MISSING
     cohort_network: bool = MISSING
     blocks: bool = MISSING
     layout: str = MISSING

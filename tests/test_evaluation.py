@@ -10,11 +10,13 @@ from fedrun.engine.executor import CohortResult
 from fedrun.engine.simulation import RoundOutput, Simulation
 
 
-def two_users(monkeypatch, cfg_factory):
-    """User 0 holds one test sample (class 0), user 1 three (classes 1, 1, 0); a 2-d logistic regression."""
+def two_users(monkeypatch, cfg_factory, order=(0, 1, 2, 3)):
+    """User 0 holds one test sample (class 0), user 1 three (classes 1, 1, 0); a 2-d logistic regression. ``order``:
+    the test samples' order (the users' samples interleaved or not)."""
     x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]], dtype=np.float32)
-    register_tiny(monkeypatch, "two_users", x, np.array([0, 1, 1, 0]), x_test=x, y_test=np.array([0, 1, 1, 0]),
-                  classes=2, users=np.array([0, 1, 1, 1]), test_users=np.array([0, 1, 1, 1]))
+    y, order = np.array([0, 1, 1, 0]), list(order)
+    register_tiny(monkeypatch, "two_users", x, y, x_test=x[order], y_test=y[order], classes=2,
+                  users=np.array([0, 1, 1, 1]), test_users=np.array([0, 1, 1, 1])[order])
     return Simulation(config(cfg_factory, "fl.rounds=1"))
 
 
@@ -33,10 +35,11 @@ def step_with(sim, clients, updates):
                        start=torch.zeros(sim.model.dim))
 
 
-def test_each_acc_l_reading_on_a_hand_made_two_user_case(monkeypatch, cfg_factory):
-    sim = two_users(monkeypatch, cfg_factory)
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (2, 0, 3, 1)])
+def test_each_acc_l_reading_on_a_hand_made_two_user_case(monkeypatch, cfg_factory, order):
+    sim = two_users(monkeypatch, cfg_factory, order)
     # the global model is right on user 0's sample and on the first of user 1's three
-    hits, units = torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.ones(4)
+    hits, units = torch.tensor([1.0, 1.0, 0.0, 0.0])[list(order)], torch.ones(4)
     # the clients' local models: client 0 predicts class 0 everywhere, client 1 class 1 (logreg: w (2x2), then b)
     always = {c: torch.tensor([0.0, 0.0, 0.0, 0.0, float(c == 0), float(c == 1)]) for c in (0, 1)}
     both = sim.evaluation.user_accuracies(hits, units, step_with(sim, [0, 1], [always[0], always[1]]))
@@ -50,6 +53,9 @@ def test_each_acc_l_reading_on_a_hand_made_two_user_case(monkeypatch, cfg_factor
     assert one["local_acc_round"] == pytest.approx(1 / 3) == one["local_acc_round_samples"]
     assert one["local_model_acc"] == pytest.approx(2 / 3) == one["local_model_acc_samples"]
     assert set(sim.evaluation.user_accuracies(hits, units, None)) == {"local_acc"}
+    users = sim.evaluation._users  # who owns which test sample: worked out once per run
+    assert [ix.tolist() for ix in users.samples] == [[order.index(0)], sorted(order.index(i) for i in (1, 2, 3))]
+    assert sim.evaluation._users is users
 
 
 def test_a_natural_run_logs_every_reading(monkeypatch, cfg_factory, tmp_path):

@@ -187,3 +187,51 @@ def test_a_window_smaller_than_the_input_is_an_ordinary_convolution():
         assert torch.equal(window(x), conv(x))
     lenet, _ = build_model(mcfg("lenet5"), "image", (1, 28, 28), 10)
     assert [type(m) for m in lenet if isinstance(m, torch.nn.Conv2d)][-1] is WindowConv2d
+
+
+def onednn_spy(monkeypatch):
+    """Count the products that go through oneDNN's linear kernel (skips where this torch has none)."""
+    from fedrun import functional
+
+    if functional._onednn_linear is None:
+        pytest.skip("this torch has no oneDNN linear kernel")
+    calls, kernel = [], functional._onednn_linear
+    monkeypatch.setattr(functional, "_onednn_linear", lambda *a: calls.append(a[0].shape) or kernel(*a))
+    return calls
+
+
+def test_a_dense_chains_large_products_without_a_graph_go_through_onednn(monkeypatch):
+    """hardware.onednn: products of >= 2M multiply-adds (here the 2NN's first two layers at 1024 samples, not its
+    200 -> 10 head) in evaluation and in a by-hand step; the same outputs and gradient as torch's to float32
+    rounding. Not for small batches, float64, a forward that autograd differentiates, or with the switch off."""
+    from fedrun.functional import ONEDNN_MIN_MACS
+
+    calls = onednn_spy(monkeypatch)
+    torch.manual_seed(0)
+    module, objective = build_model(option("model", "mlp"), "vector", (60,), 10, "mlp")
+    fast, plain = FunctionalModel(module, objective, onednn=True), FunctionalModel(module, objective)
+    w, x, y = fast.init_params(), torch.randn(1024, 60), torch.randint(0, 10, (1024,))
+    assert 1024 * 200 * 10 < ONEDNN_MIN_MACS <= 1024 * 60 * 200
+    with torch.no_grad():
+        torch.testing.assert_close(fast.forward(w, {}, x), module(x), rtol=1e-5, atol=1e-5)
+    assert calls == [(1024, 60), (1024, 200)]
+    hits, units, loss = fast.evaluate_hits(w, {}, x, y)
+    assert len(calls) == 4
+    torch.testing.assert_close(loss, plain.evaluate_hits(w, {}, x, y)[2], rtol=1e-5, atol=0)
+    got, want = fast.loss_and_grad(w, {}, x, y), FunctionalModel(module, objective, by_hand=False).loss_and_grad(
+        w, {}, x, y)
+    assert len(calls) == 6
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    calls.clear()
+    plain.forward(w, {}, x), fast.forward(w, {}, x[:32]), fast.forward(w.double(), {}, x.double())
+    differentiated = w.clone().requires_grad_(True)  # autograd's forward (a feature penalty's): torch's products
+    (g,) = torch.autograd.grad(objective.loss(fast.forward(differentiated, {}, x), y), differentiated)
+    assert calls == []
+    torch.testing.assert_close(g, want[1], rtol=1e-4, atol=1e-6)
+
+
+def test_a_runs_model_takes_hardware_onednn(cfg_factory):
+    from fedrun.engine.simulation import Simulation
+
+    assert Simulation(cfg_factory("model=mlp", "fl.rounds=1")).model.onednn  # the default
+    assert not Simulation(cfg_factory("model=mlp", "fl.rounds=1", "hardware.onednn=false")).model.onednn

@@ -3,6 +3,8 @@ each user's own split (FedGH's Acc_l readings) and the personalised protocol of 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +17,17 @@ from .cohort import plan_client
 
 if TYPE_CHECKING:
     from .simulation import RoundOutput, Simulation
+
+
+@dataclass(frozen=True)
+class TestUsers:
+    """The natural clients' test samples: each sample's user row (``of_sample``), each row's sample indices
+    (``samples``), the training users' ids in client order (``train_ids``) and each id's row (``position``)."""
+
+    of_sample: torch.Tensor
+    samples: list[torch.Tensor]
+    train_ids: np.ndarray
+    position: dict
 
 
 class Evaluation:
@@ -78,17 +91,15 @@ class Evaluation:
         their test samples; ``local_model_acc`` and ``local_model_acc_samples``: each of the round's clients'
         model after its local training (before the server's aggregation) on its own test split, the two means."""
         sim = self.sim
-        values, index = np.unique(sim.data.test_users, return_inverse=True)
-        users = torch.as_tensor(index, device=hits.device)
-        per_user = torch.zeros(2, len(values), dtype=torch.float64, device=hits.device)
-        per_user.index_add_(1, users, torch.stack([hits, units]).double())
+        users = self._users
+        per_user = torch.zeros(2, len(users.samples), dtype=torch.float64, device=hits.device)
+        per_user.index_add_(1, users.of_sample.to(hits.device), torch.stack([hits, units]).double())
         scored = per_user[1] > 0
         out = {"local_acc": float((per_user[0, scored] / per_user[1, scored]).mean())}
         if step is None:
             return out
-        train_ids = np.unique(sim.data.train_users)
-        position = {v: i for i, v in enumerate(values)}
-        rows = [(k, position[train_ids[p.id]]) for k, p in enumerate(step.plans) if train_ids[p.id] in position]
+        rows = [(k, users.position[users.train_ids[p.id]]) for k, p in enumerate(step.plans)
+                if users.train_ids[p.id] in users.position]
         rows = [(k, u) for k, u in rows if per_user[1, u] > 0]
         if not rows:
             return out
@@ -99,7 +110,7 @@ class Evaluation:
         if step.start is not None:
             own = []
             for k, u in rows:
-                ix = torch.as_tensor(np.flatnonzero(index == u), device=sim.data.x_test.device)
+                ix = users.samples[u].to(sim.data.x_test.device)
                 h, n, _ = sim.model.evaluate_hits(step.start + step.result.updates[k], sim.state.buffers,
                                                   sim.data.x_test[ix], sim.data.y_test[ix], sim.cfg.eval.batch_size)
                 own.append((float(h.sum()), float(n.sum())))
@@ -107,6 +118,17 @@ class Evaluation:
             out["local_model_acc"] = float((own[:, 0] / own[:, 1]).mean())
             out["local_model_acc_samples"] = float(own[:, 0].sum() / own[:, 1].sum())
         return out
+
+    @cached_property
+    def _users(self) -> TestUsers:
+        """Who owns which test sample, worked out once per run (the sorts cost about as much as a small
+        evaluation)."""
+        data = self.sim.data
+        values, index = np.unique(data.test_users, return_inverse=True)
+        bounds = np.cumsum(np.bincount(index, minlength=len(values)))[:-1]
+        samples = [torch.as_tensor(ix) for ix in np.split(np.argsort(index, kind="stable"), bounds)]
+        return TestUsers(torch.as_tensor(index), samples, np.unique(data.train_users),
+                         {v: i for i, v in enumerate(values)})
 
     @torch.no_grad()
     def predict(self, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
