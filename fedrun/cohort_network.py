@@ -9,7 +9,10 @@ input (LeNet-5's third) and each Linear layer one batched matrix product over th
 gives every client's gradient (the clients' losses are summed, and no client's output depends on another's
 parameters). A ReLU directly before a max pooling runs after it: max commutes with the non-decreasing ReLU, the
 gradient reaches the same input element, and the pooling and the ReLU's backward then see a quarter of the
-elements. The same losses and gradients as each client's own step, to float rounding (tests/test_cohort_network.py).
+elements. So does the bias of a convolution directly before one (max commutes with adding a constant, also in
+rounded arithmetic): added after the pooling, its gradient is a sum over a quarter of the elements, where oneDNN's
+convolution backward would sum the whole output in a slow scalar loop. The same losses and gradients as each
+client's own step, to float rounding (tests/test_cohort_network.py).
 
 On 2 cores (``python -m fedrun.bench``, results/bench/cpu.md): rounds of LeNet-5 1.7x (GIFT's cohort, 100 CIFAR
 clients, B = 10) and 2.4x (the default experiment's, 10 MNIST clients, B = 64) faster than under torch.func's vmap,
@@ -69,7 +72,8 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
         params = iter(p.reshape(k, *s) for p, s in zip(torch.split(w, [s.numel() for s in shapes], dim=-1), shapes))
         h = side_by_side(x)
         rows = False  # h is (K, B, F): past a whole-window convolution or the flattening layer
-        for layer in layers:
+        later = None  # a convolution's bias, added after the max pooling that follows it
+        for layer, after in zip(layers, [*layers[1:], None]):
             if isinstance(layer, nn.Conv2d):
                 weight = next(params)
                 bias = next(params) if layer.bias is not None else None
@@ -80,12 +84,16 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                         h, rows = _as_rows(h, k), True
                     h = _linear(h, weight.flatten(2), bias)
                 else:
-                    h = F.conv2d(h, weight.flatten(0, 1), None if bias is None else bias.flatten(), layer.stride,
-                                 layer.padding, layer.dilation, groups=k)
+                    bias = None if bias is None else bias.flatten()
+                    if isinstance(after, nn.MaxPool2d):
+                        later, bias = bias, None
+                    h = F.conv2d(h, weight.flatten(0, 1), bias, layer.stride, layer.padding, layer.dilation, groups=k)
             elif isinstance(layer, nn.MaxPool2d):
                 if rows:
                     h, rows = _as_images(h), False
                 h = F.max_pool2d(h, layer.kernel_size, layer.stride, layer.padding, layer.dilation, layer.ceil_mode)
+                if later is not None:
+                    h, later = h + later.view(-1, 1, 1), None
             elif isinstance(layer, nn.ReLU):
                 h = F.relu(h)
             elif isinstance(layer, nn.Linear):

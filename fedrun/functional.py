@@ -115,8 +115,8 @@ class FunctionalModel:
         the model in channels-last strides (one client at a time and in evaluation; a vmapped cohort keeps its
         layout), the same arithmetic to float rounding. ``cohort_network``: a (K, d) stack of a Sequential CNN's
         clients steps as one network (``fedrun/cohort_network.py``: grouped convolutions in channels-last; for a
-        CPU). ``onednn``: a dense chain's large products without a graph through oneDNN (``dense_product``); its
-        forward without a graph (evaluation) then runs by hand as well."""
+        CPU). ``onednn``: a dense chain's forward without a graph (evaluation) runs by hand, its large products
+        through oneDNN (``dense_product``); training steps keep torch's products, the same in every executor."""
         self.module = module
         self.objective = objective
         self.chain = dense_chain(module, objective) if by_hand else None
@@ -181,7 +181,7 @@ class FunctionalModel:
     def forward(self, flat: torch.Tensor, buffers: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         if (self.onednn and self.chain is not None and flat.dim() == 1 and maybe_current_level() is None
                 and not (torch.is_grad_enabled() and flat.requires_grad)):
-            return self._chain_forward(flat, x)[0]
+            return self._chain_forward(flat, x, onednn=True)[0]
         if (self.channels_last and x.dim() == 4 and len(x) >= CHANNELS_LAST_MIN_BATCH
                 and maybe_current_level() is None):  # not under vmap or grad
             x = channels_last(x)
@@ -225,7 +225,7 @@ class FunctionalModel:
         with (K, B, ...) minibatches: K losses and a (K, d) gradient, in batched matrix products (the vmap
         executor's native step)."""
         lead = flat.shape[:-1]
-        h, saved = self._chain_forward(flat, x)
+        h, saved = self._chain_forward(flat, x, onednn=False)  # a step's products: the same in every executor
         loss, d = self.objective.loss_and_grad_out(h, y)
         grads = []
         for i, entry in enumerate(reversed(saved)):
@@ -240,7 +240,7 @@ class FunctionalModel:
                 d = d @ w
         return loss.detach(), torch.cat([g.reshape(*lead, -1) for g in reversed(grads)], dim=-1)
 
-    def _chain_forward(self, flat, x) -> tuple[torch.Tensor, list[tuple]]:
+    def _chain_forward(self, flat, x, onednn: bool) -> tuple[torch.Tensor, list[tuple]]:
         """The dense chain's output, keeping each Linear's input and each ReLU's output for the backward pass."""
         lead = flat.shape[:-1]
         if lead:
@@ -256,7 +256,7 @@ class FunctionalModel:
                 saved.append((layer, h, w, b))
                 if not lead:
                     fused = isinstance(after, nn.ReLU)
-                    h = dense_product(h, w, b, self.onednn, relu=fused)
+                    h = dense_product(h, w, b, onednn, relu=fused)
                 else:
                     h = h @ w.transpose(-1, -2) if b is None else torch.baddbmm(b.unsqueeze(-2), h, w.transpose(-1, -2))
             elif isinstance(layer, nn.ReLU):

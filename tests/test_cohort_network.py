@@ -69,3 +69,27 @@ def test_the_clients_images_lie_side_by_side_in_channels_last_memory(channels):
     assert h.is_contiguous(memory_format=torch.channels_last) and not h.is_contiguous()
     for k in range(4):
         assert torch.equal(h[:, k * channels : (k + 1) * channels], x[k])
+
+
+def test_a_convolutions_bias_before_a_max_pooling_is_added_after_it(monkeypatch):
+    """LeNet-5's two convolutions run without their bias, which joins after the pooling (its gradient then sums a
+    quarter of the elements); on mostly blank images, whose windows tie at the bias, each client's loss and gradient
+    still equal its own step's."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    module, objective = _model("lenet5", (1, 28, 28))
+    model = FunctionalModel(module, objective, cohort_network=True)
+    biases, conv2d = [], F.conv2d
+    monkeypatch.setattr(F, "conv2d", lambda x, w, b=None, *a, **k: biases.append(b) or conv2d(x, w, b, *a, **k))
+    k = 3
+    flat = model.init_params() + 0.1 * torch.randn(k, model.dim, dtype=torch.float64)
+    x = torch.randn(k, 4, 1, 28, 28, dtype=torch.float64) * (torch.rand(k, 4, 1, 28, 28) > 0.9)
+    y = torch.randint(0, 10, (k, 4))
+    loss, grad = model.loss_and_grad(flat, {}, x, y)
+    assert biases == [None, None]
+    own = FunctionalModel(module, objective)
+    for i in range(k):
+        own_loss, own_grad = own.loss_and_grad(flat[i], {}, x[i], y[i])
+        torch.testing.assert_close(loss[i], own_loss, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(grad[i], own_grad, rtol=1e-10, atol=1e-12)

@@ -202,8 +202,9 @@ def onednn_spy(monkeypatch):
 
 def test_a_dense_chains_large_products_without_a_graph_go_through_onednn(monkeypatch):
     """hardware.onednn: products of >= 2M multiply-adds (here the 2NN's first two layers at 1024 samples, not its
-    200 -> 10 head) in evaluation and in a by-hand step; the same outputs and gradient as torch's to float32
-    rounding. Not for small batches, float64, a forward that autograd differentiates, or with the switch off."""
+    200 -> 10 head) in evaluation; the same outputs as torch's to float32 rounding. Not in a training step (its
+    numbers stay the same in every executor), for small batches, float64, a forward that autograd differentiates
+    (a feature penalty's), or with the switch off."""
     from fedrun.functional import ONEDNN_MIN_MACS
 
     calls = onednn_spy(monkeypatch)
@@ -218,11 +219,10 @@ def test_a_dense_chains_large_products_without_a_graph_go_through_onednn(monkeyp
     hits, units, loss = fast.evaluate_hits(w, {}, x, y)
     assert len(calls) == 4
     torch.testing.assert_close(loss, plain.evaluate_hits(w, {}, x, y)[2], rtol=1e-5, atol=0)
-    got, want = fast.loss_and_grad(w, {}, x, y), FunctionalModel(module, objective, by_hand=False).loss_and_grad(
-        w, {}, x, y)
-    assert len(calls) == 6
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
     calls.clear()
+    for got, want in zip(fast.loss_and_grad(w, {}, x, y), plain.loss_and_grad(w, {}, x, y)):
+        assert torch.equal(got, want)
+    want = FunctionalModel(module, objective, by_hand=False).loss_and_grad(w, {}, x, y)
     plain.forward(w, {}, x), fast.forward(w, {}, x[:32]), fast.forward(w.double(), {}, x.double())
     differentiated = w.clone().requires_grad_(True)  # autograd's forward (a feature penalty's): torch's products
     (g,) = torch.autograd.grad(objective.loss(fast.forward(differentiated, {}, x), y), differentiated)
