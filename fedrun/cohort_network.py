@@ -101,7 +101,7 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                 h = _linear(h, weight, next(params) if layer.bias is not None else None)
             elif not rows:  # the flattening layer
                 h, rows = _as_rows(h, k), True
-        loss, grad_out = objective.loss_and_grad_out(h, y)
+        loss, grad_out = objective.loss_and_grad_out(h.detach(), y)  # written out: no graph for the loss
         (g,) = torch.autograd.grad(h, w, grad_out)
     return loss.detach(), g
 

@@ -1,12 +1,14 @@
 """Whether a change of the engine left every algorithm family's results as they were (issue #25's "behaviour
 unchanged"): one small run per family at another checkout and at this one, their metrics.csv compared.
 
-    python scripts/same_metrics.py --baseline PATH [--out results/engine/same-metrics.md]
+    python scripts/same_metrics.py --baseline PATH [--this OVERRIDE ...] [--out results/engine/same-metrics.md]
 
 PATH is a checkout of fedrun to compare with (``git worktree add ../base <commit>``); both run on this interpreter
 with PYTHONPATH pointing at the checkout, one thread, on the bundled digits (6 clients, 4 per round, 4 rounds). The
 columns that hold wall-clock time (``elapsed_s``, a bank's ``server_s``) are left out; every other column must be
-equal bit for bit (the CSVs' decimal strings).
+equal bit for bit (the CSVs' decimal strings); a family that differs names the columns that do. ``--this KEY=VALUE``
+(repeatable) sets an override for this checkout's runs only: a switch the baseline does not have, set to the
+baseline's behaviour (``--this hardware.onednn=false``), shows that nothing else changed.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ FAMILIES = {
 WALL_CLOCK = ("elapsed_s", "server_s")
 
 
+def differing_columns(base: pd.DataFrame, this: pd.DataFrame) -> list[str]:
+    """The columns whose values differ (all of them when the tables' shapes or columns do)."""
+    if list(base.columns) != list(this.columns) or len(base) != len(this):
+        return sorted(set(base.columns) | set(this.columns))
+    return [c for c in this.columns if not base[c].equals(this[c])]
+
+
 def metrics(checkout: Path, overrides: list[str], run_dir: Path) -> pd.DataFrame:
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-m", "fedrun.cli", *COMMON, *overrides, f"hydra.run.dir={run_dir}"], env=env,
@@ -53,6 +62,8 @@ def metrics(checkout: Path, overrides: list[str], run_dir: Path) -> pd.DataFrame
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, type=Path, help="a checkout of fedrun to compare with")
+    parser.add_argument("--this", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override for this checkout's runs only (repeatable)")
     parser.add_argument("--out", default=None, help="write the table here (Markdown)")
     args = parser.parse_args(argv)
     if not (args.baseline / "fedrun" / "cli.py").exists():
@@ -61,17 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     rows, differ = ["| family | overrides | rows x columns | metrics.csv |", "|---|---|---|---|"], 0
     with tempfile.TemporaryDirectory() as workdir:
         for n, (family, overrides) in enumerate(FAMILIES.items(), 1):
-            base, this = (metrics(path, overrides, Path(workdir) / f"{n}-{side}")
-                          for side, path in (("baseline", args.baseline.resolve()), ("this", REPO)))
-            same = base.equals(this)
-            differ += not same
+            base, this = (metrics(path, extra, Path(workdir) / f"{n}-{side}")
+                          for side, path, extra in (("baseline", args.baseline.resolve(), overrides),
+                                                    ("this", REPO, [*overrides, *args.this])))
+            columns = differing_columns(base, this)
+            differ += bool(columns)
             rows.append(f"| {family} | `{' '.join(overrides)}` | {this.shape[0]} x {this.shape[1]} | "
-                        f"{'identical' if same else 'DIFFERENT'} |")
+                        f"{'DIFFERENT: ' + ', '.join(columns) if columns else 'identical'} |")
             print(rows[-1], flush=True)
     command = "python scripts/same_metrics.py " + " ".join(argv if argv is not None else sys.argv[1:])
     verdict = "every family identical" if not differ else f"{differ} of {len(FAMILIES)} families differ"
     text = (f"# Same results before and after (issue #25)\n\nMade by `{command}` on {time.strftime('%Y-%m-%d')}: "
-            f"baseline at commit {git_commit(args.baseline)}, this at {git_commit(REPO)}; `fedrun {' '.join(COMMON)} "
+            f"baseline at commit {git_commit(args.baseline)}, this at {git_commit(REPO)}"
+            f"{' with ' + ' '.join(args.this) if args.this else ''}; `fedrun {' '.join(COMMON)} "
             f"<overrides>` per family, one thread; metrics.csv compared as text without {', '.join(WALL_CLOCK)}: "
             f"**{verdict}**.\n\n" + "\n".join(rows) + "\n")
     print(text)

@@ -217,3 +217,14 @@ def test_help_and_refused_overrides_import_neither_torch_nor_scikit_learn():
             "assert not {'torch', 'numpy'} & set(sys.modules), 'imported'; "
             "from fedrun.data.digits import load; load(None, None); assert 'sklearn' not in sys.modules, 'sklearn'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_same_metrics_names_the_columns_that_differ():
+    import pandas as pd
+    from conftest import load_script
+
+    differing = load_script("same_metrics").differing_columns
+    base = pd.DataFrame({"round": ["1", "2"], "test_loss": ["0.5", "0.4"], "train_loss": ["0.6", "0.5"]})
+    assert differing(base, base.copy()) == []
+    assert differing(base, base.assign(test_loss=["0.5", "0.41"])) == ["test_loss"]
+    assert differing(base, base.iloc[:1]) == ["round", "test_loss", "train_loss"]

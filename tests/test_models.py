@@ -235,3 +235,16 @@ def test_a_runs_model_takes_hardware_onednn(cfg_factory):
 
     assert Simulation(cfg_factory("model=mlp", "fl.rounds=1")).model.onednn  # the default
     assert not Simulation(cfg_factory("model=mlp", "fl.rounds=1", "hardware.onednn=false")).model.onednn
+
+
+def test_a_log_softmax_over_few_classes_is_torchs_bit_for_bit_and_a_graph_keeps_torchs_kernel():
+    from fedrun.models import log_softmax_classes
+
+    torch.manual_seed(0)
+    x = 5 * torch.randn(3, 100, 10)
+    for out in (x, x[0], x[0, :8]):
+        assert torch.equal(log_softmax_classes(out), out.log_softmax(-1))
+    assert log_softmax_classes(x[0]).stride() == (1, 100)  # over the transposed copy
+    assert log_softmax_classes(x[0, :8]).stride() == (10, 1)  # too few rows to pay for the copy
+    w = x.clone().requires_grad_(True)
+    assert type(log_softmax_classes(w).grad_fn).__name__ == "LogSoftmaxBackward0"  # autograd's training: as ever
