@@ -77,7 +77,7 @@ CHANNELS_LAST_MIN_BATCH = 32  # smaller batches gain little (LeNet-5 per step: 1
                               # B = 32-64, one thread) and GIFT's B = 10 cohort lost in the bench (0.83x): NCHW
 
 
-ONEDNN_MIN_MACS = 1 << 21  # smaller products run faster in torch's matmul (its call costs less; 1 and 2 threads)
+ONEDNN_MIN_MACS = 1 << 21  # smaller products gain little or lose: oneDNN's call costs more than torch's
 
 
 def dense_product(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, onednn: bool,
@@ -85,8 +85,8 @@ def dense_product(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, oned
     """``h @ w.T + b`` for a (B, in) batch, then a ReLU if ``relu``: a Linear layer's product. With ``onednn``, a
     float32 product of at least ONEDNN_MIN_MACS multiply-adds on a CPU that needs no autograd graph goes through
     oneDNN's linear kernel (with the ReLU fused), which runs AVX-512 where torch's matmul (MKL) may run AVX2 only
-    (on AMD CPUs: 2-3x slower for evaluation-sized batches; results/bench/cpu.md, ``linear_speedup``). The same
-    values to float rounding; else torch's."""
+    (on AMD CPUs: the bench's dense evaluations ran 1.5-1.85x faster, results/bench/cpu.md, ``linear_speedup``).
+    The same values to float rounding; else torch's."""
     if (onednn and h.dtype == torch.float32 and h.device.type == "cpu" and h.dim() == 2
             and h.shape[0] * w.shape[0] * w.shape[1] >= ONEDNN_MIN_MACS and _onednn_linear is not None
             and not (torch.is_grad_enabled() and (h.requires_grad or w.requires_grad
