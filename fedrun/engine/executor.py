@@ -276,7 +276,7 @@ def cache_chunk(per_client: int, fraction: float) -> int:
     ``fraction`` of the last-level cache; unlimited where its size is unknown. A dense chain's stacked step is a few
     matrix products per layer over its clients' (K, d) parameters and gradients: once those outgrow the cache, every
     product and update streams them from memory, and a client's step costs more the more clients step with it
-    (``python -m fedrun.bench``'s chunk table: FL-bench's 2NN, 100 clients on 2 cores, 8 a chunk: 1.21x faster than
+    (``python -m fedrun.bench``'s chunk table: FL-bench's 2NN, 100 clients on 2 cores, 8 a chunk: 1.22x faster than
     the whole cohort, results/bench/cpu.md). A convolutional cohort's activations dwarf its parameters, and its
     grouped convolutions gain from more clients: not chunked."""
     cache = last_level_cache_bytes()
@@ -343,8 +343,8 @@ _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 CPU_VMAP_MAX_FLOPS_PER_STEP = 100e6
 # Up to this many, a Sequential CNN's cohort stepping as one network (FunctionalModel.cohort) beats the loop, also in
 # threads; above it, the loop in threads wins. fedrun.bench on 2 cores: LeNet-5 at B = 64 (145 MFLOP) runs 1.5x
-# faster as one network than in the loop's threads, at B = 10 (32 MFLOP) 1.7x; the FedGH CNN at B = 64 (2.8 GFLOP)
-# 1.4x slower (results/bench/cpu.md).
+# faster as one network than in the loop's threads, at B = 10 (32 MFLOP) 1.8x; the FedGH CNN at B = 64 (2.8 GFLOP)
+# 1.3x slower (results/bench/cpu.md).
 CPU_NETWORK_MAX_FLOPS_PER_STEP = 1e9
 
 
