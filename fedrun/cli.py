@@ -28,6 +28,7 @@ from .compose import CONF_DIR
 from .errors import ConfigError, FedrunError, OverwriteError, StaleRunError
 from .overrides import check_overrides, check_sweep_jobs
 from .results import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
+from .startup import hold_collector
 from .sweeps import FAILED_JOBS
 
 log = logging.getLogger("fedrun")
@@ -37,6 +38,7 @@ log = logging.getLogger("fedrun")
 def _main(cfg: DictConfig) -> float | None:
     from .engine.experiment import run_experiment  # torch and the engine: not for --help or a refused override
 
+    hold_collector()  # a sweep's next job starts again
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     if hc.mode != RunMode.MULTIRUN:
@@ -149,6 +151,7 @@ def app_help(args: list[str]) -> str:
 
 
 def main() -> None:
+    hold_collector()  # until the run is built (fedrun/startup.py)
     if {"--help", "-h"} & set(sys.argv[1:]):
         print(app_help(sys.argv[1:]))
         return

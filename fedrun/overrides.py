@@ -110,7 +110,7 @@ def check_overrides(args: list[str], conf_dir: str) -> list[str]:
             choices.append(f"{key}={asked[0]}")
         else:
             values.append(o)
-    if problems:
+    if problems or not values:  # group options alone: checked above (a preset's own problem: Hydra says it best)
         return problems
     if not any(o.is_add() or o.is_sweep_override() for o in values) and _composes(
             conf_dir, [*choices, *(o.input_line for o in values)]):

@@ -1,6 +1,10 @@
 """A Sequential CNN's cohort as one network (fedrun/cohort_network.py): each client's loss and gradient as its own
 step gives them, and which models qualify."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -93,3 +97,16 @@ def test_a_convolutions_bias_before_a_max_pooling_is_added_after_it(monkeypatch)
         own_loss, own_grad = own.loss_and_grad(flat[i], {}, x[i], y[i])
         torch.testing.assert_close(loss[i], own_loss, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(grad[i], own_grad, rtol=1e-10, atol=1e-12)
+
+
+def test_the_cohorts_backward_does_not_import_torchs_symbolic_shapes():
+    """Autograd checks a given output gradient's shape with torch.fx's symbolic shapes, whose first import costs
+    0.3 s of a run's first round; the cohort's backward starts from a scalar instead."""
+    code = ("import sys, torch; from omegaconf import OmegaConf; from fedrun.models import build_model; "
+            "from fedrun.functional import FunctionalModel; "
+            "m, o = build_model(OmegaConf.create({'name': 'lenet5'}), 'image', (1, 28, 28), 10); "
+            "fm = FunctionalModel(m, o, cohort_network=True); w = fm.init_params().repeat(2, 1); "
+            "loss, g = fm.loss_and_grad(w, {}, torch.rand(2, 4, 1, 28, 28), torch.randint(0, 10, (2, 4))); "
+            "assert g.shape == w.shape and bool(g.abs().sum() > 0); "
+            "assert 'torch.fx.experimental.symbolic_shapes' not in sys.modules, 'imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

@@ -100,6 +100,22 @@ def test_overrides_that_compose_pass_the_check():
         assert check_overrides(ok, CONF_DIR) == [], ok
 
 
+def test_group_options_alone_are_checked_without_composing(monkeypatch):
+    """Options of groups (and Hydra's own keys) are checked against conf/'s files; composing them here as well would
+    add a composition to every such command's start (Hydra composes twice more to run it)."""
+    from fedrun import overrides
+    from fedrun.cli import CONF_DIR
+
+    def composes(*args):
+        raise AssertionError("composed")
+
+    monkeypatch.setattr(overrides, "_composes", composes)
+    assert overrides.check_overrides(["algo=bherd", "data=mnist", "hydra.run.dir=x"], CONF_DIR) == []
+    assert "Did you mean bherd?" in overrides.check_overrides(["algo=bhred"], CONF_DIR)[0]
+    with pytest.raises(AssertionError, match="composed"):  # a value's key and type: Hydra's composition says
+        overrides.check_overrides(["algo=bherd", "fl.lr=0.2"], CONF_DIR)
+
+
 def test_presets_named_after_a_method_run_it_and_every_paper_has_an_algo(cfg_factory):
     from fedrun.algorithms import method_name
 

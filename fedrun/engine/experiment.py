@@ -17,6 +17,7 @@ from ..checkpoint import check_resumable, config_fingerprint, earlier_work, load
 from ..config import validate
 from ..loggers import ProgressBar, WandbLogger
 from ..results import RunDirectory, base_summary
+from ..startup import release_collector
 from .simulation import Simulation
 
 log = logging.getLogger("fedrun")
@@ -68,6 +69,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
     stop = _StopRequests()
     try:
         sim = Simulation(cfg)
+        release_collector()  # built: the rounds collect as the process did before the command started
         out.save_partition(sim.partition.to_json(sim.labels, sim.label_classes))
         log.info(sim.partition.summary(sim.labels, sim.label_classes))
         log.info("%s on %s: %s (%d parameters), %s executor, device %s", sim.algo.name, sim.data.name,
