@@ -245,11 +245,14 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
         executors["func"] = VmapExecutor()
         models["func"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last)
     seconds, memory, warmup = time_rounds(executors, rule, model, ctx, plans, x, y, repeats, models)
-    if "contiguous" in models:  # and the evaluation of the workload's samples, chunked as fedrun's in each layout
-        evaluation = time_evaluations({"auto": model, "contiguous": models["contiguous"]}, ctx, x, y, repeats)
-    if model.chain is not None and device.type == "cpu":  # and a dense model's evaluation without oneDNN's linear
-        evaluation = time_evaluations({"auto": model, "torch": FunctionalModel(model.module, model.objective)}, ctx,
-                                      x, y, repeats)
+    forms = {"auto": model}  # and the evaluation of the workload's samples, chunked as fedrun's, also
+    if "contiguous" in models:  # in the other layout
+        forms["contiguous"] = models["contiguous"]
+    if (model.chain is not None or model.image_layers is not None) and device.type == "cpu":
+        # as torch's forward of the module (hardware.gradient=autograd, hardware.onednn=false), not by hand
+        forms["torch"] = FunctionalModel(model.module, model.objective, by_hand=False,
+                                         channels_last=model.channels_last)
+    evaluation = time_evaluations(forms, ctx, x, y, repeats) if len(forms) > 1 else {}
     flops = flops_per_round(model, x, y, plans)
     best = min(seconds["loop"], seconds["threads"], seconds["vmap"])
     return {
@@ -268,8 +271,7 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
           "eval_samples": len(y), "eval_s": evaluation["auto"], "eval_contiguous_s": evaluation["contiguous"],
           "eval_speedup": evaluation["contiguous"] / evaluation["auto"]} if "contiguous" in models else {}) \
       | ({"eval_samples": len(y), "eval_s": evaluation["auto"], "eval_torch_s": evaluation["torch"],
-          "linear_speedup": evaluation["torch"] / evaluation["auto"]} if model.chain is not None
-         and device.type == "cpu" else {}) \
+          "by_hand_eval_speedup": evaluation["torch"] / evaluation["auto"]} if "torch" in evaluation else {}) \
       | ({"func_s": seconds["func"], "network_speedup": seconds["func"] / seconds["vmap"]}
          if "func" in models else {}) \
       | ({"whole_s": seconds["whole"], "cache_chunk": chunk, "chunk_speedup": seconds["whole"] / seconds["vmap"]}
@@ -414,13 +416,15 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
         "auto executor (the auto column above); the evaluation of the workload's samples with eval.batch_size 2048, "
         "in chunks of 2048 images in NCHW and of 256 in channels-last.")
     compiled += side_table(
-        records, "eval_torch_s", ["workload", "evaluated samples", "evaluation, torch's matmul s",
-                                  "evaluation, oneDNN s", "speed-up"],
+        records, "eval_torch_s", ["workload", "evaluated samples", "evaluation, the module's forward s",
+                                  "evaluation, by hand s", "speed-up"],
         lambda r: [r["workload"], r["eval_samples"], f"{r['eval_torch_s']:.4f}", f"{r['eval_s']:.4f}",
-                   f"{r['linear_speedup']:.2f}x"],
-        "oneDNN = a dense model's evaluation (the workload's samples, eval.batch_size 2048) with its products of at "
-        "least 2M multiply-adds through oneDNN's linear kernel (hardware.onednn=true, the default; "
-        "fedrun/functional.py: dense_product); torch's matmul = hardware.onednn=false.")
+                   f"{r['by_hand_eval_speedup']:.2f}x"],
+        "by hand = the model's evaluation (the workload's samples, eval.batch_size 2048) as fedrun runs it on a CPU: "
+        "a dense model's or a Sequential CNN's forward by hand, products of at least 2M multiply-adds through "
+        "oneDNN's linear kernel (hardware.onednn=true, the default; fedrun/functional.py: dense_product), a CNN's "
+        "ReLU before a max pooling after it and its poolings as maxima of strided views (max_pool_views); the "
+        "module's forward = torch's (hardware.gradient=autograd, hardware.onednn=false), in the same layout.")
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
     device = (list(records) + list(addons))[0]["device"]
     executors = (f"{head}{rows}\nloop = clients one after another; loop threads = the loop training that many "

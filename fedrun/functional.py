@@ -14,6 +14,7 @@ import sys
 import torch
 from torch import nn
 from torch._C._functorch import maybe_current_level
+from torch.nn.modules.utils import _pair
 from torch.func import functional_call, grad_and_value
 
 from .cohort_network import cohort_layers, stacked_loss_and_grad
@@ -96,6 +97,24 @@ def dense_product(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, oned
     return h.clamp_min(0) if relu else h
 
 
+def max_pool_views(h: torch.Tensor, pool: nn.MaxPool2d) -> torch.Tensor:
+    """``pool(h)`` without a graph. A non-overlapping pooling (kernel = stride, no padding or dilation, sizes
+    rounded down) is the elementwise maximum of its window's strided views of the input: the same values (a maximum
+    is exact, and NaN wins in both), several times faster on a CPU than torch's kernel, which works window by window
+    over the channels: LeNet-5's first pooling over 6 channels, 256 images, 5x. Any other pooling is torch's."""
+    kh, kw = _pair(pool.kernel_size)
+    if ((kh, kw) != _pair(pool.stride) or _pair(pool.padding) != (0, 0) or _pair(pool.dilation) != (1, 1)
+            or pool.ceil_mode or pool.return_indices or h.dim() != 4):
+        return pool(h)
+    rows, cols = h.shape[-2] // kh * kh, h.shape[-1] // kw * kw
+    out = None
+    for i in range(kh):
+        for j in range(kw):
+            view = h[..., i:rows:kh, j:cols:kw]
+            out = view if out is None else torch.maximum(out, view)
+    return out
+
+
 _onednn_linear = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
 
 
@@ -111,7 +130,8 @@ class FunctionalModel:
         """``by_hand``: a dense chain (``dense_chain``) computes its gradient by hand, as backprop written out in a
         dozen tensor operations: the same gradient as autograd to float rounding, at a fraction of the per-step
         overhead of autograd's graph (and of vmap's over it), which dominates the small models of FSVRG's, BHerd's
-        and FedGH's settings. ``channels_last``: image batches of at least CHANNELS_LAST_MIN_BATCH images enter
+        and FedGH's settings; and a Sequential CNN's forward without a graph (evaluation) runs by hand
+        (``_image_forward``). ``channels_last``: image batches of at least CHANNELS_LAST_MIN_BATCH images enter
         the model in channels-last strides (one client at a time and in evaluation; a vmapped cohort keeps its
         layout), the same arithmetic to float rounding. ``cohort_network``: a (K, d) stack of a Sequential CNN's
         clients steps as one network (``fedrun/cohort_network.py``: grouped convolutions in channels-last; for a
@@ -119,8 +139,11 @@ class FunctionalModel:
         through oneDNN (``dense_product``); training steps keep torch's products, the same in every executor."""
         self.module = module
         self.objective = objective
+        self.by_hand = by_hand
         self.chain = dense_chain(module, objective) if by_hand else None
-        self.cohort = cohort_layers(module, objective) if cohort_network and self.chain is None else None
+        image_layers = cohort_layers(module, objective) if self.chain is None else None
+        self.image_layers = image_layers if by_hand else None  # a Sequential CNN's forward without a graph
+        self.cohort = image_layers if cohort_network else None
         self.channels_last = channels_last
         self.onednn = onednn
         named = list(module.named_parameters())
@@ -146,7 +169,7 @@ class FunctionalModel:
         finally:
             if self._hook is not None:
                 self._hook = self._head.register_forward_pre_hook(self._keep_features)
-        return FunctionalModel(module, self.objective, self.chain is not None, self.channels_last,
+        return FunctionalModel(module, self.objective, self.by_hand, self.channels_last,
                                self.cohort is not None, self.onednn)
 
     @property
@@ -185,7 +208,35 @@ class FunctionalModel:
         if (self.channels_last and x.dim() == 4 and len(x) >= CHANNELS_LAST_MIN_BATCH
                 and maybe_current_level() is None):  # not under vmap or grad
             x = channels_last(x)
+        if (self.image_layers is not None and flat.dim() == 1 and self._features is None
+                and maybe_current_level() is None
+                and not (torch.is_grad_enabled() and (flat.requires_grad or x.requires_grad))):
+            return self._image_forward(flat, x)
         return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
+
+    def _image_forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """A Sequential CNN's forward without a graph (evaluation), in its cohort network's order of layers (a
+        ReLU directly before a max pooling runs after it, on a quarter of the values: the same values), its
+        poolings by ``max_pool_views``, its Linear layers by ``dense_product`` (oneDNN for large products with
+        ``onednn``, a following ReLU fused). Conv2d's own ``_conv_forward`` computes its convolutions."""
+        params = iter(self.unflatten(flat).values())
+        h, fused = x, False
+        for layer, after in zip(self.image_layers, [*self.image_layers[1:], None]):
+            if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                w = next(params)
+                b = next(params) if layer.bias is not None else None
+                if isinstance(layer, nn.Conv2d):
+                    h = layer._conv_forward(h, w, b)
+                else:
+                    fused = isinstance(after, nn.ReLU)
+                    h = dense_product(h, w, b, self.onednn, relu=fused)
+            elif isinstance(layer, nn.ReLU):
+                h, fused = h if fused else torch.relu(h), False
+            elif isinstance(layer, nn.MaxPool2d):
+                h = max_pool_views(h, layer)
+            else:  # the flattening layer
+                h = layer(h)
+        return h
 
     def _keep_features(self, module, args):
         if self._features is not None:

@@ -127,10 +127,10 @@ class WindowConv2d(nn.Conv2d):
     parameters and result as ``nn.Conv2d`` (to float rounding), faster than a CPU's oneDNN convolution of this shape:
     LeNet-5's cohorts 1.1-1.2x (results/bench/window-conv-cpu.md). Other inputs go to ``nn.Conv2d``."""
 
-    def forward(self, x):
+    def _conv_forward(self, x, weight, bias):  # nn.Conv2d's forward calls it with the layer's own parameters
         if not covers_input(self, x.shape[-2:]):
-            return super().forward(x)
-        return F.linear(x.flatten(-3), self.weight.flatten(1), self.bias)[..., None, None]
+            return super()._conv_forward(x, weight, bias)
+        return F.linear(x.flatten(-3), weight.flatten(1), bias)[..., None, None]
 
 
 def _linear(shape, classes, mcfg):

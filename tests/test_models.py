@@ -248,3 +248,61 @@ def test_a_log_softmax_over_few_classes_is_torchs_bit_for_bit_and_a_graph_keeps_
     assert log_softmax_classes(x[0, :8]).stride() == (10, 1)  # too few rows to pay for the copy
     w = x.clone().requires_grad_(True)
     assert type(log_softmax_classes(w).grad_fn).__name__ == "LogSoftmaxBackward0"  # autograd's training: as ever
+
+
+@pytest.mark.parametrize("kernel,size", [(2, 28), (2, 9), (3, 10), (1, 4)])
+def test_a_non_overlapping_max_pooling_is_the_maximum_of_its_views_bit_for_bit(kernel, size):
+    """Evaluation's max pooling (fedrun/functional.py: max_pool_views): odd sizes rounded down as torch's, ties
+    (a blank image's windows), NaN in a window, and channels-last images."""
+    from fedrun.functional import max_pool_views
+
+    torch.manual_seed(0)
+    pool = torch.nn.MaxPool2d(kernel)
+    x = torch.randn(5, 6, size, size).round(decimals=1)  # many ties within windows
+    x[0, 0, 0, 0] = float("nan")
+    x[1] = 0.0
+    for images in (x, x.contiguous(memory_format=torch.channels_last)):
+        got, want = max_pool_views(images, pool), pool(images)
+        assert got.shape == want.shape and torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0))
+        assert bool(got[0, 0, 0, 0].isnan())
+
+
+def test_an_overlapping_or_padded_pooling_is_torchs(monkeypatch):
+    from fedrun import functional
+
+    x = torch.randn(2, 3, 9, 9)
+    for pool in (torch.nn.MaxPool2d(3, 2), torch.nn.MaxPool2d(2, padding=1), torch.nn.MaxPool2d(2, ceil_mode=True)):
+        monkeypatch.setattr(torch, "maximum", lambda *a: pytest.fail("views"))
+        assert torch.equal(functional.max_pool_views(x, pool), pool(x))
+
+
+@pytest.mark.parametrize("name,shape", [("lenet5", (1, 28, 28)), ("lenet5", (3, 32, 32)), ("cnn_fedgh", (3, 32, 32))])
+def test_a_sequential_cnns_evaluation_runs_by_hand_with_the_modules_outputs(name, shape, monkeypatch):
+    """Without a graph, a Sequential CNN's forward runs its layers by hand (a ReLU before a pooling after it, the
+    poolings as views' maxima): the module's outputs bit for bit with torch's products; with oneDNN's
+    (hardware.onednn) to float rounding. With a graph (a differentiated forward) it is the module's, and gradients
+    flow."""
+    from torch.func import functional_call
+
+    from fedrun.functional import channels_last
+
+    torch.manual_seed(0)
+    module, objective = build_model(mcfg(name), "image", shape, 10)
+    plain = FunctionalModel(module, objective, channels_last=True)
+    fast = FunctionalModel(module, objective, channels_last=True, onednn=True)
+    assert plain.image_layers is not None and plain.replica().image_layers is not None
+    assert FunctionalModel(module, objective, by_hand=False).image_layers is None  # hardware.gradient=autograd
+    w, x = plain.init_params(), torch.randn(300, *shape)
+    with torch.no_grad():
+        want = functional_call(module, plain.unflatten(w), (channels_last(x),))
+        assert torch.equal(plain.forward(w, {}, x), want)
+        torch.testing.assert_close(fast.forward(w, {}, x), want, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(FunctionalModel, "_image_forward", lambda *a: pytest.fail("by hand under a graph"))
+    differentiated = w.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(plain.forward(differentiated, {}, x).square().sum(), differentiated)
+    assert bool(g.abs().sum() > 0)
+
+
+def test_a_cnn_with_batch_norm_evaluates_through_the_module():
+    module, objective = build_model(mcfg("vgg16", batch_norm=True), "image", (3, 32, 32), 10)
+    assert FunctionalModel(module, objective).image_layers is None
