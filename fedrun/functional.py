@@ -94,17 +94,19 @@ def dense_product(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, oned
                                                    or (b is not None and b.requires_grad)))):
         return _onednn_linear(h, w, b, "relu" if relu else "none", [], "")
     h = h @ w.T if b is None else torch.addmm(b, h, w.T)
-    return h.clamp_min(0) if relu else h
+    return torch.relu(h) if relu else h  # autograd's backward as nn.ReLU's (clamp_min's passes a zero input's)
 
 
 def max_pool_views(h: torch.Tensor, pool: nn.MaxPool2d) -> torch.Tensor:
-    """``pool(h)`` without a graph. A non-overlapping pooling (kernel = stride, no padding or dilation, sizes
+    """``pool(h)``. Without a graph, a non-overlapping pooling (kernel = stride, no padding or dilation, sizes
     rounded down) is the elementwise maximum of its window's strided views of the input: the same values (a maximum
     is exact, and NaN wins in both), several times faster on a CPU than torch's kernel, which works window by window
-    over the channels: LeNet-5's first pooling over 6 channels, 256 images, 5x. Any other pooling is torch's."""
+    over the channels: LeNet-5's first pooling over 6 channels, 256 images, 5x. Any other pooling, and any under a
+    graph, is torch's (autograd's maximum would share a tie's gradient; the pooling gives it to one element)."""
     kh, kw = _pair(pool.kernel_size)
     if ((kh, kw) != _pair(pool.stride) or _pair(pool.padding) != (0, 0) or _pair(pool.dilation) != (1, 1)
-            or pool.ceil_mode or pool.return_indices or h.dim() != 4):
+            or pool.ceil_mode or pool.return_indices or h.dim() != 4
+            or (torch.is_grad_enabled() and h.requires_grad)):
         return pool(h)
     rows, cols = h.shape[-2] // kh * kh, h.shape[-1] // kw * kw
     out = None
@@ -209,15 +211,17 @@ class FunctionalModel:
                 and maybe_current_level() is None):  # not under vmap or grad
             x = channels_last(x)
         if (self.image_layers is not None and flat.dim() == 1 and self._features is None
-                and maybe_current_level() is None
-                and not (torch.is_grad_enabled() and (flat.requires_grad or x.requires_grad))):
+                and maybe_current_level() is None):
             return self._image_forward(flat, x)
         return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
 
     def _image_forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """A Sequential CNN's forward without a graph (evaluation), in its cohort network's order of layers (a
-        ReLU directly before a max pooling runs after it, on a quarter of the values: the same values), its
-        poolings by ``max_pool_views``, its Linear layers by ``dense_product`` (oneDNN for large products with
+        """A Sequential CNN's forward for one model, outside torch.func, in its cohort network's order of layers: a
+        ReLU directly before a max pooling runs after it, on a quarter of the values, with the same outputs and,
+        under autograd, the same gradients bit for bit (the pooling picks the same element either way, and the
+        ReLU's backward sees its value), which saves a single client's step (the loop executor's, a cohort's last
+        client) the ReLU and its backward over the convolution's whole output. Without a graph (evaluation) the
+        poolings are ``max_pool_views`` and the Linear layers ``dense_product`` (oneDNN for large products with
         ``onednn``, a following ReLU fused). Conv2d's own ``_conv_forward`` computes its convolutions."""
         params = iter(self.unflatten(flat).values())
         h, fused = x, False

@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 
@@ -277,11 +279,11 @@ def test_an_overlapping_or_padded_pooling_is_torchs(monkeypatch):
 
 
 @pytest.mark.parametrize("name,shape", [("lenet5", (1, 28, 28)), ("lenet5", (3, 32, 32)), ("cnn_fedgh", (3, 32, 32))])
-def test_a_sequential_cnns_evaluation_runs_by_hand_with_the_modules_outputs(name, shape, monkeypatch):
-    """Without a graph, a Sequential CNN's forward runs its layers by hand (a ReLU before a pooling after it, the
-    poolings as views' maxima): the module's outputs bit for bit with torch's products; with oneDNN's
-    (hardware.onednn) to float rounding. With a graph (a differentiated forward) it is the module's, and gradients
-    flow."""
+def test_a_sequential_cnns_forward_runs_by_hand_with_the_modules_outputs_and_gradients(name, shape, monkeypatch):
+    """One model's forward outside torch.func runs a Sequential CNN's layers by hand, a ReLU before a pooling after
+    it: without a graph (evaluation, the poolings as views' maxima) the module's outputs bit for bit with torch's
+    products, with oneDNN's (hardware.onednn) to float rounding; a client's step (a graph: torch's poolings) has the
+    module's loss and gradient bit for bit, in float32 and float64, with blank images' tied windows."""
     from torch.func import functional_call
 
     from fedrun.functional import channels_last
@@ -292,15 +294,21 @@ def test_a_sequential_cnns_evaluation_runs_by_hand_with_the_modules_outputs(name
     fast = FunctionalModel(module, objective, channels_last=True, onednn=True)
     assert plain.image_layers is not None and plain.replica().image_layers is not None
     assert FunctionalModel(module, objective, by_hand=False).image_layers is None  # hardware.gradient=autograd
-    w, x = plain.init_params(), torch.randn(300, *shape)
+    w, x, y = plain.init_params(), torch.randn(300, *shape), torch.randint(0, 10, (300,))
+    x[:20] = x[0, 0, 0, 0]  # blank images: every window of the first convolution's output tied
     with torch.no_grad():
         want = functional_call(module, plain.unflatten(w), (channels_last(x),))
         assert torch.equal(plain.forward(w, {}, x), want)
         torch.testing.assert_close(fast.forward(w, {}, x), want, rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(FunctionalModel, "_image_forward", lambda *a: pytest.fail("by hand under a graph"))
-    differentiated = w.clone().requires_grad_(True)
-    (g,) = torch.autograd.grad(plain.forward(differentiated, {}, x).square().sum(), differentiated)
-    assert bool(g.abs().sum() > 0)
+    for dtype in (torch.float32, torch.float64):
+        typed = copy.deepcopy(module).to(dtype)
+        by_hand = FunctionalModel(typed, objective, channels_last=True, onednn=True)
+        reference = FunctionalModel(typed, objective, channels_last=True, by_hand=False)
+        wd, xd, yd = w.to(dtype), x[:64].to(dtype), y[:64]
+        monkeypatch.setattr(torch, "maximum", lambda *a: pytest.fail("views' maxima under a graph"))
+        for got, expected in zip(by_hand.loss_and_grad(wd, {}, xd, yd), reference.loss_and_grad(wd, {}, xd, yd)):
+            assert torch.equal(got, expected)
+        monkeypatch.undo()
 
 
 def test_a_cnn_with_batch_norm_evaluates_through_the_module():

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.func import vmap
+from torch.func import functional_call, vmap
 
 from ..algorithms.base import ClientContext, LocalRule, State
 from ..data.augment import minibatch, rows
@@ -369,7 +369,8 @@ def flops_per_step(model: FunctionalModel, x: torch.Tensor, y: torch.Tensor) -> 
     try:
         model.set_training(True)
         with torch.enable_grad():
-            model.forward(model.init_params().requires_grad_(True), model.init_buffers(), x)
+            params = model.unflatten(model.init_params().requires_grad_(True))
+            functional_call(model.module, {**params, **model.init_buffers()}, (x,))  # the module's own layers
     finally:
         for hook in hooks:
             hook.remove()
