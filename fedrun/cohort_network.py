@@ -14,9 +14,9 @@ rounded arithmetic): added after the pooling, its gradient is a sum over a quart
 convolution backward would sum the whole output in a slow scalar loop. The same losses and gradients as each
 client's own step, to float rounding (tests/test_cohort_network.py).
 
-On 2 cores (``python -m fedrun.bench``, results/bench/cpu.md): rounds of LeNet-5 1.84x (GIFT's cohort, 100 CIFAR
-clients, B = 10) and 2.6x (the default experiment's, 10 MNIST clients, B = 64) faster than under torch.func's vmap,
-1.8x and 1.5x faster than the loop in threads.
+On 2 cores (``python -m fedrun.bench``, results/bench/cpu.md): rounds of LeNet-5 2.09x (GIFT's cohort, 100 CIFAR
+clients, B = 10) and 2.58x (the default experiment's, 10 MNIST clients, B = 64) faster than under torch.func's vmap,
+2.0x and 1.5x faster than the loop in threads.
 """
 
 from __future__ import annotations

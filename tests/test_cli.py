@@ -228,3 +228,24 @@ def test_same_metrics_names_the_columns_that_differ():
     assert differing(base, base.copy()) == []
     assert differing(base, base.assign(test_loss=["0.5", "0.41"])) == ["test_loss"]
     assert differing(base, base.iloc[:1]) == ["round", "test_loss", "train_loss"]
+
+
+def test_same_metrics_runs_every_family_on_the_chosen_model_a_familys_own_last(tmp_path, monkeypatch):
+    import pandas as pd
+    from conftest import load_script
+
+    script = load_script("same_metrics")
+    calls = []
+
+    def metrics(checkout, overrides, run_dir):
+        calls.append((checkout, overrides))
+        return pd.DataFrame({"round": ["1"], "test_loss": ["0.5"]})
+
+    monkeypatch.setattr(script, "metrics", metrics)
+    assert script.main(["--baseline", str(REPO), "--model", "cnn3", "--this", "hardware.onednn=false",
+                        "--out", str(tmp_path / "same.md")]) == 0
+    assert len(calls) == 2 * len(script.FAMILIES)
+    assert all(overrides[0] == "model=cnn3" for _, overrides in calls)
+    fsvrg = [overrides for _, overrides in calls if "algo=fsvrg" in overrides]
+    assert fsvrg[0] == ["model=cnn3", "algo=fsvrg", "model=logreg"] and fsvrg[1][-1] == "hardware.onednn=false"
+    assert "model=cnn3 <overrides>" in (tmp_path / "same.md").read_text()

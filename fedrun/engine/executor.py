@@ -343,7 +343,7 @@ _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 CPU_VMAP_MAX_FLOPS_PER_STEP = 100e6
 # Up to this many, a Sequential CNN's cohort stepping as one network (FunctionalModel.cohort) beats the loop, also in
 # threads; above it, the loop in threads wins. fedrun.bench on 2 cores: LeNet-5 at B = 64 (145 MFLOP) runs 1.5x
-# faster as one network than in the loop's threads, at B = 10 (32 MFLOP) 1.8x; the FedGH CNN at B = 64 (2.8 GFLOP)
+# faster as one network than in the loop's threads, at B = 10 (32 MFLOP) 2.0x; the FedGH CNN at B = 64 (2.8 GFLOP)
 # 1.3x slower (results/bench/cpu.md).
 CPU_NETWORK_MAX_FLOPS_PER_STEP = 1e9
 
