@@ -130,21 +130,23 @@ class FunctionalModel:
     def __init__(self, module: nn.Module, objective: Objective, by_hand: bool = True, channels_last: bool = False,
                  cohort_network: bool = False, onednn: bool = False):
         """``by_hand``: a dense chain (``dense_chain``) computes its gradient by hand, as backprop written out in a
-        dozen tensor operations: the same gradient as autograd to float rounding, at a fraction of the per-step
-        overhead of autograd's graph (and of vmap's over it), which dominates the small models of FSVRG's, BHerd's
-        and FedGH's settings; and a Sequential CNN's forward without a graph (evaluation) runs by hand
-        (``_image_forward``). ``channels_last``: image batches of at least CHANNELS_LAST_MIN_BATCH images enter
-        the model in channels-last strides (one client at a time and in evaluation; a vmapped cohort keeps its
-        layout), the same arithmetic to float rounding. ``cohort_network``: a (K, d) stack of a Sequential CNN's
-        clients steps as one network (``fedrun/cohort_network.py``: grouped convolutions in channels-last; for a
-        CPU). ``onednn``: a dense chain's forward without a graph (evaluation) runs by hand, its large products
-        through oneDNN (``dense_product``); training steps keep torch's products, the same in every executor."""
+        dozen tensor operations: the same gradient as autograd to float rounding, at a fraction of the
+        per-step overhead of autograd's graph (and of vmap's over it), which dominates the small models of
+        FSVRG's, BHerd's and FedGH's settings; and a Sequential CNN's forward for one model outside
+        torch.func runs by hand (``_image_forward``: the module's outputs and gradients). ``channels_last``:
+        image batches of at least CHANNELS_LAST_MIN_BATCH images enter the model in channels-last strides
+        (one client at a time and in evaluation; a vmapped cohort keeps its layout), the same arithmetic to
+        float rounding. ``cohort_network``: a (K, d) stack of a Sequential CNN's clients steps as one network
+        (``fedrun/cohort_network.py``: grouped convolutions in channels-last; for a CPU). ``onednn``: a dense
+        chain's forward without a graph (evaluation) runs by hand, and the large products of a forward by
+        hand without a graph (a dense chain's, a CNN's Linear layers) go through oneDNN (``dense_product``);
+        training steps keep torch's products, the same in every executor."""
         self.module = module
         self.objective = objective
         self.by_hand = by_hand
         self.chain = dense_chain(module, objective) if by_hand else None
         image_layers = cohort_layers(module, objective) if self.chain is None else None
-        self.image_layers = image_layers if by_hand else None  # a Sequential CNN's forward without a graph
+        self.image_layers = image_layers if by_hand else None  # a Sequential CNN's forward by hand
         self.cohort = image_layers if cohort_network else None
         self.channels_last = channels_last
         self.onednn = onednn
