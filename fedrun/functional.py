@@ -100,9 +100,10 @@ def dense_product(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, oned
 def max_pool_views(h: torch.Tensor, pool: nn.MaxPool2d) -> torch.Tensor:
     """``pool(h)``. Without a graph, a non-overlapping pooling (kernel = stride, no padding or dilation, sizes
     rounded down) is the elementwise maximum of its window's strided views of the input: the same values (a maximum
-    is exact, and NaN wins in both), several times faster on a CPU than torch's kernel, which works window by window
-    over the channels: LeNet-5's first pooling over 6 channels, 256 images, 5x. Any other pooling, and any under a
-    graph, is torch's (autograd's maximum would share a tie's gradient; the pooling gives it to one element)."""
+    is exact, and NaN wins in both), faster on a CPU than torch's kernel, which works window by window over the
+    channels: slow for few of them (LeNet-5's 6 and 16; the bench's evaluation table times a CNN's forward by hand).
+    Any other pooling, and any under a graph, is torch's (autograd's maximum would share a tie's gradient; the
+    pooling gives it to one element)."""
     kh, kw = _pair(pool.kernel_size)
     if ((kh, kw) != _pair(pool.stride) or _pair(pool.padding) != (0, 0) or _pair(pool.dilation) != (1, 1)
             or pool.ceil_mode or pool.return_indices or h.dim() != 4
