@@ -103,7 +103,7 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                 h, rows = _as_rows(h, k), True
         loss, grad_out = objective.loss_and_grad_out(h.detach(), y)  # written out: no graph for the loss
         # backward from the scalar <h, grad_out> (its gradient w.r.t. h is grad_out exactly): autograd checks a given
-        # grad_outputs' shape with torch.fx's symbolic shapes, whose first import costs 0.3 s of a run's first round
+        # grad_outputs' shape with torch.fx's symbolic shapes, a slow first import in a run's first round
         (g,) = torch.autograd.grad((h * grad_out).sum(), w)
     return loss.detach(), g
 

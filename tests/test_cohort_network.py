@@ -21,6 +21,15 @@ def _model(name, shape):
     return module.double(), objective
 
 
+def assert_equal_to_own_steps(module, objective, flat, x, y, loss, grad):
+    """Each client's stacked loss and gradient equal its own autograd step through the module, to float64 rounding."""
+    own = FunctionalModel(module, objective, by_hand=False)
+    for i in range(len(flat)):
+        own_loss, own_grad = own.loss_and_grad(flat[i], {}, x[i], y[i])
+        torch.testing.assert_close(loss[i], own_loss, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(grad[i], own_grad, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("name,shape", [("lenet5", (1, 28, 28)), ("lenet5", (3, 32, 32)), ("cnn3", (3, 12, 12)),
                                         ("cnn_fedgh", (3, 32, 32))])
 def test_each_clients_loss_and_gradient_equal_its_own_step(name, shape):
@@ -38,11 +47,7 @@ def test_each_clients_loss_and_gradient_equal_its_own_step(name, shape):
     y[1, 2] = IGNORE
     loss, grad = model.loss_and_grad(flat, {}, x, y)
     assert loss.shape == (k,) and grad.shape == (k, model.dim)
-    own = FunctionalModel(module, objective)
-    for i in range(k):
-        own_loss, own_grad = own.loss_and_grad(flat[i], {}, x[i], y[i])
-        torch.testing.assert_close(loss[i], own_loss, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(grad[i], own_grad, rtol=1e-10, atol=1e-12)
+    assert_equal_to_own_steps(module, objective, flat, x, y, loss, grad)
 
 
 def test_a_relu_before_a_max_pooling_runs_after_it_and_unsupported_models_are_left_to_vmap():
@@ -92,16 +97,12 @@ def test_a_convolutions_bias_before_a_max_pooling_is_added_after_it(monkeypatch)
     y = torch.randint(0, 10, (k, 4))
     loss, grad = model.loss_and_grad(flat, {}, x, y)
     assert biases == [None, None]
-    own = FunctionalModel(module, objective)
-    for i in range(k):
-        own_loss, own_grad = own.loss_and_grad(flat[i], {}, x[i], y[i])
-        torch.testing.assert_close(loss[i], own_loss, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(grad[i], own_grad, rtol=1e-10, atol=1e-12)
+    assert_equal_to_own_steps(module, objective, flat, x, y, loss, grad)
 
 
 def test_the_cohorts_backward_does_not_import_torchs_symbolic_shapes():
     """Autograd checks a given output gradient's shape with torch.fx's symbolic shapes, whose first import costs
-    0.3 s of a run's first round; the cohort's backward starts from a scalar instead."""
+    a part of a run's first round; the cohort's backward starts from a scalar instead."""
     code = ("import sys, torch; from omegaconf import OmegaConf; from fedrun.models import build_model; "
             "from fedrun.functional import FunctionalModel; "
             "m, o = build_model(OmegaConf.create({'name': 'lenet5'}), 'image', (1, 28, 28), 10); "
