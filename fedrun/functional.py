@@ -8,6 +8,7 @@ per-client module copies exist anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 
@@ -121,6 +122,19 @@ def max_pool_views(h: torch.Tensor, pool: nn.MaxPool2d) -> torch.Tensor:
 _onednn_linear = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
 
 
+@contextlib.contextmanager
+def without_cudnn():
+    """cuDNN off for a recurrent layer's forward under torch.func (the vmap executor on a GPU): its RNN kernels
+    read their weights' storage (``flatten_parameters``), which torch.func's tensors do not have; torch's own
+    kernels compute the same layers, to float rounding."""
+    enabled = torch.backends.cudnn.enabled
+    torch.backends.cudnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.enabled = enabled
+
+
 def prefers_channels_last(module: nn.Module, device: torch.device) -> bool:
     """``hardware.layout=auto``: channels-last on a CPU for a model with 2-d convolutions (for batches of at least
     CHANNELS_LAST_MIN_BATCH images: results/bench/cpu.md); GPUs keep their layout."""
@@ -162,6 +176,7 @@ class FunctionalModel:
         heads = [m for m in module.modules() if isinstance(m, nn.Linear)]
         self._head = heads[-1] if heads else None  # its input: the penultimate features (FedDecorr)
         self._hook = self._head.register_forward_pre_hook(self._keep_features) if self._head is not None else None
+        self.recurrent = any(isinstance(m, nn.RNNBase) for m in module.modules())
         self.grad_and_loss = grad_and_value(self._loss)
 
     def replica(self) -> FunctionalModel:
@@ -216,6 +231,9 @@ class FunctionalModel:
         if (self.image_layers is not None and flat.dim() == 1 and self._features is None
                 and maybe_current_level() is None):
             return self._image_forward(flat, x)
+        if self.recurrent and flat.is_cuda and maybe_current_level() is not None:
+            with without_cudnn():
+                return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
         return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
 
     def _image_forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -152,7 +152,8 @@ class RunConfig:
 
 @dataclass
 class HardwareConfig(Section):
-    """Where and how a round computes; execution only: nothing here changes what is computed (but ``dtype``)."""
+    """Where and how a round computes; execution only: nothing here changes what is computed (but ``dtype`` and, on
+    a GPU, ``tf32``)."""
 
     prefix = "hardware"
     device: str = MISSING
@@ -169,6 +170,8 @@ class HardwareConfig(Section):
     blocks: bool = MISSING
     layout: str = MISSING
     dtype: str = MISSING
+    tf32: bool = MISSING
+    deterministic: bool = MISSING
     num_threads: Optional[int] = MISSING
     host_memory: str = MISSING
     step_store: str = MISSING

@@ -71,11 +71,11 @@ def test_fednova_normalised_average_by_hand(cfg_factory):
     out = sim.run_round(1)
     taus = np.array([p.tau for p in out.plans], dtype=float)
     assert len(set(taus)) > 1
-    np.testing.assert_array_equal(out.result.uploads["a"].numpy(), taus)  # plain SGD: a_i = tau_i
-    p = out.weights.double().numpy()
-    d = out.result.updates.double().numpy()
-    expected = w0.double().numpy() + (p @ taus) * ((p / taus) @ d)
-    np.testing.assert_allclose(sim.state.params.double().numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out.result.uploads["a"].cpu().numpy(), taus)  # plain SGD: a_i = tau_i
+    p = out.weights.double().cpu().numpy()
+    d = out.result.updates.double().cpu().numpy()
+    expected = w0.double().cpu().numpy() + (p @ taus) * ((p / taus) @ d)
+    np.testing.assert_allclose(sim.state.params.double().cpu().numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_fednova_momentum_normaliser_matches_closed_form():

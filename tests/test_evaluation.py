@@ -22,7 +22,7 @@ def two_users(monkeypatch, cfg_factory, order=(0, 1, 2, 3)):
 
 def config(cfg_factory, *overrides):
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2",
-                      *overrides)
+                      "hardware.device=cpu", *overrides)  # hand-made models on the CPU
     cfg.data.name = "two_users"
     return cfg
 
@@ -81,7 +81,8 @@ def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch,
     y = np.array([0] * 10 + [1] * 10)
     register_tiny(monkeypatch, "owners", x, y, classes=2, users=np.repeat([0, 1], 10))
     cfg = cfg_factory("algo=mafsvrg", "model=logreg", "partition=natural", "fl.num_clients=2",
-                      "fl.clients_per_round=2", "eval.holdout=0.3", "eval.personalized=true", "algo.bank.models=2")
+                      "fl.clients_per_round=2", "eval.holdout=0.3", "eval.personalized=true", "algo.bank.models=2",
+                      "hardware.device=cpu")  # hand-made models on the CPU
     cfg.data.name = "owners"
     sim = Simulation(cfg)
     assert [len(ix) for ix in sim.holdout] == [3, 3] and [len(ix) for ix in sim.partition.indices] == [7, 7]

@@ -178,7 +178,7 @@ def test_auto_resolves_to_a_concrete_executor_and_logs_it(cfg_factory, caplog, d
     with caplog.at_level(logging.INFO, logger="fedrun"):
         algo = ["algo=centralized", "model=logreg"] if model == "centralized" else [f"model={model}"]
         sim = Simulation(cfg_factory(f"data={data}", *algo, f"fl.batch_size={batch}", "hardware.executor=auto",
-                                     *more))
+                                     "hardware.device=cpu", *more))  # auto's CPU rules (a GPU: vmap)
     assert sim.executor.name == expected
     assert any(f"hardware.executor=auto resolved to {expected}" in r.getMessage() for r in caplog.records)
 
@@ -189,7 +189,8 @@ def test_compile_without_a_cpp_compiler_is_refused_before_any_work(cfg_factory, 
 
     monkeypatch.setattr(ex.shutil, "which", lambda name: None)
     with pytest.raises(ConfigError, match="hardware.compile=true: torch.compile needs a C\\+\\+ compiler"):
-        Simulation(cfg_factory("data=digits", "model=logreg", "hardware.executor=vmap", "hardware.compile=true"))
+        Simulation(cfg_factory("data=digits", "model=logreg", "hardware.executor=vmap", "hardware.compile=true",
+                               "hardware.device=cpu"))
 
 
 def test_compile_with_the_loop_executor_warns_that_it_does_nothing(cfg_factory, caplog):
@@ -221,8 +222,8 @@ def test_bench_records_are_consistent(tmp_path):
 
     from fedrun.bench import main
 
-    assert main(["--quick", "--only", "softmax576_400,svm_mnist_5,lenet5_mnist_10", "--repeats", "1", "--out",
-                 str(tmp_path / "b.json")]) == 0
+    assert main(["--quick", "--only", "softmax576_400,svm_mnist_5,lenet5_mnist_10", "--repeats", "1", "--device",
+                 "cpu", "--out", str(tmp_path / "b.json")]) == 0
     records = json.loads((tmp_path / "b.json").read_text())
     assert [r["workload"] for r in records] == ["softmax576_400", "svm_mnist_5", "lenet5_mnist_10"]
     lenet = records.pop()  # convolutions on a CPU: channels-last images, timed in NCHW beside them
@@ -261,8 +262,8 @@ def test_the_bench_times_a_dense_cohort_whole_beside_its_cache_sized_chunks(tmp_
     from fedrun.engine import executor as ex
 
     monkeypatch.setattr(ex, "last_level_cache_bytes", lambda: 2**23)  # half of 8 MiB: a few 2NN clients a chunk
-    assert main(["--quick", "--only", "mlp_synthetic_100,svm_mnist_5", "--repeats", "1", "--out",
-                 str(tmp_path / "b.json")]) == 0
+    assert main(["--quick", "--only", "mlp_synthetic_100,svm_mnist_5", "--repeats", "1", "--device", "cpu",
+                 "--out", str(tmp_path / "b.json")]) == 0
     svm, mlp = json.loads((tmp_path / "b.json").read_text())
     assert mlp["workload"] == "mlp_synthetic_100" and mlp["clients"] == 10 and 1 < mlp["cache_chunk"] < 10
     assert mlp["chunk_speedup"] == pytest.approx(mlp["whole_s"] / mlp["vmap_s"])
@@ -381,9 +382,10 @@ def test_clients_finishing_one_by_one_give_the_vmapped_rounds(cfg_factory, famil
     """hardware.vmap_tail: the last clients still stepping finish with the plain step, written back into the stack;
     the rounds (client states, recorded steps, the bank) equal all-vmapped rounds whether none, some (2) or all (4 of
     4) clients finish alone, and the default resolves per model."""
-    common = ["data=digits", "model=mlp", *EVERY_FAMILY[family], "fl.clients_per_round=4", "fl.batch_size=16",
-              "hardware.dtype=float64", "fl.momentum=0.5", "hardware.executor=vmap", "partition=dirichlet",
-              "partition.alpha=0.3", "hardware.gradient=autograd"]  # autograd: BHerd's SGD would step natively
+    common = ["data=digits", "model=mlp", "hardware.device=cpu", *EVERY_FAMILY[family], "fl.clients_per_round=4",
+              "fl.batch_size=16", "hardware.dtype=float64", "fl.momentum=0.5", "hardware.executor=vmap",
+              "partition=dirichlet", "partition.alpha=0.3",
+              "hardware.gradient=autograd"]  # autograd: BHerd's SGD would step natively
     states = {}
     for tail in (0, 2, 4):
         sim = Simulation(cfg_factory(*common, f"hardware.vmap_tail={tail}"))
@@ -410,7 +412,7 @@ def test_a_batchable_rule_on_a_stacking_model_steps_without_vmap_and_gives_the_l
     from fedrun.engine.executor import steps_natively
 
     common = ["data=digits", f"model={model}", f"algo={algo}", *more, "fl.clients_per_round=4", "fl.batch_size=16",
-              "hardware.dtype=float64", "partition=dirichlet", "partition.alpha=0.3"]
+              "hardware.dtype=float64", "partition=dirichlet", "partition.alpha=0.3", "hardware.device=cpu"]
     states = {}
     for executor in ("loop", "vmap"):
         sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
@@ -434,7 +436,7 @@ def test_a_stacked_cohorts_lone_last_client_finishes_with_its_plain_step(cfg_fac
     from fedrun.functional import FunctionalModel
 
     common = ["data=digits", f"model={model}", "fl.clients_per_round=4", "fl.batch_size=16", "partition=dirichlet",
-              "partition.alpha=0.3", "hardware.executor=vmap"]
+              "partition.alpha=0.3", "hardware.executor=vmap", "hardware.device=cpu"]
     shapes = []
     inner = FunctionalModel.loss_and_grad
     monkeypatch.setattr(FunctionalModel, "loss_and_grad",
@@ -582,7 +584,7 @@ def test_the_loop_in_threads_gives_the_one_thread_loops_rounds_bit_for_bit(cfg_f
     on one intra-op thread: the whole ServerState after two rounds, equal bit for bit (client state, the features
     hook of FedDecorr on each replica, multi-batch steps, recorded step gradients, the bank)."""
     common = ["data=digits", "model=cnn3", *EVERY_FAMILY[family], "fl.clients_per_round=4", "fl.batch_size=16",
-              "fl.momentum=0.5", "hardware.executor=loop"]
+              "fl.momentum=0.5", "hardware.executor=loop", "hardware.device=cpu"]  # threads: a CPU's
     before = torch.get_num_threads()
     states = {}
     try:
@@ -619,9 +621,10 @@ def test_the_loop_runs_clients_in_threads_only_where_their_draws_cannot_depend_o
     from fedrun.errors import ConfigError
 
     torch_threads = torch.get_num_threads()
-    sim = Simulation(cfg_factory("data=digits", "model=cnn3", "hardware.executor=loop", "fl.clients_per_round=5"))
+    sim = Simulation(cfg_factory("data=digits", "model=cnn3", "hardware.executor=loop", "fl.clients_per_round=5",
+                                 "hardware.device=cpu"))
     assert sim.executor.threads == max(1, min(torch_threads, 5))  # auto: one client per intra-op thread
-    dropout = ["data=digits", "model=cnn_reddi", "hardware.executor=loop"]
+    dropout = ["data=digits", "model=cnn_reddi", "hardware.executor=loop", "hardware.device=cpu"]
     assert Simulation(cfg_factory(*dropout)).executor.threads == 1  # dropout draws from one shared generator
     with pytest.raises(ConfigError, match="hardware.loop_threads=2: the model has Dropout"):
         Simulation(cfg_factory(*dropout, "hardware.loop_threads=2"))

@@ -12,8 +12,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_lazy_module_runs_on_first_use_and_once(tmp_path, monkeypatch):
+    """Also a module that deletes one of its own attributes while it runs, as torch's ``__init__`` does (the
+    standard library's LazyLoader recursed without end on it under Python 3.12)."""
     runs = tmp_path / "runs.txt"
-    (tmp_path / "fedrun_lazy_probe.py").write_text(f"open({str(runs)!r}, 'a').write('ran\\n')\nVALUE = 7\n")
+    (tmp_path / "fedrun_lazy_probe.py").write_text(
+        f"import sys\nopen({str(runs)!r}, 'a').write('ran\\n')\nVALUE = 7\nGONE = 1\n"
+        "delattr(sys.modules[__name__], 'GONE')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(sys.modules, "fedrun_lazy_probe", None)  # restored (removed) after the test
     del sys.modules["fedrun_lazy_probe"]
@@ -22,7 +26,7 @@ def test_a_lazy_module_runs_on_first_use_and_once(tmp_path, monkeypatch):
     assert module.VALUE == 7 and runs.read_text() == "ran\n"
     import fedrun_lazy_probe
 
-    assert lazy_import("fedrun_lazy_probe") is module is fedrun_lazy_probe
+    assert lazy_import("fedrun_lazy_probe") is fedrun_lazy_probe and not hasattr(fedrun_lazy_probe, "GONE")
     assert module.VALUE == 7 and runs.read_text() == "ran\n"
 
 

@@ -55,7 +55,8 @@ SMALL = ("data=digits", "model=mlp", "fl.num_clients=4", "fl.clients_per_round=3
 
 
 def _run(tmp_path, script: list[str], *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "HYDRA_FULL_ERROR": "0"}
+    path = [str(tmp_path), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HYDRA_FULL_ERROR": "0"}
     return subprocess.run([sys.executable, *script, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)
 

@@ -35,7 +35,8 @@ def test_fedrun_trains_on_flbenchs_clients_in_its_order_and_samples_as_flbench_i
     assert (features, classes) == (5, 3)
     sim = Simulation(cfg_factory("data=leaf_synthetic", "data.source=json", f"data.root={tmp_path / 'root'}",
                                  "data.num_classes=3", "data.num_dim=5", "partition=natural", "model=mlp",
-                                 "fl.num_clients=4", "fl.clients_per_round=2", "hardware.dtype=float64"))
+                                 "fl.num_clients=4", "fl.clients_per_round=2", "hardware.dtype=float64",
+                                 "hardware.device=cpu"))  # the peer benchmark's CPU workload
     for client, part in enumerate(parts):
         got = sim.data.x_train[torch.as_tensor(sim.partition.indices[client])]
         torch.testing.assert_close(got, torch.as_tensor(x[part["train"]]))

@@ -377,11 +377,6 @@ def flops_per_step(model: FunctionalModel, x: torch.Tensor, y: torch.Tensor) -> 
     return total
 
 
-def is_recurrent(model: FunctionalModel) -> bool:
-    """Whether the model has recurrent layers, whose fused CPU kernel has no vmap batching rule."""
-    return any(isinstance(m, nn.RNNBase) for m in model.module.modules())
-
-
 def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor,
                  cohort_size: int = 2, threads: int = 1, rule: LocalRule | None = None) -> tuple[str, str]:
     """``auto``: vmap on a GPU. On a CPU: vmap for dense models; for convolutional models the loop when it trains
@@ -397,7 +392,7 @@ def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, 
         return "loop", "one client per round"
     if device.type == "cuda":
         return "vmap", "GPU"
-    if is_recurrent(model):
+    if model.recurrent:  # their fused CPU kernel has no vmap batching rule
         return "loop", "recurrent layers on the CPU"
     if not any(isinstance(m, _CONV) for m in model.module.modules()):
         return "vmap", "dense layers only, on the CPU"

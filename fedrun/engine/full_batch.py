@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 
 from ..functional import FunctionalModel
-from .executor import is_recurrent
 
 
 def full_losses_and_gradients(model: FunctionalModel, buffers: dict, x: torch.Tensor, y: torch.Tensor,
@@ -24,7 +23,7 @@ def full_losses_and_gradients(model: FunctionalModel, buffers: dict, x: torch.Te
     pad = model.objective.pad_target
     buffers = {k: v.clone() for k, v in buffers.items()}
     at_point = lambda w, xs, ys: model.loss_and_grad(w, buffers, xs, ys)  # noqa: E731
-    recurrent = is_recurrent(model)
+    recurrent = model.recurrent
     if recurrent:
         over_points = lambda ws, xs, ys: tuple(map(torch.stack, zip(*(at_point(w, xs, ys) for w in ws))))  # noqa: E731
     else:

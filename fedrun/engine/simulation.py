@@ -32,6 +32,7 @@ from .cohort import ClientPlan, earliest_reporters, plan_client, report_delays, 
 from .evaluation import Evaluation
 from .executor import CohortResult, make_executor
 from .full_batch import full_losses_and_gradients
+from .cuda_math import configure_cuda
 from .host_memory import keep_freed_memory
 from .state import ServerState
 
@@ -72,6 +73,8 @@ class Simulation:
         if cfg.hardware.host_memory == "keep":
             keep_freed_memory()
         self.device = resolve_device(cfg.hardware.device)
+        if self.device.type == "cuda":
+            configure_cuda(cfg.hardware.tf32, cfg.hardware.deterministic)
         self.dtype = getattr(torch, cfg.hardware.dtype)
         self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
         if cfg.eval.test_subset is not None:
