@@ -29,10 +29,10 @@ from ..models import MODELS, build_model
 from ..partition import Partition, held_out, make_partition, refuse_single_sample_batches
 from .accounting import nbytes, simulated_times, tracked_values
 from .cohort import ClientPlan, earliest_reporters, plan_client, report_delays, sample_clients
+from .cuda_math import configure_cuda
 from .evaluation import Evaluation
 from .executor import CohortResult, make_executor
 from .full_batch import full_losses_and_gradients
-from .cuda_math import configure_cuda
 from .host_memory import keep_freed_memory
 from .state import ServerState
 
