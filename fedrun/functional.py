@@ -231,10 +231,9 @@ class FunctionalModel:
         if (self.image_layers is not None and flat.dim() == 1 and self._features is None
                 and maybe_current_level() is None):
             return self._image_forward(flat, x)
-        if self.recurrent and flat.is_cuda and maybe_current_level() is not None:
-            with without_cudnn():
-                return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
-        return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
+        under_func = self.recurrent and flat.is_cuda and maybe_current_level() is not None
+        with without_cudnn() if under_func else contextlib.nullcontext():
+            return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
 
     def _image_forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """A Sequential CNN's forward for one model, outside torch.func, in its cohort network's order of layers: a
