@@ -33,9 +33,10 @@ FAMILIES = {
     # kernels (the two executors agree to 1e-16 in float64): compared in float64
     "cnn": (None, ["data=digits", "model=cnn3", "fl.momentum=0.9", "hardware.dtype=float64"]),
     # BatchNorm over a few samples at 1x1 spatial size is ill-conditioned in float32 (0.5% gradient noise between
-    # two exact orders of summation), so this family is compared in float64, where it agrees to 1e-12, and in one
-    # layout: the loop's channels-last convolutions sum in another order, which the same BatchNorm amplifies to 3e-3-0.4
-    # over two rounds (test_channels_last_images_give_the_contiguous_rounds compares the layouts on a plain CNN)
+    # two exact orders of summation), so this family is compared in float64, where one round agrees to 1e-12, and in
+    # one layout: the loop's channels-last convolutions sum in another order (test_channels_last_images_give_the_
+    # contiguous_rounds compares the layouts on a plain CNN). Its training is chaotic (lr 0.1): a second round
+    # amplifies a 1e-12 nudge of the loop's own start to 4e-5, so each round is compared from the same start
     "batchnorm_cnn": ("image32", ["model=mobilenetv2", "model.width_mult=0.25", "model.dropout=0.0",
                                   "hardware.dtype=float64", "hardware.layout=contiguous"]),
     "gru": ("tokens", ["model=gru", "model.vocab_size=50", "model.embed_dim=8", "model.hidden=8"]),
@@ -53,30 +54,40 @@ def two_rounds(cfg_factory, overrides, executor, data_name=None, **hw):
     return sim, outs
 
 
-# Seen on an H100 (torch 2.11): the MobileNetV2 family's vmapped rounds left the loop's by up to 1.2e-4 in float64
-# (0.3% of its parameters), and with hardware.deterministic=true its float64 loop step ran for minutes: not explained
+# Seen on an H100 (torch 2.11), when the second round started from each executor's own first: the MobileNetV2
+# family's vmapped rounds left the loop's by up to 1.2e-4 in float64 (0.3% of its parameters; its chaos, see FAMILIES,
+# not yet rechecked there with a shared start), and with hardware.deterministic=true its float64 loop step ran for
+# minutes: not explained
 BATCHNORM_ON_A_GPU = pytest.mark.xfail(torch.cuda.is_available(), reason="BatchNorm CNN on a GPU: open", strict=False)
 
 
 @pytest.mark.parametrize("family", [pytest.param(f, marks=BATCHNORM_ON_A_GPU) if f == "batchnorm_cnn" else f
                                     for f in FAMILIES])
 def test_vmap_round_equals_loop_round(monkeypatch, cfg_factory, family):
+    """Two rounds, the second from the loop's state after the first for both executors: each comparison is one
+    round's arithmetic, not how a chaotic training amplifies the first round's float rounding."""
     kind, overrides = FAMILIES[family]
-    data_name = None
     if kind:
         tiny(monkeypatch, kind)
-        data_name = "tiny"
-    loop, loop_out = two_rounds(cfg_factory, overrides, "loop", data_name)
-    vec, vec_out = two_rounds(cfg_factory, overrides, "vmap", data_name)
+    sims = {}
+    for executor in ("loop", "vmap"):
+        cfg = cfg_factory(*COMMON, *overrides, f"hardware.executor={executor}")
+        if kind:
+            cfg.data.name = "tiny"
+        sims[executor] = Simulation(cfg)
+    loop, vec = sims["loop"], sims["vmap"]
     assert isinstance(vec.executor, VmapExecutor)
-    taus = [p.tau for p in loop_out[0].plans]
-    assert len(set(taus)) > 1, "the case must have unequal tau_i"
-    assert len(taus) == 5 < vec.num_clients, "and partial participation"
-    torch.testing.assert_close(vec.state.params, loop.state.params, rtol=1e-4, atol=1e-5)
-    for a, b in zip(vec_out, loop_out):
-        torch.testing.assert_close(a.result.mean_loss, b.result.mean_loss, rtol=1e-4, atol=1e-5)
-    for name in loop.state.buffers:
-        torch.testing.assert_close(vec.state.buffers[name], loop.state.buffers[name], rtol=1e-4, atol=1e-5)
+    for rnd in (1, 2):
+        if rnd > 1:
+            vec.load_state_dict(loop.state_dict())
+        loop_out, vec_out = loop.run_round(rnd), vec.run_round(rnd)
+        taus = [p.tau for p in loop_out.plans]
+        assert len(set(taus)) > 1, "the case must have unequal tau_i"
+        assert len(taus) == 5 < vec.num_clients, "and partial participation"
+        torch.testing.assert_close(vec.state.params, loop.state.params, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(vec_out.result.mean_loss, loop_out.result.mean_loss, rtol=1e-4, atol=1e-5)
+        for name in loop.state.buffers:
+            torch.testing.assert_close(vec.state.buffers[name], loop.state.buffers[name], rtol=1e-4, atol=1e-5)
 
 
 def test_clients_smaller_than_the_batch_form_their_own_group(cfg_factory):
