@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._C._functorch import maybe_current_level
 
 from .data.base import IGNORE
 from .errors import ConfigError
@@ -58,7 +59,29 @@ def _cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def _cross_entropy_and_grad(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean cross-entropy over the scored targets of (..., N, C) logits (a leading axis: one loss per client), and its
-    gradient (softmax - one-hot) / n."""
+    gradient (softmax - one-hot) / n. A minibatch whose every target is scored (no padding: a training step's) takes
+    ``_every_target_scored``: the same values bit for bit in half the operations (a small model's step is mostly the
+    cost of its operations' calls). The check reads the targets' values, so not under torch.func's transforms (the vmap
+    executor's wrapped steps), nor for logits in an autograd graph: those take the general case."""
+    if maybe_current_level() is None and not out.requires_grad and y.numel() and bool((y >= 0).all()):
+        return _every_target_scored(out, y)
+    return _some_targets_unscored(out, y)
+
+
+def _every_target_scored(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_some_targets_unscored`` where no target is IGNORE: n = N, no masks; exp and the one-hot subtracted in the
+    log-probabilities' memory, the gradient row-major as the general case's (so later products round the same).
+    ``out`` outside any autograd graph."""
+    logp = log_softmax_classes(out)
+    index = y.unsqueeze(-1)
+    n = y.shape[-1]
+    loss = -logp.gather(-1, index).squeeze(-1).sum(-1) / n
+    grad = logp.exp_().scatter_add_(-1, index, torch.full(index.shape, -1.0, dtype=out.dtype, device=out.device))
+    return loss, grad.contiguous().mul_(torch.ones((), dtype=out.dtype, device=out.device) / n)  # 1/n as the masks' 1/n
+
+
+def _some_targets_unscored(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The general case: targets equal to IGNORE (padding) count neither in the mean nor in the gradient."""
     scored = y != IGNORE
     n = scored.sum(-1, keepdim=True)
     logp = log_softmax_classes(out)

@@ -67,6 +67,43 @@ def test_model_that_does_not_fit_is_refused_with_alternatives(name, shape):
         build_model(mcfg(name), "image", shape, 10)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(32, 10), (4, 16, 10), (2048, 10), (8, 3)])
+def test_cross_entropys_gradient_without_padding_is_the_general_cases_bit_for_bit(shape, dtype):
+    """A minibatch whose every target is scored takes the short path: the general case's loss and gradient bit for
+    bit, in the same memory layout (2048 rows of 10 classes: log-softmax over a transposed copy), so the products that
+    follow round the same; a padding target, logits in an autograd graph or a torch.func transform take the general
+    case, whose values stay autograd's."""
+    from torch.func import vmap
+
+    from fedrun.models import CROSS_ENTROPY, _every_target_scored, _some_targets_unscored
+
+    torch.manual_seed(0)
+    out, y = torch.randn(*shape, dtype=dtype), torch.randint(0, shape[-1], shape[:-1])
+    calls = []
+    short = lambda o, t: calls.append(1) or _every_target_scored(o, t)  # noqa: E731
+    general_loss, general_grad = _some_targets_unscored(out, y)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("fedrun.models._every_target_scored", short)
+        loss, grad = CROSS_ENTROPY.loss_and_grad_out(out, y)
+        assert len(calls) == 1
+        assert torch.equal(loss, general_loss) and torch.equal(grad, general_grad)
+        assert grad.stride() == general_grad.stride()
+        padded = y.clone()
+        padded.view(-1)[1] = -100
+        CROSS_ENTROPY.loss_and_grad_out(out, padded)
+        CROSS_ENTROPY.loss_and_grad_out(out.clone().requires_grad_(True), y)
+        vmap(CROSS_ENTROPY.loss_and_grad_out)(out[None], y[None])
+        assert len(calls) == 1
+    auto = out.clone().requires_grad_(True)
+    want = torch.nn.functional.cross_entropy(auto.reshape(-1, shape[-1]), y.reshape(-1), reduction="none")
+    want = want.reshape(shape[:-1]).mean(-1)
+    (want_grad,) = torch.autograd.grad(want.sum(), auto)
+    tol = {"rtol": 1e-12, "atol": 1e-14} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-7}
+    torch.testing.assert_close(loss, want.detach(), **tol)
+    torch.testing.assert_close(grad, want_grad, **tol)
+
+
 def test_squared_hinge_parity_matches_hand_computation():
     out = torch.tensor([[0.5], [-2.0], [0.2], [1.5]])
     y = torch.tensor([4, 3, 7, 0])  # targets +1, -1, -1, +1
