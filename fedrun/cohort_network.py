@@ -21,6 +21,8 @@ clients, B = 10) and 2.58x (the default experiment's, 10 MNIST clients, B = 64) 
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -62,14 +64,14 @@ def _supported_pool(m: nn.Module) -> bool:
     return type(m) is nn.MaxPool2d and not m.return_indices
 
 
-def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes: list[torch.Size],
+def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes: list[tuple[int, ...]],
                           flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each client's minibatch loss and gradient: ``flat`` (K, d) the clients' parameters (in ``shapes``' order),
     ``x`` (K, B, C, H, W) and ``y`` (K, B) their minibatches; returns (K,) losses and the (K, d) gradient."""
     k = x.shape[0]
     with torch.enable_grad():
         w = flat.detach().requires_grad_(True)
-        params = iter(p.reshape(k, *s) for p, s in zip(torch.split(w, [s.numel() for s in shapes], dim=-1), shapes))
+        params = iter(p.reshape(k, *s) for p, s in zip(w.split_with_sizes([math.prod(s) for s in shapes], -1), shapes))
         h = side_by_side(x)
         rows = False  # h is (K, B, F): past a whole-window convolution or the flattening layer
         later = None  # a convolution's bias, added after the max pooling that follows it

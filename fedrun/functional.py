@@ -167,7 +167,7 @@ class FunctionalModel:
         self.onednn = onednn
         named = list(module.named_parameters())
         self.names = [n for n, _ in named]
-        self.shapes = [p.shape for _, p in named]
+        self.shapes = [tuple(p.shape) for _, p in named]  # tuples: torch's view parses them faster than a Size
         self.numels = [p.numel() for _, p in named]
         self.dim = sum(self.numels)
         self.buffer_names = [n for n, _ in module.named_buffers()]
@@ -206,7 +206,7 @@ class FunctionalModel:
         return {n: b.detach().clone() for n, b in self.module.named_buffers()}
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {n: t.view(s) for n, t, s in zip(self.names, torch.split(flat, self.numels), self.shapes)}
+        return {n: t.view(s) for n, t, s in zip(self.names, flat.split_with_sizes(self.numels), self.shapes)}
 
     @property
     def param_bytes(self) -> int:
@@ -319,7 +319,7 @@ class FunctionalModel:
         """The dense chain's output, keeping each Linear's input and each ReLU's output for the backward pass."""
         lead = flat.shape[:-1]
         if lead:
-            chunks = torch.split(flat, self.numels, dim=-1)
+            chunks = flat.split_with_sizes(self.numels, dim=-1)
             params = iter(t.reshape(*lead, *s) for t, s in zip(chunks, self.shapes))
         else:
             params = iter(self.unflatten(flat).values())
