@@ -207,32 +207,27 @@ class VmapExecutor:
         steps = torch.zeros(k_all, taus[0], len(ctx.params), device=record, dtype=ctx.params.dtype) \
             if record is not None else None
         batches = torch.nn.utils.rnn.pad_sequence([p.batches for p in plans], batch_first=True)  # (K, tau_1, b)
-        finished = tree.tree_map(torch.empty_like, stacked) if self.compile else None
-        k_before = k_all
+        # each client's state as it ends, in its row, copied there once when it finishes: the cohort's own memory
+        # (a step makes new tensors, and finished rows step no more), but a compiled step's whole stack steps on
+        finished = tree.tree_map(torch.empty_like, stacked) if self.compile else stacked
+        current, live, k_before = stacked, k_all, k_all  # the last step's stack: `live` rows, the first k_before active
         for t in range(taus[0]):
             k = sum(tau > t for tau in taus)  # active clients: a prefix of the stack
+            tree.copy_rows(finished, current, k, k_before)  # clients k .. k_before - 1 have just finished
             if k <= tail:
-                stacked = self._finish_alone(rule, model, ctx, stacked, plans[:k], t, x, y, loss_sum, steps)
+                tree.copy_rows(finished, current, 0, k)
+                finished = self._finish_alone(rule, model, ctx, finished, plans[:k], t, x, y, loss_sum, steps)
+                k_before = 0
                 break
-            if self.compile:  # the whole stack steps; clients k .. k_before - 1 have just finished
-                tree.copy_rows(finished, stacked, k, k_before)
-                new, loss = step(ctx, stacked, minibatch(x, batches[:, t], t), rows(y, batches[:, t]))
-                stacked = new
-            else:
-                idx = batches[:k, t]
-                active = stacked if k == k_all else tree.tree_map(lambda a: a[:k], stacked)
-                new, loss = step(ctx, active, minibatch(x, idx, t), rows(y, idx))
-                if k == k_all:
-                    stacked = new
-                else:
-                    tree.write_prefix(stacked, new, k)
-            k_before = k
+            width = k_all if self.compile else k
+            active = current if width == live else tree.tree_map(lambda a: a[:width], current)
+            current, loss = step(ctx, active, minibatch(x, batches[:width, t], t), rows(y, batches[:width, t]))
+            live, k_before = width, k
             loss_sum[:k] += loss[:k].detach()
             if record is not None:
-                steps[:k, t].copy_(new["direction"][:k], non_blocking=True)
-        if self.compile:
-            tree.copy_rows(finished, stacked, 0, k_before)
-            stacked = finished
+                steps[:k, t].copy_(current["direction"][:k], non_blocking=True)
+        tree.copy_rows(finished, current, 0, k_before)
+        stacked = finished
         results = []
         for i, (state, cs, plan) in enumerate(zip(tree.unstack(stacked, k_all), cstates, plans)):
             update, new_state, uploads = rule.client_final(ctx, state, cs)

@@ -29,16 +29,6 @@ def leaves(tree) -> list[torch.Tensor]:
     return [tree]
 
 
-def write_prefix(target, source, k: int) -> None:
-    """target[:k] = source, leaf by leaf, in place. A leaf that already is target[:k] (a state entry a vmapped step
-    returned unchanged comes back as the very view it was given) is not copied onto itself."""
-    if isinstance(target, dict):
-        for key in target:
-            write_prefix(target[key], source[key], k)
-    elif source.data_ptr() != target.data_ptr():
-        target[:k] = source
-
-
 def copy_rows(target, source, start: int, stop: int) -> None:
     """target[start:stop] = source[start:stop], leaf by leaf, in place."""
     if stop > start:
