@@ -195,7 +195,7 @@ class VmapExecutor:
         if block:
             return blocked.run(rule, model, ctx, plans, x, y, cstates, block)
         k_all = len(plans)
-        stacked = tree.stack([rule.client_init(ctx, cs) for cs in cstates])
+        current = tree.stack([rule.client_init(ctx, cs) for cs in cstates])  # the last step's stack
         taus = [p.tau for p in plans]  # non-increasing
         native = steps_natively(rule, model) and not self.compile
         step = (lambda c, s, xb, yb: rule.client_step(model, c, s, xb, yb)) if native else \
@@ -207,13 +207,17 @@ class VmapExecutor:
         steps = torch.zeros(k_all, taus[0], len(ctx.params), device=record, dtype=ctx.params.dtype) \
             if record is not None else None
         batches = torch.nn.utils.rnn.pad_sequence([p.batches for p in plans], batch_first=True)  # (K, tau_1, b)
-        # each client's state as it ends, in its row, copied there once when it finishes: the cohort's own memory
-        # (a step makes new tensors, and finished rows step no more), but a compiled step's whole stack steps on
-        finished = tree.tree_map(torch.empty_like, stacked) if self.compile else stacked
-        current, live, k_before = stacked, k_all, k_all  # the last step's stack: `live` rows, the first k_before active
+        # each client's state as it ends, in its row, copied there once when it finishes: while every client steps,
+        # the last step's whole stack is that holder (a step makes new tensors, and finished rows step no more), but a
+        # compiled step's whole stack steps on, so it keeps a holder of its own
+        finished = tree.tree_map(torch.empty_like, current) if self.compile else current
+        live, k_before = k_all, k_all  # rows of the last step's stack; its first k_before were active
         for t in range(taus[0]):
             k = sum(tau > t for tau in taus)  # active clients: a prefix of the stack
-            tree.copy_rows(finished, current, k, k_before)  # clients k .. k_before - 1 have just finished
+            if live == k_all and not self.compile:
+                finished = current  # its rows k .. k_all - 1 are the clients that have just finished
+            else:
+                tree.copy_rows(finished, current, k, k_before)  # clients k .. k_before - 1 have just finished
             if k <= tail:
                 tree.copy_rows(finished, current, 0, k)
                 finished = self._finish_alone(rule, model, ctx, finished, plans[:k], t, x, y, loss_sum, steps)
@@ -226,10 +230,10 @@ class VmapExecutor:
             loss_sum[:k] += loss[:k].detach()
             if record is not None:
                 steps[:k, t].copy_(current["direction"][:k], non_blocking=True)
-        tree.copy_rows(finished, current, 0, k_before)
-        stacked = finished
+        if finished is not current:
+            tree.copy_rows(finished, current, 0, k_before)
         results = []
-        for i, (state, cs, plan) in enumerate(zip(tree.unstack(stacked, k_all), cstates, plans)):
+        for i, (state, cs, plan) in enumerate(zip(tree.unstack(finished, k_all), cstates, plans)):
             update, new_state, uploads = rule.client_final(ctx, state, cs)
             results.append((update, state["buffers"], loss_sum[i] / plan.tau, new_state, uploads,
                             steps[i, : plan.tau] if record is not None else None))
