@@ -61,9 +61,11 @@ def _cross_entropy_and_grad(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.T
     """Mean cross-entropy over the scored targets of (..., N, C) logits (a leading axis: one loss per client), and its
     gradient (softmax - one-hot) / n. A minibatch whose every target is scored (no padding: a training step's) takes
     ``_every_target_scored``: the same values bit for bit in half the operations (a small model's step is mostly the
-    cost of its operations' calls). The check reads the targets' values, so not under torch.func's transforms (the vmap
-    executor's wrapped steps), nor for logits in an autograd graph: those take the general case."""
-    if maybe_current_level() is None and not out.requires_grad and y.numel() and bool((y >= 0).all()):
+    cost of its operations' calls). The check reads the targets' values on the host, so only on a CPU (on a GPU it
+    would wait for the device every step), not under torch.func's transforms (the vmap executor's wrapped steps) and not
+    for logits in an autograd graph: those take the general case."""
+    if (y.device.type == "cpu" and maybe_current_level() is None and not out.requires_grad and y.numel()
+            and bool((y >= 0).all())):
         return _every_target_scored(out, y)
     return _some_targets_unscored(out, y)
 

@@ -72,8 +72,8 @@ def test_model_that_does_not_fit_is_refused_with_alternatives(name, shape):
 def test_cross_entropys_gradient_without_padding_is_the_general_cases_bit_for_bit(shape, dtype):
     """A minibatch whose every target is scored takes the short path: the general case's loss and gradient bit for
     bit, in the same memory layout (2048 rows of 10 classes: log-softmax over a transposed copy), so the products that
-    follow round the same; a padding target, logits in an autograd graph or a torch.func transform take the general
-    case, whose values stay autograd's."""
+    follow round the same; a padding target, logits in an autograd graph, a torch.func transform or targets off the
+    CPU (the check would wait for the device) take the general case, whose values stay autograd's."""
     from torch.func import vmap
 
     from fedrun.models import CROSS_ENTROPY, _every_target_scored, _some_targets_unscored
@@ -94,6 +94,7 @@ def test_cross_entropys_gradient_without_padding_is_the_general_cases_bit_for_bi
         CROSS_ENTROPY.loss_and_grad_out(out, padded)
         CROSS_ENTROPY.loss_and_grad_out(out.clone().requires_grad_(True), y)
         vmap(CROSS_ENTROPY.loss_and_grad_out)(out[None], y[None])
+        CROSS_ENTROPY.loss_and_grad_out(out.to("meta"), y.to("meta"))  # a device whose values the host cannot read
         assert len(calls) == 1
     auto = out.clone().requires_grad_(True)
     want = torch.nn.functional.cross_entropy(auto.reshape(-1, shape[-1]), y.reshape(-1), reduction="none")
