@@ -219,7 +219,8 @@ class VmapExecutor:
             else:
                 tree.copy_rows(finished, current, k, k_before)  # clients k .. k_before - 1 have just finished
             if k <= tail:
-                tree.copy_rows(finished, current, 0, k)
+                if finished is not current:
+                    tree.copy_rows(finished, current, 0, k)
                 finished = self._finish_alone(rule, model, ctx, finished, plans[:k], t, x, y, loss_sum, steps)
                 k_before = 0
                 break
