@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from .compose import CONF_DIR
 from .errors import ConfigError, FedrunError, OverwriteError, StaleRunError
 from .overrides import check_overrides, check_sweep_jobs
+from .quick_exit import ends_process
 from .results import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
 from .startup import hold_collector
 from .sweeps import FAILED_JOBS
@@ -169,5 +170,8 @@ def main() -> None:
         sys.exit(1)
 
 
+command = ends_process(main)  # the console script: main, then the process ends without Python's teardown
+
+
 if __name__ == "__main__":
-    main()
+    command()
