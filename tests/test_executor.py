@@ -520,6 +520,28 @@ def test_local_sgd_on_a_one_layer_model_in_blocks_of_steps_gives_the_loops_round
     assert not Simulation(cfg_factory(*common, "hardware.executor=vmap", "hardware.blocks=false")).executor.blocks
 
 
+@pytest.mark.parametrize("algo", ["fedavg", "scaffold"])
+def test_clients_without_a_state_of_their_own_start_from_one_init_stacked_as_each_ones(cfg_factory, algo):
+    """``initial_states``: the stack of every client's own ``client_init``, bit for bit and in fresh memory (a
+    round's steps write the stack in place); with any client state (SCAFFOLD's c_i after a round), each client's
+    own init."""
+    from fedrun.algorithms.base import ClientContext
+    from fedrun.engine import tree
+    from fedrun.engine.executor import initial_states
+
+    sim = Simulation(cfg_factory("data=digits", "model=mlp", f"algo={algo}", "fl.momentum=0.9"))
+    rule, ctx = sim.algo.local, ClientContext(1, sim.state.params, sim.state.buffers, 0.1, 0.9, 0.0)
+    cohorts = [[None] * 3] + ([[None, {"c_i": torch.full_like(ctx.params, 2.0)}, None]] if algo == "scaffold" else [])
+    for states in cohorts:
+        stacked = initial_states(rule, ctx, states)
+        own = tree.stack([rule.client_init(ctx, cs) for cs in states])
+        assert tree.tree_map(lambda a, b: a.shape == b.shape and bool(torch.equal(a, b)), stacked, own) == \
+            tree.tree_map(lambda a: True, own)
+        assert all(leaf.is_contiguous() for leaf in tree.leaves(stacked))
+        stacked["w"].add_(1.0)
+        assert not torch.equal(stacked["w"][0], ctx.params) and torch.equal(own["w"][0], ctx.params)
+
+
 @pytest.mark.parametrize("model", ["logreg", "mlp", "svm"])
 @pytest.mark.parametrize("own", [False, True])
 def test_full_gradients_batched_over_clients_equal_each_clients_own(monkeypatch, cfg_factory, model, own):

@@ -29,7 +29,6 @@ from torch import nn
 from ..algorithms.base import ClientContext, LocalRule, State
 from ..data.augment import minibatch, rows
 from ..functional import FunctionalModel
-from . import tree
 from .cohort import ClientPlan
 
 BLOCK_SAMPLES = 16  # samples per block (T = BLOCK_SAMPLES // minibatch width steps): the Gram matrix grows as T^2
@@ -49,12 +48,12 @@ BASIS = ("w_start", "w_global", "m_start")  # then one minibatch gradient per st
 VECTORS = ("w", "momentum", "direction")  # a state's (K, d) entries; its other entries are per-client numbers
 
 
-def run(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan], x, y,
-        client_states: list[State | None], block: int) -> list[tuple]:
-    """The clients' local steps (``plans``' tau non-increasing, one minibatch width) in blocks of ``block`` steps;
-    one result per client as the vmap executor gives it."""
+def run(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan], x, y, stacked: State,
+        block: int) -> torch.Tensor:
+    """The clients' local steps (``plans``' tau non-increasing, one minibatch width) in blocks of ``block`` steps,
+    from their ``stacked`` initial states, which end as the states after the clients' last steps (in place); returns
+    the sums of each client's minibatch losses."""
     k_all = len(plans)
-    stacked = tree.stack([rule.client_init(ctx, cs) for cs in client_states])
     taus = torch.tensor([p.tau for p in plans], device=ctx.params.device)
     batches = torch.nn.utils.rnn.pad_sequence([p.batches for p in plans], batch_first=True)  # (K, tau_1, b)
     width = batches.shape[2]
@@ -94,11 +93,7 @@ def run(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list
             stacked["momentum"] = momentum
         stacked.update({k: torch.where(done > 0, v.to(stacked[k].dtype), stacked[k])  # finished before: theirs
                         for k, v in mine.items() if k not in VECTORS})
-    results = []
-    for i, (state, cs, plan) in enumerate(zip(tree.unstack(stacked, k_all), client_states, plans)):
-        update, new_state, uploads = rule.client_final(ctx, state, cs)
-        results.append((update, state["buffers"], loss_sum[i] / plan.tau, new_state, uploads, None))
-    return results
+    return loss_sum
 
 
 def _unit(i: int, size: int) -> torch.Tensor:

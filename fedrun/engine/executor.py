@@ -191,11 +191,12 @@ class VmapExecutor:
         return blocked.block_length(rule, model, width)
 
     def _run_chunk(self, rule, model, ctx, plans, x, y, cstates, record=None):
+        current = initial_states(rule, ctx, cstates)  # the last step's stack
         block = self._block_length(rule, model, plans[0].batches.shape[1], record)
         if block:
-            return blocked.run(rule, model, ctx, plans, x, y, cstates, block)
+            loss_sum = blocked.run(rule, model, ctx, plans, x, y, current, block)
+            return client_results(rule, ctx, current, cstates, plans, loss_sum)
         k_all = len(plans)
-        current = tree.stack([rule.client_init(ctx, cs) for cs in cstates])  # the last step's stack
         taus = [p.tau for p in plans]  # non-increasing
         native = steps_natively(rule, model) and not self.compile
         step = (lambda c, s, xb, yb: rule.client_step(model, c, s, xb, yb)) if native else \
@@ -233,12 +234,7 @@ class VmapExecutor:
                 steps[:k, t].copy_(current["direction"][:k], non_blocking=True)
         if finished is not current:
             tree.copy_rows(finished, current, 0, k_before)
-        results = []
-        for i, (state, cs, plan) in enumerate(zip(tree.unstack(finished, k_all), cstates, plans)):
-            update, new_state, uploads = rule.client_final(ctx, state, cs)
-            results.append((update, state["buffers"], loss_sum[i] / plan.tau, new_state, uploads,
-                            steps[i, : plan.tau] if record is not None else None))
-        return results
+        return client_results(rule, ctx, finished, cstates, plans, loss_sum, steps)
 
     @staticmethod
     def _finish_alone(rule, model, ctx, stacked, plans, t, x, y, loss_sum, steps):
@@ -269,6 +265,29 @@ class VmapExecutor:
         if self.cache_fraction and x.device.type == "cpu" and stacked_chain:
             size = min(size, cache_chunk(per_client, self.cache_fraction))
         return size
+
+
+def initial_states(rule: LocalRule, ctx: ClientContext, client_states: list[State | None]) -> State:
+    """A chunk's initial client states, stacked along a client axis. Clients without a state of their own (all of
+    FedAvg's, SCAFFOLD's in their first round) start alike, since a rule's ``client_init`` is a function of the
+    context and the client's state: one init, stacked as every row, where the clients' own would make every state
+    first (at 1000 clients a third of a softmax round)."""
+    if any(cs is not None for cs in client_states):
+        return tree.stack([rule.client_init(ctx, cs) for cs in client_states])
+    return tree.stack([rule.client_init(ctx, None)] * len(client_states))
+
+
+def client_results(rule: LocalRule, ctx: ClientContext, stacked: State, client_states: list[State | None],
+                   plans: list[ClientPlan], loss_sum: torch.Tensor, steps: torch.Tensor | None = None) -> list[tuple]:
+    """Each client's result from its row of the final ``stacked`` states (the rule's ``client_final``), its mean
+    minibatch loss (``loss_sum`` over its steps) and its recorded steps, as the loop executor gives them."""
+    mean_loss = loss_sum / torch.tensor([p.tau for p in plans], dtype=loss_sum.dtype, device=loss_sum.device)
+    results = []
+    for i, (state, cs, plan) in enumerate(zip(tree.unstack(stacked, len(plans)), client_states, plans)):
+        update, new_state, uploads = rule.client_final(ctx, state, cs)
+        results.append((update, state["buffers"], mean_loss[i], new_state, uploads,
+                        steps[i, : plan.tau] if steps is not None else None))
+    return results
 
 
 def cache_chunk(per_client: int, fraction: float) -> int:
