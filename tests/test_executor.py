@@ -756,3 +756,56 @@ def test_only_batches_large_enough_to_gain_enter_channels_last(monkeypatch):
     for n in (functional.CHANNELS_LAST_MIN_BATCH - 1, functional.CHANNELS_LAST_MIN_BATCH):
         model.forward(w, buffers, torch.randn(n, 1, 8, 8))
     assert laid_out == [functional.CHANNELS_LAST_MIN_BATCH]
+
+
+@pytest.mark.parametrize("family", ["fedavg", "fednova", "scaffold", "feddyn", "mimesvrg", "fsvrg"])
+def test_a_chunks_clients_finish_in_one_stacked_call_as_each_by_itself(cfg_factory, family):
+    """``stacked_final``: the updates, new client states and uploads of every client's own ``client_final`` on its
+    row, bit for bit, whether no client, every client or some (the per-client way) bring a state of their own
+    (after a round: SCAFFOLD's c_i, FedDyn's g_i, MimeSVRG's h, FSVRG's statics)."""
+    from fedrun.algorithms.base import ClientContext
+    from fedrun.engine import tree
+    from fedrun.engine.executor import stacked_final
+
+    overrides = ["data=digits", "model=logreg", "fl.num_clients=6", "fl.clients_per_round=6",
+                 *EVERY_FAMILY.get(family, [f"algo={family}"])]
+    sim = Simulation(cfg_factory(*overrides))
+    sim.run_round(1)
+    rule = sim.algo.local
+    ctx = ClientContext(2, sim.state.params, sim.state.buffers, 0.1, 0.0, 0.0,
+                        extras=rule.broadcast(sim.state.local))
+    own = [sim.state.clients.get(c) for c in range(3)]
+    cohorts = [[None] * 3, own, [own[0], None, own[2]]] if own[0] is not None else [[None] * 3]
+    for client_states in cohorts:
+        if any(cs is None for cs in client_states) and rule.needs_feature_counts:
+            continue  # FSVRG's clients always bring their statics
+        torch.manual_seed(0)
+        states = [rule.client_init(ctx, cs) for cs in client_states]
+        for s in states:  # as if trained: each row its own weights
+            s["w"] = s["w"] + torch.randn_like(s["w"])
+        want = [rule.client_final(ctx, s, cs) for s, cs in zip(states, client_states)]
+        updates, new_states, uploads = stacked_final(rule, ctx, tree.stack(states), client_states)
+        assert torch.equal(updates, torch.stack([u for u, _, _ in want]))
+        assert_close_tree(new_states, [n for _, n, _ in want], exact=True)
+        assert_close_tree(uploads, {n: torch.stack([u[n] for _, _, u in want]) for n in want[0][2]}, exact=True)
+
+
+def test_chunks_results_come_back_in_cohort_order():
+    """``in_cohort_order``: chunks run in another order (by minibatch width, then longest first) give each client's
+    rows, lists and uploads at its place in the cohort."""
+    from fedrun.engine.executor import CohortResult, in_cohort_order
+
+    def part(ids):
+        t = torch.tensor(ids, dtype=torch.float64)
+        return CohortResult(t[:, None].repeat(1, 3), [{"id": i} for i in ids], t * 10, [f"s{i}" for i in ids],
+                            {"a": t + 0.5}, [t[j : j + 1] for j in range(len(ids))])
+
+    ran = [3, 0, 4, 1, 2]
+    whole = in_cohort_order([part(ran[:2]), part(ran[2:])], ran)
+    assert torch.equal(whole.updates, torch.arange(5.0, dtype=torch.float64)[:, None].repeat(1, 3))
+    assert [b["id"] for b in whole.buffers] == list(range(5))
+    assert torch.equal(whole.mean_loss, torch.arange(5.0, dtype=torch.float64) * 10)
+    assert whole.client_states == [f"s{i}" for i in range(5)]
+    assert torch.equal(whole.uploads["a"], torch.arange(5.0, dtype=torch.float64) + 0.5)
+    assert [float(s) for s in whole.steps] == list(range(5))
+    assert in_cohort_order([part([0, 1, 2])], [0, 1, 2]).updates[2, 0] == 2
