@@ -1,0 +1,133 @@
+"""Where a LeNet-5 cohort step's time goes on a CPU (issue #27): the default experiment's cohort network by operator.
+
+    python scripts/cohort_step_profile.py [--clients 1,10] [--steps 30] [--out results/bench/cohort-step-cpu.md]
+
+For each cohort size K it builds the default experiment's model (``make run``: LeNet-5 on MNIST-shaped images,
+B = 64) as a run does, times the vmap executor's step (K = 1: the plain step a lone client takes at a cohort's
+tail; more: the cohort network, fedrun/cohort_network.py) by the wall clock, then runs the same steps under
+``torch.profiler`` and sums each operator's own CPU time (its children left out) per step. A convolution's
+rows carry its GFLOP/s (forward, or what its backward computes: the input gradient, the weight gradient or both),
+the FLOPs from its shapes. The profiler's own overhead makes the operators' sum exceed the step's wall time; the
+shares are of that sum. Random images and labels; the weights as the run initialises them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from startup_bench import git_commit
+
+B = 64
+SHAPE = (1, 28, 28)
+
+
+def conv_flops(out: list[int], weight: list[int], parts: int) -> int:
+    """FLOPs of one convolution call: 2 x its output's size x one output's multiply-adds, times the parts computed
+    (a forward: 1; a backward: the input gradient and the weight gradient, 1 each)."""
+    return 2 * math.prod(out) * math.prod(weight[1:]) * parts
+
+
+def profile(k: int, steps: int) -> tuple[float, list[tuple[str, str, float, float | None]]]:
+    """Wall ms per step, then (operator, first input's shape, ms per step, GFLOP/s or None) by time."""
+    import torch
+    from torch.profiler import profile as torch_profile
+
+    from fedrun.algorithms.base import ClientContext
+    from fedrun.algorithms.schema import make
+    from fedrun.compose import compose_config
+    from fedrun.engine import tree
+    from fedrun.engine.host_memory import keep_freed_memory
+    from fedrun.engine.simulation import Simulation
+
+    keep_freed_memory()
+    sim = Simulation(compose_config(["progress=false", "logger=none"]))
+    model, rule = sim.model, make("local", "sgd")
+    ctx = ClientContext(1, sim.state.params, sim.state.buffers, lr=0.01)
+    torch.manual_seed(0)
+    x, y = torch.randn(k, B, *SHAPE), torch.randint(0, 10, (k, B))
+    if k == 1:
+        state = rule.client_init(ctx, None)
+
+        def step():
+            rule.client_step(model, ctx, state, x[0], y[0])
+    else:
+        state = tree.stack([rule.client_init(ctx, None)] * k)
+
+        def step():
+            rule.client_step(model, ctx, state, x, y)
+
+    for _ in range(5):
+        step()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        best = min(best, (time.perf_counter() - t) / steps)
+    with torch_profile(record_shapes=True) as prof:
+        for _ in range(steps):
+            step()
+    rows = defaultdict(lambda: [0.0, None])
+    forward_out = {}  # a convolution's output shape, from its backward's grad_output (same weight shape)
+    events = prof.key_averages(group_by_input_shape=True)
+    for e in events:
+        if e.key == "aten::convolution_backward":
+            forward_out[tuple(e.input_shapes[2])] = e.input_shapes[0]
+    for e in events:
+        if e.self_cpu_time_total <= 0:
+            continue
+        shapes = e.input_shapes
+        first = "x".join(map(str, shapes[0])) if shapes and shapes[0] else ""
+        row = rows[(e.key, first)]
+        row[0] += e.self_cpu_time_total / 1e3 / steps
+        if e.key == "aten::mkldnn_convolution" and tuple(shapes[1]) in forward_out:
+            row[1] = (row[1] or 0) + conv_flops(forward_out[tuple(shapes[1])], shapes[1], 1) * e.count / steps
+        elif e.key == "aten::convolution_backward":  # the first layer's input (the images) needs no gradient
+            parts = 1 if shapes[1][1] == SHAPE[0] * k else 2
+            row[1] = (row[1] or 0) + conv_flops(shapes[0], shapes[2], parts) * e.count / steps
+    table = sorted(((name, shape, ms, None if fl is None else (fl / (ms / 1e3) / 1e9 if ms else None))
+                    for (name, shape), (ms, fl) in rows.items()), key=lambda r: -r[2])
+    return best * 1e3, table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", default="1,10", help="cohort sizes, comma-separated")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--top", type=int, default=14, help="operators listed per cohort size")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    import torch
+
+    lines = ["# Where a LeNet-5 cohort step's time goes (issue #27)", "",
+             f"Made by `python scripts/cohort_step_profile.py --clients {args.clients} --steps {args.steps}"
+             f"{f' --out {args.out}' if args.out else ''}` at commit {git_commit(Path('.'))} on "
+             f"{time.strftime('%Y-%m-%d', time.gmtime())}, {platform.processor() or platform.machine()}, "
+             f"{torch.get_num_threads()} threads: the default experiment's model (LeNet-5, MNIST-shaped random "
+             f"images, B = {B}), one local SGD step of K clients as the vmap executor takes it (K = 1: a lone "
+             "client's plain step, a cohort's tail; K > 1: the cohort network). Operators' own CPU time under "
+             "torch.profiler, per step; GFLOP/s for convolutions (a backward's: the gradients it computes).", ""]
+    for k in (int(c) for c in args.clients.split(",")):
+        wall, table = profile(k, args.steps)
+        total = sum(r[2] for r in table)
+        lines += [f"## K = {k}: {wall:.2f} ms per step by the wall clock ({wall / k:.2f} per client), "
+                  f"{total:.2f} ms of operators under the profiler", "",
+                  "| operator | first input | ms per step | share | GFLOP/s |", "|---|---|---|---|---|"]
+        for name, shape, ms, gflops in table[: args.top]:
+            lines.append(f"| {name} | {shape} | {ms:.3f} | {ms / total:.0%} | "
+                         f"{'' if gflops is None else f'{gflops:.0f}'} |")
+        rest = sum(r[2] for r in table[args.top :])
+        lines += [f"| {len(table) - args.top} others | | {rest:.3f} | {rest / total:.0%} | |", ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
