@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -104,13 +103,15 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
+    from fedrun.bench import device_name
+
     lines = ["# Where a LeNet-5 cohort step's time goes (issue #27)", "",
              f"Made by `python scripts/cohort_step_profile.py --clients {args.clients} --steps {args.steps}"
              f"{f' --out {args.out}' if args.out else ''}` at commit {git_commit(Path('.'))} on "
-             f"{time.strftime('%Y-%m-%d', time.gmtime())}, {platform.processor() or platform.machine()}, "
-             f"{torch.get_num_threads()} threads: the default experiment's model (LeNet-5, MNIST-shaped random "
-             f"images, B = {B}), one local SGD step of K clients as the vmap executor takes it (K = 1: a lone "
-             "client's plain step, a cohort's tail; K > 1: the cohort network). Operators' own CPU time under "
+             f"{time.strftime('%Y-%m-%d', time.gmtime())} on {device_name(torch.device('cpu'))}: the default "
+             f"experiment's model (LeNet-5, MNIST-shaped random images and labels from seed 0, B = {B}), one local "
+             "SGD step of K clients as the vmap executor takes it (K = 1: a lone client's plain step, a cohort's "
+             "tail; K > 1: the cohort network). Operators' own CPU time under "
              "torch.profiler, per step; GFLOP/s for convolutions (a backward's: the gradients it computes).", ""]
     for k in (int(c) for c in args.clients.split(",")):
         wall, table = profile(k, args.steps)
