@@ -31,19 +31,17 @@ def conv_flops(out: list[int], weight: list[int], parts: int) -> int:
     return 2 * math.prod(out) * math.prod(weight[1:]) * parts
 
 
-def profile(k: int, steps: int) -> tuple[float, list[tuple[str, str, float, float | None]]]:
-    """Wall ms per step, then (operator, first input's shape, ms per step, GFLOP/s or None) by time."""
+def lenet5_step(k: int):
+    """One local SGD step of K clients of the default experiment's model, as the vmap executor takes it (K = 1: a
+    lone client's plain step), on random images and labels from seed 0: a function of no arguments."""
     import torch
-    from torch.profiler import profile as torch_profile
 
     from fedrun.algorithms.base import ClientContext
     from fedrun.algorithms.schema import make
     from fedrun.compose import compose_config
     from fedrun.engine import tree
-    from fedrun.engine.host_memory import keep_freed_memory
     from fedrun.engine.simulation import Simulation
 
-    keep_freed_memory()
     sim = Simulation(compose_config(["progress=false", "logger=none"]))
     model, rule = sim.model, make("local", "sgd")
     ctx = ClientContext(1, sim.state.params, sim.state.buffers, lr=0.01)
@@ -51,15 +49,20 @@ def profile(k: int, steps: int) -> tuple[float, list[tuple[str, str, float, floa
     x, y = torch.randn(k, B, *SHAPE), torch.randint(0, 10, (k, B))
     if k == 1:
         state = rule.client_init(ctx, None)
+        return lambda: rule.client_step(model, ctx, state, x[0], y[0])
+    state = tree.stack([rule.client_init(ctx, None)] * k)
+    return lambda: rule.client_step(model, ctx, state, x, y)
 
-        def step():
-            rule.client_step(model, ctx, state, x[0], y[0])
-    else:
-        state = tree.stack([rule.client_init(ctx, None)] * k)
 
-        def step():
-            rule.client_step(model, ctx, state, x, y)
+def profile(k: int, steps: int) -> tuple[float, list[tuple[str, str, float, float | None]]]:
+    """Wall ms per step, then (operator, first input's shape, ms per step, a convolution's FLOPs per step or None)
+    by time."""
+    from torch.profiler import profile as torch_profile
 
+    from fedrun.engine.host_memory import keep_freed_memory
+
+    keep_freed_memory()
+    step = lenet5_step(k)
     for _ in range(5):
         step()
     best = float("inf")
@@ -89,9 +92,8 @@ def profile(k: int, steps: int) -> tuple[float, list[tuple[str, str, float, floa
         elif e.key == "aten::convolution_backward":  # the first layer's input (the images) needs no gradient
             parts = 1 if shapes[1][1] == SHAPE[0] * k else 2
             row[1] = (row[1] or 0) + conv_flops(shapes[0], shapes[2], parts) * e.count / steps
-    table = sorted(((name, shape, ms, None if fl is None else (fl / (ms / 1e3) / 1e9 if ms else None))
-                    for (name, shape), (ms, fl) in rows.items()), key=lambda r: -r[2])
-    return best * 1e3, table
+    return best * 1e3, sorted(((name, shape, ms, fl) for (name, shape), (ms, fl) in rows.items()),
+                              key=lambda r: -r[2])
 
 
 def main() -> None:
@@ -119,9 +121,9 @@ def main() -> None:
         lines += [f"## K = {k}: {wall:.2f} ms per step by the wall clock ({wall / k:.2f} per client), "
                   f"{total:.2f} ms of operators under the profiler", "",
                   "| operator | first input | ms per step | share | GFLOP/s |", "|---|---|---|---|---|"]
-        for name, shape, ms, gflops in table[: args.top]:
+        for name, shape, ms, flops in table[: args.top]:
             lines.append(f"| {name} | {shape} | {ms:.3f} | {ms / total:.0%} | "
-                         f"{'' if gflops is None else f'{gflops:.0f}'} |")
+                         f"{'' if flops is None else f'{flops / ms / 1e6:.0f}'} |")
         rest = sum(r[2] for r in table[args.top :])
         lines += [f"| {len(table) - args.top} others | | {rest:.3f} | {rest / total:.0%} | |", ""]
     text = "\n".join(lines)
