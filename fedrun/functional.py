@@ -18,7 +18,7 @@ from torch._C._functorch import maybe_current_level
 from torch.nn.modules.utils import _pair
 from torch.func import functional_call, grad_and_value
 
-from .cohort_network import cohort_layers, stacked_loss_and_grad
+from .cohort_network import cohort_layers, stacked_linear, stacked_loss_and_grad
 from .models import Objective
 
 
@@ -333,7 +333,7 @@ class FunctionalModel:
                     fused = isinstance(after, nn.ReLU)
                     h = dense_product(h, w, b, onednn, relu=fused)
                 else:
-                    h = h @ w.transpose(-1, -2) if b is None else torch.baddbmm(b.unsqueeze(-2), h, w.transpose(-1, -2))
+                    h = stacked_linear(h, w, b)
             elif isinstance(layer, nn.ReLU):
                 h, fused = h if fused else h.clamp_min(0), False  # a ReLU fused into the product: done
                 saved.append((layer, h))

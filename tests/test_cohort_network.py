@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from fedrun.cohort_network import cohort_layers, side_by_side
+from fedrun.cohort_network import cohort_layers, side_by_side, stacked_linear
 from fedrun.functional import FunctionalModel
 from fedrun.models import CROSS_ENTROPY, IGNORE, Flatten, build_model
 
@@ -111,3 +111,18 @@ def test_the_cohorts_backward_does_not_import_torchs_symbolic_shapes():
             "assert g.shape == w.shape and bool(g.abs().sum() > 0); "
             "assert 'torch.fx.experimental.symbolic_shapes' not in sys.modules, 'imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+@pytest.mark.parametrize("outputs", [1, 3])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_stacked_linear_layer_gives_each_clients_own_product(outputs, bias):
+    """``stacked_linear``: row b of client k is x_kb W_k^T + b_k, to float64 rounding, for a one-output layer
+    (computed as the row W_k x_k^T) as for a wider one; shaped (K, B, out)."""
+    torch.manual_seed(0)
+    h = torch.randn(4, 7, 5, dtype=torch.float64)
+    weight = torch.randn(4, outputs, 5, dtype=torch.float64)
+    b = torch.randn(4, outputs, dtype=torch.float64) if bias else None
+    want = torch.stack([h[k] @ weight[k].T + (b[k] if bias else 0) for k in range(4)])
+    got = stacked_linear(h, weight, b)
+    assert got.shape == (4, 7, outputs)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
