@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from startup_bench import git_commit
+from step_costs import best_us
 
 B = 64
 SHAPE = (1, 28, 28)
@@ -63,14 +64,7 @@ def profile(k: int, steps: int) -> tuple[float, list[tuple[str, str, float, floa
 
     keep_freed_memory()
     step = lenet5_step(k)
-    for _ in range(5):
-        step()
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(steps):
-            step()
-        best = min(best, (time.perf_counter() - t) / steps)
+    wall_ms = best_us(step, steps, repeats=3) / 1e3
     with torch_profile(record_shapes=True) as prof:
         for _ in range(steps):
             step()
@@ -92,7 +86,7 @@ def profile(k: int, steps: int) -> tuple[float, list[tuple[str, str, float, floa
         elif e.key == "aten::convolution_backward":  # the first layer's input (the images) needs no gradient
             parts = 1 if shapes[1][1] == SHAPE[0] * k else 2
             row[1] = (row[1] or 0) + conv_flops(shapes[0], shapes[2], parts) * e.count / steps
-    return best * 1e3, sorted(((name, shape, ms, fl) for (name, shape), (ms, fl) in rows.items()),
+    return wall_ms, sorted(((name, shape, ms, fl) for (name, shape), (ms, fl) in rows.items()),
                               key=lambda r: -r[2])
 
 

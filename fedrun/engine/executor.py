@@ -61,9 +61,13 @@ class CohortResult:
 def _result(outputs: list[tuple]) -> CohortResult:
     """Stack per-client (update, buffers, mean loss, client state, uploads, steps) tuples, in cohort order."""
     updates, buffers, losses, states, uploads, steps = zip(*outputs)
-    stacked = {k: torch.stack([u[k] for u in uploads]) for k in uploads[0]}
-    return CohortResult(torch.stack(updates), list(buffers), torch.stack(losses), list(states), stacked,
+    return CohortResult(torch.stack(updates), list(buffers), torch.stack(losses), list(states), stack_uploads(uploads),
                         list(steps) if steps[0] is not None else None)
+
+
+def stack_uploads(uploads) -> dict[str, torch.Tensor]:
+    """Each client's uploads (a dict of tensors each), stacked name by name along a client axis."""
+    return {name: torch.stack([u[name] for u in uploads]) for name in uploads[0]}
 
 
 class LoopExecutor:
@@ -310,7 +314,7 @@ def stacked_final(rule: LocalRule, ctx: ClientContext, stacked: State, client_st
         return updates, [None] * k if kept_none[0] else tree.unstack(new_states, k), uploads
     updates, new_states, uploads = zip(*(rule.client_final(ctx, state, cs)
                                          for state, cs in zip(tree.unstack(stacked, k), client_states)))
-    return torch.stack(updates), list(new_states), {n: torch.stack([u[n] for u in uploads]) for n in uploads[0]}
+    return torch.stack(updates), list(new_states), stack_uploads(uploads)
 
 
 def in_cohort_order(parts: list[CohortResult], ran: list[int]) -> CohortResult:
