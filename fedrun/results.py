@@ -24,19 +24,22 @@ BASE_COLUMNS = ["round", "test_acc", "test_loss", "train_loss", "tau", "num_clie
 
 
 def git_commit() -> str | None:
-    """The commit of the fedrun source tree, with ``-dirty`` when it has uncommitted changes."""
+    """The commit of the fedrun source tree, with ``-dirty`` when it has uncommitted changes. A tree copied without
+    its git folder (to a cluster's or a GPU machine's disk) has none to read: there ``$FEDRUN_COMMIT``, the commit
+    its sender names, else None."""
     src = Path(__file__).resolve().parent.parent
+    named = os.environ.get("FEDRUN_COMMIT") or None
     try:
         proc = subprocess.run(["git", "-C", str(src), "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
                               text=True, timeout=10)
         sha = proc.stdout.strip()
         if proc.returncode != 0 or not sha:
-            return None
+            return named
         dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return named
 
 
 def write_json(path: Path, obj) -> None:

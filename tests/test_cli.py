@@ -3,6 +3,7 @@
 import csv
 import json
 import logging
+import os
 import re
 
 import pytest
@@ -249,3 +250,25 @@ def test_same_metrics_runs_every_family_on_the_chosen_model_a_familys_own_last(t
     fsvrg = [overrides for _, overrides in calls if "algo=fsvrg" in overrides]
     assert fsvrg[0] == ["model=cnn3", "algo=fsvrg", "model=logreg"] and fsvrg[1][-1] == "hardware.onednn=false"
     assert "model=cnn3 <overrides>" in (tmp_path / "same.md").read_text()
+
+
+def test_a_source_tree_copied_without_git_records_the_commit_its_sender_names(tmp_path):
+    """A copy of fedrun without its git folder (a cluster's or a GPU machine's disk) cannot read its commit: there
+    runs and bench tables record ``$FEDRUN_COMMIT``, and nothing where it is unset; git's own answer wins where
+    there is one."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(REPO / "fedrun", tmp_path / "fedrun", ignore=shutil.ignore_patterns("__pycache__"))
+    ask = [sys.executable, "-c", "from fedrun.results import git_commit; print(git_commit())"]
+
+    def commit(where, named):
+        env = {k: v for k, v in os.environ.items() if k != "FEDRUN_COMMIT"} | {"PYTHONPATH": str(where)}
+        env |= {"FEDRUN_COMMIT": named} if named else {}
+        return subprocess.run(ask, cwd=where, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert commit(tmp_path, "abc1234") == "abc1234"
+    assert commit(tmp_path, None) == "None"
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert commit(REPO, "abc1234").startswith(head)
