@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from . import __version__
 from .algorithms.base import ClientContext
@@ -183,29 +184,44 @@ def flops_per_round(model, x, y, plans) -> int:
     return flops_per_step(model, x[first], y[first]) * sum(p.tau for p in plans)
 
 
-def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int, models: dict | None = None
-                ) -> tuple[dict, dict, dict]:
+LONG_ROUND_S = 10.0  # an executor whose first round takes this long is timed once more, not ``repeats`` times
+
+
+def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int, models: dict | None = None,
+                label: str = "") -> tuple[dict, dict, dict]:
     """Best seconds per executor, peak memory MB of one round under each, and the seconds of each one's first round
     (the warm-up). After the warm-up, the executors are timed in turn (interleaved, so drift on the machine hits all
     alike) until every one has been timed ``repeats`` times and, for short rounds, about two seconds in all (at most
-    20 times). ``models``: another form of the model for some executors (by name), e.g. another layout."""
+    20 times); but one whose warm-up took LONG_ROUND_S or more once (on a GPU, the sequential loop over a
+    1000-client cohort takes minutes a round, against which its spread is small). ``models``: another form of the
+    model for some executors (by name), e.g. another layout. A progress bar (``label``) on a terminal."""
     states = [None] * len(plans)
     models = models or {}
+    bar = tqdm(total=3 * len(executors), desc=label, unit="round", leave=False, disable=None)
 
     def once(name) -> float:
-        return seconds(lambda: executors[name].run(rule, models.get(name, model), ctx, plans, x, y, states), x.device)
+        took = seconds(lambda: executors[name].run(rule, models.get(name, model), ctx, plans, x, y, states), x.device)
+        bar.update()
+        return took
 
-    first = {name: once(name) for name in executors}  # warm-up (a compiled step compiles here)
-    repeats = max(repeats, min(20, int(2.0 / max(min(first.values()), 1e-3))))
-    best = {name: float("inf") for name in executors}
-    for _ in range(repeats):
-        for name in executors:
-            best[name] = min(best[name], once(name))
-    peak = {}
-    for name, ex in executors.items():
-        with PeakMemory(x.device) as mem:
-            ex.run(rule, models.get(name, model), ctx, plans, x, y, states)
-        peak[name] = mem.peak_mb
+    with bar:
+        first = {}
+        for name in executors:  # warm-up (a compiled step compiles here)
+            first[name] = once(name)
+        repeats = max(repeats, min(20, int(2.0 / max(min(first.values()), 1e-3))))
+        times = {name: 1 if first[name] >= LONG_ROUND_S else repeats for name in executors}
+        bar.total = sum(times.values()) + 2 * len(executors)
+        best = {name: float("inf") for name in executors}
+        for r in range(repeats):
+            for name in executors:
+                if r < times[name]:
+                    best[name] = min(best[name], once(name))
+        peak = {}
+        for name, ex in executors.items():
+            with PeakMemory(x.device) as mem:
+                ex.run(rule, models.get(name, model), ctx, plans, x, y, states)
+            bar.update()
+            peak[name] = mem.peak_mb
     return best, peak, first
 
 
@@ -227,7 +243,9 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     _, why = resolve_auto(model, device, x[first], y[first], len(plans), threads, rule)
     auto = make_executor(option("hardware", "auto"), model, device, x[first], y[first], len(plans), rule)  # as a run's
     auto_name = f"{auto.name} x{auto.threads}" if auto.name == "loop" and auto.threads > 1 else auto.name
-    executors = {"loop": LoopExecutor(), "threads": LoopExecutor(threads), "vmap": VmapExecutor(), "auto": auto}
+    executors = {"loop": LoopExecutor(), "vmap": VmapExecutor(), "auto": auto}
+    if threads > 1:  # else the loop in threads is the loop (a GPU's, one torch thread's): timed once, as the loop
+        executors["threads"] = LoopExecutor(threads)
     if compiled:
         executors["compiled"] = VmapExecutor(compile=True)
     blocks = block_length(make("local", "sgd"), model, w.batch)
@@ -244,7 +262,8 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     if model.cohort is not None:  # the vmap executor steps the cohort as one network here: also timed under vmap
         executors["func"] = VmapExecutor()
         models["func"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last)
-    seconds, memory, warmup = time_rounds(executors, rule, model, ctx, plans, x, y, repeats, models)
+    seconds, memory, warmup = time_rounds(executors, rule, model, ctx, plans, x, y, repeats, models, w.name)
+    seconds.setdefault("threads", seconds["loop"])
     forms = {"auto": model}  # and the evaluation of the workload's samples, chunked as fedrun's, also
     if "contiguous" in models:  # in the other layout
         forms["contiguous"] = models["contiguous"]
@@ -428,8 +447,10 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
     about = "\n".join(f"- {k}: {v}" for k, v in info.items())
     device = (list(records) + list(addons))[0]["device"]
     executors = (f"{head}{rows}\nloop = clients one after another; loop threads = the loop training that many "
-                 f"clients at once, one intra-op thread each (hardware.loop_threads); speedup = loop/vmap; auto/best "
-                 f"= auto's time over the fastest executor's; peak MB = "
+                 f"clients at once, one intra-op thread each (hardware.loop_threads; 1, as on a GPU: the "
+                 f"loop itself, timed once); speedup = loop/vmap; each executor's time: its best round after a "
+                 f"warm-up round (one round where the warm-up took {LONG_ROUND_S:.0f} s or more); auto/best = auto's "
+                 f"time over the fastest executor's; peak MB = "
                  f"the peak memory of a round under the auto executor, data included (process RSS on a CPU, allocator "
                  f"peak on a GPU); matmul peak = a 2048^3 (8192^3 on a GPU) matrix product timed in this run "
                  f"(convolution_peak_gflops below, on a CPU: the same product as a 1x1 convolution, oneDNN's kernel)."
@@ -461,31 +482,42 @@ def main(argv: list[str] | None = None) -> int:
     addon_workloads = [(quick(w) if args.quick else w, a) for w, a in ADDON_WORKLOADS if chosen(w)]
     peak = matmul_peak_gflops(device)
     conv_peak = convolution_peak_gflops(device) if device.type == "cpu" else None
-    records = []
+    info = machine() | ({"convolution_peak_gflops": round(conv_peak)} if conv_peak else {})
+    command = "python -m fedrun.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    records, addon_records = [], []
+
+    def write() -> None:
+        """The records so far, rewritten after every workload: a bench stopped part-way (a time limit on a lent
+        GPU) keeps the workloads it finished."""
+        if not args.out:
+            return
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps([r | {"machine": info, "command": command} for r in records + addon_records],
+                                  indent=2) + "\n")
+        done, total = len(records) + len(addon_records), len(workloads) + len(addon_workloads)
+        out.with_suffix(".md").write_text(markdown(records, info, command, addon_records)
+                                          + (f"\n(partial: {done} of {total} workloads so far)\n"
+                                             if done < total else ""))
+
     for w in workloads:
         rec = run_workload(w, device, args.repeats, peak, args.compiled)
         records.append(rec)
+        write()
         print(f"{rec['workload']:18s} clients={rec['clients']:5d} steps={rec['steps']:6d} loop={rec['loop_s']:.3f}s "
               f"vmap={rec['vmap_s']:.3f}s auto={rec['auto_s']:.3f}s ({rec['auto']}) speedup={rec['speedup']:.1f}x "
               f"threads={rec['threads_s']:.3f}s "
               f"auto/best={rec['auto_vs_best']:.2f} peak={rec['peak_mem_mb']:.0f}MB gflops={rec['gflops']:.2f}"
               + (f" compiled={rec['compiled_s']:.3f}s (first {rec['compiled_first_s']:.1f}s)" if args.compiled else ""),
               flush=True)
-    addon_records = []
     for w, addons in addon_workloads:
         rec = run_addons(w, addons, device, args.repeats)
         addon_records.append(rec)
+        write()
         print(f"{rec['workload']:26s} tau={rec['tau']} d={rec['parameters']} train={rec['train_s']:.3f}s "
               + " ".join(f"{a}={rec[a + '_s']:.4f}s ({100 * rec[a + '_share']:.2f}%)" for a in addons), flush=True)
-    info = machine() | ({"convolution_peak_gflops": round(conv_peak)} if conv_peak else {})
-    command = "python -m fedrun.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps([r | {"machine": info, "command": command} for r in records + addon_records],
-                                  indent=2) + "\n")
-        out.with_suffix(".md").write_text(markdown(records, info, command, addon_records))
-        print(f"wrote {out} and {out.with_suffix('.md')}")
+        print(f"wrote {args.out} and {Path(args.out).with_suffix('.md')}")
     return 0
 
 

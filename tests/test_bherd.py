@@ -228,6 +228,16 @@ def test_bherd_experiment_presets_run_two_rounds_from_the_cli(tmp_path):
         assert len(rows) == 2 and "herd_dist_mean" in rows[0], preset
 
 
+def test_the_fig5a_and_fig8_presets_sweep_the_papers_grids(tmp_path):
+    for fig, key, values in [("fig5a", "algo.selector.alpha", "0.1,0.3,0.5,0.7,1.0"),
+                             ("fig8a", "fl.local_epochs", "0.1,0.5,1.0,1.5,2.0"),
+                             ("fig8b", "fl.batch_size", "10,50,100,500,1000"),
+                             ("fig8c", "fl.num_clients", "1,5,10,15")]:
+        hydra = run_cli(f"experiment=bherd_{fig}", "--cfg", "hydra", cwd=tmp_path).stdout
+        assert f"{key}: {values}" in hydra and "partition: case1,case2" in hydra
+
+
+@pytest.mark.slow  # ten jobs; the grid's values are checked above, each job's settings by test_table's checks
 def test_fig5a_sweep_preset_runs_its_grid(tmp_path):
     sweep = tmp_path / "fig5a"
     run_cli("-m", "experiment=bherd_fig5a", "fl.rounds=1", "fl.batch_size=2000", "progress=false",
@@ -235,13 +245,19 @@ def test_fig5a_sweep_preset_runs_its_grid(tmp_path):
     configs = [OmegaConf.load(p) for p in sorted(sweep.glob("*/config.yaml"))]
     grid = {(c.partition.name, c.algo.selector.alpha) for c in configs}
     assert grid == {(case, a) for case in ("case1", "case2") for a in (0.1, 0.3, 0.5, 0.7, 1.0)}
-    for fig, key, values in [("fig8a", "fl.local_epochs", "0.1,0.5,1.0,1.5,2.0"), ("fig8b", "fl.batch_size",
-                             "10,50,100,500,1000"), ("fig8c", "fl.num_clients", "1,5,10,15")]:
-        hydra = run_cli(f"experiment=bherd_{fig}", "--cfg", "hydra", cwd=tmp_path).stdout
-        assert f"{key}: {values}" in hydra and "partition: case1,case2" in hydra
 
 
-def test_bherd_control_preset_runs_its_grid_and_case2_readings_compose(tmp_path, cfg_factory):
+def test_the_control_preset_sweeps_selectors_and_rates_and_case2_readings_compose(tmp_path, cfg_factory):
+    hydra = run_cli("experiment=bherd_control", "--cfg", "hydra", cwd=tmp_path).stdout
+    assert "algo/selector: all,herd,random" in hydra and "fl.lr: 2e-4,0.01,0.05" in hydra
+    control = cfg_factory("experiment=bherd_control").partition
+    assert (control.split, control.label_deal) == ("labels", "task")
+    task = cfg_factory("experiment=bherd_svm_mnist", "partition=case2_task").partition
+    assert (task.name, task.split, task.label_deal) == ("case2", "samples", "task")
+
+
+@pytest.mark.slow  # nine jobs; what they sweep and their partition are checked above
+def test_bherd_control_preset_runs_its_grid(tmp_path):
     sweep = tmp_path / "control"
     run_cli("-m", "experiment=bherd_control", "fl.rounds=2", "fl.batch_size=6000", "progress=false",
             f"hydra.sweep.dir={sweep}", cwd=tmp_path)
@@ -250,5 +266,3 @@ def test_bherd_control_preset_runs_its_grid_and_case2_readings_compose(tmp_path,
                                                                    for lr in (2e-4, 0.01, 0.05)}
     assert all((c.partition.split, c.partition.label_deal) == ("labels", "task") for c in configs)
     assert all(len(_rows(p.parent / "metrics.csv")) == 2 for p in sweep.glob("*/config.yaml"))
-    task = cfg_factory("experiment=bherd_svm_mnist", "partition=case2_task").partition
-    assert (task.name, task.split, task.label_deal) == ("case2", "samples", "task")

@@ -295,6 +295,70 @@ def test_bench_records_are_consistent(tmp_path):
         assert f"| {r['workload']} | {r['eval_samples']} | {r['eval_torch_s']:.4f} | {r['eval_s']:.4f} |" in text
 
 
+def test_the_bench_times_a_long_round_once_after_its_warm_up_and_the_short_ones_repeatedly(monkeypatch):
+    """On a GPU the sequential loop over a 1000-client cohort takes minutes a round: timed once after its warm-up,
+    while the other executors are timed as before, interleaved with it."""
+    import time
+
+    import fedrun.bench as bench
+
+    class Fake:
+        def __init__(self, sleep_s):
+            self.sleep_s, self.calls = sleep_s, 0
+
+        def run(self, *args):
+            self.calls += 1
+            time.sleep(self.sleep_s)
+
+    monkeypatch.setattr(bench, "LONG_ROUND_S", 0.03)
+    long, short = Fake(0.04), Fake(0.0)
+    x = torch.zeros(1)
+    best, peak, first = bench.time_rounds({"long": long, "short": short}, None, None, None, [None], x, x, 3)
+    assert long.calls == 3, "warm-up, one timed round, the memory's round"
+    assert short.calls == 22, "warm-up, 20 timed rounds (a short round's at most), the memory's round"
+    assert best["long"] >= 0.04 and first["long"] >= 0.04 and set(peak) == {"long", "short"}
+
+
+def test_with_one_loop_thread_the_bench_times_the_loop_once_for_both_columns(tmp_path, monkeypatch):
+    import json
+
+    import fedrun.bench as bench
+
+    timed = []
+    time_rounds = bench.time_rounds
+    monkeypatch.setattr(bench, "time_rounds", lambda executors, *a, **k: timed.append(set(executors))
+                        or time_rounds(executors, *a, **k))
+    monkeypatch.setattr(bench, "loop_threads", lambda *a: 1)  # as on a GPU
+    assert bench.main(["--quick", "--only", "softmax576_400", "--repeats", "1", "--device", "cpu", "--out",
+                       str(tmp_path / "b.json")]) == 0
+    (r,) = json.loads((tmp_path / "b.json").read_text())
+    assert timed == [{"loop", "vmap", "auto", "stepwise"}]
+    assert r["loop_threads"] == 1 and r["threads_s"] == r["loop_s"]
+
+
+def test_a_bench_stopped_part_way_keeps_the_workloads_it_finished(tmp_path, monkeypatch):
+    """A lent GPU's time limit can end a bench before its last workload: what it finished is on disk, marked
+    partial."""
+    import json
+
+    import fedrun.bench as bench
+
+    run_workload = bench.run_workload
+
+    def stop_at_the_svm(w, *args):
+        if w.name == "svm_mnist_5":
+            raise KeyboardInterrupt
+        return run_workload(w, *args)
+
+    monkeypatch.setattr(bench, "run_workload", stop_at_the_svm)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--quick", "--only", "softmax576_400,svm_mnist_5", "--repeats", "1", "--device", "cpu", "--out",
+                    str(tmp_path / "b.json")])
+    assert [r["workload"] for r in json.loads((tmp_path / "b.json").read_text())] == ["softmax576_400"]
+    text = (tmp_path / "b.md").read_text()
+    assert "| softmax576_400 |" in text and "(partial: 1 of 2 workloads so far)" in text
+
+
 def test_the_bench_times_a_dense_cohort_whole_beside_its_cache_sized_chunks(tmp_path, monkeypatch):
     import json
 

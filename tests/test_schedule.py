@@ -172,6 +172,18 @@ def test_gift_presets_run_a_few_rounds_from_the_cli(tmp_path, cfg_factory):
         cfg = cfg_factory(f"experiment={preset}")
         assert (cfg.algo.schedule.name, cfg.participation.name, cfg.partition.client_fraction) == ("gift", "earliest",
                                                                                                   0.01)
+    for preset in ("gift_fig6_lenet5_mnist", "gift_fig7_lenet5_mnist"):
+        cfg = cfg_factory(f"experiment={preset}")
+        assert (cfg.fl.num_clients, cfg.fl.clients_per_round) == (50, 50)  # Figs. 6-7: all 50 clients every round
+    fig6 = cfg_factory("experiment=gift_fig6_lenet5_cifar10")
+    assert fig6.timing.budget_s == 7200 and fig6.participation.name == "uniform"
+    assert cfg_factory("experiment=gift_fig7_lenet5_cifar10").algo.schedule.relax is True
+
+
+@pytest.mark.slow  # two 50-client LeNet-5 runs; their settings are checked above
+def test_the_gift_fig6_and_fig7_presets_run_two_rounds_from_the_cli(tmp_path):
+    from conftest import run_cli
+
     for preset, extra in (("gift_fig6_lenet5_mnist", ["algo/schedule=afl"]),
                           ("gift_fig7_lenet5_mnist", ["algo.schedule.tau0=2"])):
         run_dir = tmp_path / preset
@@ -180,9 +192,6 @@ def test_gift_presets_run_a_few_rounds_from_the_cli(tmp_path, cfg_factory):
         with open(run_dir / "metrics.csv") as f:
             rows = list(csv.DictReader(f))
         assert [int(r["num_clients"]) for r in rows] == [50, 50]  # Figs. 6-7: all 50 clients every round
-    fig6 = cfg_factory("experiment=gift_fig6_lenet5_cifar10")
-    assert fig6.timing.budget_s == 7200 and fig6.participation.name == "uniform"
-    assert cfg_factory("experiment=gift_fig7_lenet5_cifar10").algo.schedule.relax is True
 
 
 def direct_G(tau, beta, rho, delta, eta, phi, c, b, budget):

@@ -97,8 +97,9 @@ def _ran(capsys) -> int:
     return int(re.search(r"fedrun-table: (\d+) job\(s\) ran", capsys.readouterr().out).group(1))
 
 
-@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]],
-                         ids=["basic", "parallel"])
+@pytest.mark.parametrize("launcher", [[], pytest.param(["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"],
+                                                        marks=pytest.mark.slow)],
+                         ids=["basic", "parallel"])  # joblib's processes: also test_cli's sweep with a failed job
 def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tmp_path, monkeypatch, capsys,
                                                                             launcher):
     _write_paper(tmp_path / "papers")
