@@ -192,8 +192,8 @@ def time_rounds(executors: dict, rule, model, ctx, plans, x, y, repeats: int, mo
     """Best seconds per executor, peak memory MB of one round under each, and the seconds of each one's first round
     (the warm-up). After the warm-up, the executors are timed in turn (interleaved, so drift on the machine hits all
     alike) until every one has been timed ``repeats`` times and, for short rounds, about two seconds in all (at most
-    20 times); but one whose warm-up took LONG_ROUND_S or more once (on a GPU, the sequential loop over a
-    1000-client cohort takes minutes a round, against which its spread is small). ``models``: another form of the
+    20 times); but one whose warm-up took LONG_ROUND_S or more is timed once after it (on a GPU the sequential loop
+    over a 1000-client cohort takes minutes a round, against which its spread is small). ``models``: another form of the
     model for some executors (by name), e.g. another layout. A progress bar (``label``) on a terminal."""
     states = [None] * len(plans)
     models = models or {}
