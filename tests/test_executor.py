@@ -286,6 +286,7 @@ def test_bench_records_are_consistent(tmp_path):
         assert r["auto"] == "vmap" and r["matmul_peak_gflops"] > 0
     softmax, svm = records  # single samples on a one-layer model run in blocks, timed step by step beside them
     assert softmax["blocks_speedup"] == pytest.approx(softmax["stepwise_s"] / softmax["vmap_s"])
+    assert softmax["blocks_s"] == softmax["vmap_s"]  # on a CPU the vmap executor runs the blocks
     assert softmax["block_steps"] == 16 and "stepwise_s" not in svm  # B = 100: matrix products already
     text = (tmp_path / "b.md").read_text()
     assert "| softmax576_400 |" in text and f"| softmax576_400 | 1 | 16 | {softmax['stepwise_s']:.3f} |" in text
@@ -582,6 +583,32 @@ def test_local_sgd_on_a_one_layer_model_in_blocks_of_steps_gives_the_loops_round
     sim = Simulation(cfg_factory("data=digits", "model=mlp"))
     assert blocked.block_length(sim.algo.local, sim.model, 1) == 0  # two layers: outputs not affine in the weights
     assert not Simulation(cfg_factory(*common, "hardware.executor=vmap", "hardware.blocks=false")).executor.blocks
+
+
+def test_local_sgd_runs_in_blocks_of_steps_on_a_cpu_only(cfg_factory, monkeypatch, tmp_path):
+    """hardware.blocks=true pays on a CPU; on a GPU a block's steps are as many launches of smaller kernels and step
+    by step was faster (results/bench/gpu.md): a GPU run's vmap executor steps one by one, and the bench's vmap
+    column is step by step there, with the blocks timed beside it (on a CPU: the other way round)."""
+    import json
+
+    from fedrun import bench
+    from fedrun.compose import option
+    from fedrun.engine.executor import make_executor
+
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.batch_size=1", "hardware.executor=vmap"))
+    assert sim.executor.blocks
+    x, y = sim.data.x_train[:1], sim.data.y_train[:1]
+    gpu = make_executor(option("hardware", "auto"), sim.model, torch.device("cuda"), x, y, 4, sim.algo.local)
+    assert gpu.name == "vmap" and not gpu.blocks
+    for where in ("cpu", "gpu"):  # the bench on a CPU, as it runs there and as it would run on a GPU
+        monkeypatch.setattr(bench, "blocks_pay", lambda blocks, device: blocks and where == "cpu")
+        out = tmp_path / f"{where}.json"
+        bench.main(["--quick", "--only", "softmax576_400", "--repeats", "1", "--device", "cpu", "--out", str(out)])
+        (r,) = json.loads(out.read_text())
+        assert r["vmap_s"] == r["blocks_s" if where == "cpu" else "stepwise_s"]
+        assert r["stepwise_s"] != r["blocks_s"] and r["blocks_speedup"] == r["stepwise_s"] / r["blocks_s"]
+        assert f"| softmax576_400 | 1 | 16 | {r['stepwise_s']:.3f} | {r['blocks_s']:.3f} |" in out.with_suffix(
+            ".md").read_text()
 
 
 @pytest.mark.parametrize("algo", ["fedavg", "scaffold"])
