@@ -34,3 +34,23 @@ def test_a_missing_run_is_refused_with_how_to_make_it(tmp_path, capsys):
     with pytest.raises(SystemExit):
         ratio.main([str(tmp_path / "nope.json"), str(tmp_path / "nope2.json")])
     assert "python -m fedrun.bench --out" in capsys.readouterr().err
+
+
+def test_add_on_times_are_joined_by_workload_and_add_on(tmp_path):
+    """Runs of the add-on workloads alone (make bench-addons): each add-on's time in both runs, base over this, with
+    both runs' training rounds beside them as a check of the machine's steadiness."""
+    ratio = load_script("bench_ratio")
+
+    def addons(path: Path, fedgh: float, commit: str) -> Path:
+        path.write_text(json.dumps([{"workload": "harmonize_k1000", "addons": ["fedgh", "dgt"], "train_s": 0.012,
+                                     "fedgh_s": fedgh, "dgt_s": 0.01, "command": "python -m fedrun.bench",
+                                     "machine": {"git_commit": commit}}]))
+        return path
+
+    out = tmp_path / "ratio.md"
+    ratio.main([str(addons(tmp_path / "b.json", 0.5, "1111111aaa")), str(addons(tmp_path / "t.json", 0.25,
+                                                                                "2222222bbb")), "--out", str(out)])
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| harmonize_k1000")]
+    assert rows == ["| harmonize_k1000 | fedgh | 0.5000 | 0.2500 | 2.00x | 0.012 | 0.012 |",
+                    "| harmonize_k1000 | dgt | 0.0100 | 0.0100 | 1.00x | 0.012 | 0.012 |"]
+    assert "auto s" not in out.read_text() and "commit 1111111" in out.read_text()

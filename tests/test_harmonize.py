@@ -166,3 +166,17 @@ def test_fedgh_leaf_presets_run_two_rounds_from_the_cli_on_leaf_fixtures(tmp_pat
         summary = json.loads((job / "summary.json").read_text())
         assert summary["status"] == "finished" and "final_local_acc" in summary, preset
         assert f"leaf_{task}" in (job / "config.yaml").read_text()
+
+
+def test_fedgh_partner_orders_are_each_clients_seeded_permutation_of_the_others():
+    """Row k: the others (every row but k) in the order of the permutation seeded per (seed, 0xF6, round, client)."""
+    from fedrun.algorithms.harmonize import partner_orders
+
+    clients = [7, 3, 11, 0, 5]
+    orders = partner_orders(2, 9, clients)
+    assert orders.shape == (5, 4)
+    for k, client in enumerate(clients):
+        others = [j for j in range(5) if j != k]
+        perm = np.random.default_rng([2, 0xF6, 9, client]).permutation(4)
+        assert orders[k].tolist() == [others[i] for i in perm]
+    assert partner_orders(2, 9, [4]).shape == (1, 0)
