@@ -34,10 +34,12 @@ test: data lint
 test-slow: data setup-ray
 	$(PY) -m pytest -q -m slow
 
-bench: setup
-	$(PY) -m fedrun.bench --out results/bench/$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
-
+# the executors' workloads (results/bench/<device>.*) and the add-ons' (addons-<device>.*), each run on its own
+WORKLOADS := softmax576_400,softmax576_1000,svm_mnist_5,lenet5_cifar_100,lenet5_mnist_10,cnn_fedgh_20,mlp_synthetic_100
 ADDONS := herd_svm_mnist,herd_cnn_cifar10,harmonize_cnn_k20,harmonize_perceptron_k1000,gift_lenet5_k40
+bench: setup
+	$(PY) -m fedrun.bench --only $(WORKLOADS) --out results/bench/$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
+
 bench-addons: setup
 	$(PY) -m fedrun.bench --only $(ADDONS) --repeats 2 --out results/bench/addons-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 

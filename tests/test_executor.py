@@ -900,3 +900,16 @@ def test_chunks_results_come_back_in_cohort_order():
     assert torch.equal(whole.uploads["a"], torch.arange(5.0, dtype=torch.float64) + 0.5)
     assert [float(s) for s in whole.steps] == list(range(5))
     assert in_cohort_order([part([0, 1, 2])], [0, 1, 2]).updates[2, 0] == 2
+
+
+def test_make_bench_and_make_bench_addons_run_every_workload_of_their_kind():
+    """The Makefile names the bench's workloads (so that `make bench` writes the executors' table and `make
+    bench-addons` the add-ons' table, as committed in results/bench/); a workload added to the bench is run by them."""
+    from pathlib import Path
+
+    from fedrun.bench import ADDON_WORKLOADS, WORKLOADS
+
+    lists = dict(line.split(" := ") for line in (Path(__file__).parents[1] / "Makefile").read_text().splitlines()
+                 if line.startswith(("WORKLOADS := ", "ADDONS := ")))
+    assert lists["WORKLOADS"].split(",") == [w.name for w in WORKLOADS]
+    assert lists["ADDONS"].split(",") == [w.name for w, _ in ADDON_WORKLOADS]
