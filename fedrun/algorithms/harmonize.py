@@ -18,11 +18,11 @@ def fedgh_coefficients(gram: torch.Tensor, orders) -> torch.Tensor:
     """FedGH Algorithm 1 (Zhang et al.; NOTES.md) on the Gram matrix of the original updates g~:
     for each k, for j != k in ``orders[k]``: if g_k . g~_j < 0 then g_k -= (g_k . g~_j / ||g~_j||^2) g~_j, where g_k
     is the progressively projected update and g~_j the unmodified copy. Writing g_k = sum_m A[k, m] g~_m,
-    g_k . g~_j = A[k] . G[:, j], so the sequential projections are exact and cost O(K) each. ``orders``: (K, K - 1)
-    row positions, row k the others in client k's order (an array or lists). Each k's sequence
+    g_k . g~_j = A[k] . G[:, j], so the sequential projections are exact and cost O(K) each. Each k's sequence
     reads only the unmodified copies, so the K sequences advance together: step t projects every g_k on its own
     t-th partner at once (K - 1 vectorised steps rather than K (K - 1) scalar ones). D = A G holds every
-    g_k . g~_j; a projection of g_k changes only row k of D, by a multiple of row j of G."""
+    g_k . g~_j; a projection of g_k changes only row k of D, by a multiple of row j of G. ``orders``: (K, K - 1)
+    row positions, row k the others in client k's order (an array, or lists)."""
     k_all = len(gram)
     coef = torch.eye(k_all, dtype=gram.dtype, device=gram.device)
     if k_all < 2:

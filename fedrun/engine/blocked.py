@@ -13,10 +13,10 @@ matrices per client instead of the (C, q) weights, and the weights are written o
 product. The result is the step-by-step result up to float rounding (tested against the loop in float64).
 
 It pays where the steps are small (minibatches of a few samples: the FedAvg-family baselines' single-sample passes
-over Zhao et al.'s HOG features), which are memory-bound step by step; the executor uses it there
-(:func:`block_length`). FSVRG's own step scales each coordinate (Lambda_i) and is not of this form. The state's
-``direction`` (the last step's, which only a recording executor reads, and a recording executor steps one by one) is
-not kept.
+over Zhao et al.'s HOG features), which are memory-bound step by step on a CPU; the executor uses it there
+(:func:`block_length`; on a GPU, where such steps are bound by kernel launches, it steps one by one). FSVRG's own
+step scales each coordinate (Lambda_i) and is not of this form. The state's ``direction`` (the last step's, which
+only a recording executor reads, and a recording executor steps one by one) is not kept.
 """
 
 from __future__ import annotations

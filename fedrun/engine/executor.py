@@ -10,7 +10,7 @@ When ``tail`` or fewer clients are left stepping (the longest clients of a cohor
 after another with the plain step: on a CPU vmap's per-call overhead exceeds what batching
 a few small clients saves, and a natural partition's largest client can step alone for hundreds of steps.
 
-Local SGD on a one-layer model with minibatches of a few samples runs a block of steps at a time instead
+On a CPU, local SGD on a one-layer model with minibatches of a few samples runs a block of steps at a time instead
 (``blocks``, fedrun/engine/blocked.py): the same steps, with each client's weights written once per block.
 
 ``compile=True`` hands the vmapped step to ``torch.compile``, which fuses its many small operations (on a CPU into
