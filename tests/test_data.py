@@ -193,6 +193,19 @@ def test_digits_split_is_fixed():
     assert a.fingerprint() == b.fingerprint()
 
 
+def test_a_datasets_fingerprint_is_the_sha256_of_its_tensors_bytes():
+    """Summaries written by earlier versions stay comparable: the hash of x_train, y_train, x_test, y_test's bytes in
+    that order, read in place (a column-major tensor as its row-major copy)."""
+    import hashlib
+
+    data = DATASETS["digits"].load(None, settings("digits"))
+    expected = hashlib.sha256(b"".join(t.numpy().tobytes() for t in (data.x_train, data.y_train, data.x_test,
+                                                                        data.y_test))).hexdigest()[:16]
+    assert data.fingerprint() == expected
+    data.x_train = data.x_train.transpose(2, 3).contiguous().transpose(2, 3)  # the same values, column-major
+    assert not data.x_train.is_contiguous() and data.fingerprint() == expected
+
+
 def test_digits_are_scikit_learns_load_digits():
     """Read from scikit-learn's file without importing it: the same images and labels as ``load_digits``, split
     by the loader's fixed permutation and standardised with the train split's moments."""

@@ -80,10 +80,11 @@ class FedDataset:
         return self
 
     def fingerprint(self) -> str:
-        """A short hash of the exact tensors a run trains and tests on."""
+        """A short hash of the exact tensors a run trains and tests on (their memory, read in place: MNIST's 220 MB of
+        float32 inputs are not copied to a bytes object first)."""
         h = hashlib.sha256()
         for t in (self.x_train, self.y_train, self.x_test, self.y_test):
-            h.update(t.detach().cpu().contiguous().numpy().tobytes())
+            h.update(t.detach().cpu().contiguous().numpy().data)
         return h.hexdigest()[:16]
 
 
