@@ -4,9 +4,11 @@
 
 PATH is a checkout of fedrun to compare with (e.g. ``git worktree add ../base <commit>``); both run on this
 interpreter and its packages, with PYTHONPATH pointing at the checkout, in interleaved pairs (baseline, this), so
-that the load of the machine falls on both alike. Four commands are timed whole, wall clock: ``import fedrun.cli``,
-``fedrun --help``, ``fedrun-data list``, and a one-round run on the bundled digits (``data=digits model=logreg
-fl.rounds=1 logger=none``), whose time is mostly start-up; with ``--default-run`` also the default experiment
+that the load of the machine falls on both alike. Five commands are timed whole, wall clock: ``import fedrun.cli``,
+``fedrun --help``, ``fedrun-data list``, a one-round run on the bundled digits (``data=digits model=logreg
+fl.rounds=1 logger=none``), whose time is mostly start-up, and one of the default experiment's rounds cut to a few
+steps (``fl.rounds=1 fl.local_epochs=0.02``: MNIST loaded, scaled and fingerprinted, and LeNet-5 evaluated on its
+10,000 test images; MNIST must be there: ``make data``); with ``--default-run`` also the default experiment
 (``make run``'s command: LeNet-5, 10 MNIST clients, 10 rounds). Writes the medians and their ratios to --out
 (Markdown) and prints them.
 """
@@ -29,6 +31,8 @@ COMMANDS = {
     "fedrun-data list": ["-m", "fedrun.data.cli", "list"],
     "one-round run (digits, logreg)": ["-m", "fedrun.cli", "data=digits", "model=logreg", "fl.rounds=1", "logger=none",
                                        "progress=false", "hardware.num_threads=1"],
+    "one-round run (MNIST, LeNet-5, a few steps)": ["-m", "fedrun.cli", "fl.rounds=1", "fl.local_epochs=0.02",
+                                                    "logger=none", "progress=false", "hardware.num_threads=1"],
 }
 DEFAULT_RUN = {"default experiment (make run)": ["-m", "fedrun.cli", "progress=false", "logger=none"]}
 
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python scripts/startup_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"# Process start-up (issue #27)\n\nMade by `{command}` on {time.strftime('%Y-%m-%d')}: baseline at "
             f"commit {git_commit(checkouts['baseline'])}, this at {git_commit(REPO)}; medians of {args.repeats} "
-            f"interleaved pairs, whole processes, wall clock, on {os.cpu_count()} cores; the one-round run on one "
+            f"interleaved pairs, whole processes, wall clock, on {os.cpu_count()} cores; the one-round runs on one "
             f"thread, the default experiment on torch's default (load average {os.getloadavg()[0]:.1f} at the end: "
             "other work shares the machine alike with both).\n\n"
             + "\n".join(rows) + "\n")
