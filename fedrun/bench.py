@@ -243,15 +243,15 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     _, why = resolve_auto(model, device, x[first], y[first], len(plans), threads, rule)
     auto = make_executor(option("hardware", "auto"), model, device, x[first], y[first], len(plans), rule)  # as a run's
     auto_name = f"{auto.name} x{auto.threads}" if auto.name == "loop" and auto.threads > 1 else auto.name
-    on_cpu = blocks_pay(True, device)  # where local SGD may run in blocks of steps (hardware.blocks)
-    executors = {"loop": LoopExecutor(), "vmap": VmapExecutor(blocks=on_cpu), "auto": auto}
+    in_blocks = blocks_pay(True, device)  # whether hardware.blocks (its default) runs local SGD in blocks here
+    executors = {"loop": LoopExecutor(), "vmap": VmapExecutor(blocks=in_blocks), "auto": auto}
     if threads > 1:  # else the loop in threads is the loop (a GPU's, one torch thread's): timed once, as the loop
         executors["threads"] = LoopExecutor(threads)
     if compiled:
         executors["compiled"] = VmapExecutor(compile=True)
     blocks = block_length(make("local", "sgd"), model, w.batch)
     if blocks:  # local SGD can run in blocks of steps here: timed both ways (vmap: as hardware.blocks runs it)
-        executors["stepwise" if on_cpu else "blocked"] = VmapExecutor(blocks=not on_cpu)
+        executors["stepwise" if in_blocks else "blocked"] = VmapExecutor(blocks=not in_blocks)
     models = {}
     if model.channels_last:  # image batches in channels-last strides here (hardware.layout): also timed in NCHW
         executors["contiguous"] = make_executor(option("hardware", "auto"), model, device, x[first], y[first],
@@ -265,6 +265,7 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
         models["func"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last)
     seconds, memory, warmup = time_rounds(executors, rule, model, ctx, plans, x, y, repeats, models, w.name)
     seconds.setdefault("threads", seconds["loop"])
+    seconds.setdefault("blocked" if in_blocks else "stepwise", seconds["vmap"])  # the vmap executor's way
     forms = {"auto": model}  # and the evaluation of the workload's samples, chunked as fedrun's, also
     if "contiguous" in models:  # in the other layout
         forms["contiguous"] = models["contiguous"]
@@ -285,10 +286,8 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
         "gflops": flops / seconds["auto"] / 1e9, "matmul_peak_gflops": peak, "device": device_name(device),
     } | ({"compiled_s": seconds["compiled"], "compiled_first_s": warmup["compiled"],
           "compiled_speedup": seconds["vmap"] / seconds["compiled"]} if compiled else {}) \
-      | ({"stepwise_s": seconds.get("stepwise", seconds["vmap"]), "blocks_s": seconds.get("blocked", seconds["vmap"]),
-          "block_steps": blocks,
-          "blocks_speedup": seconds.get("stepwise", seconds["vmap"]) / seconds.get("blocked", seconds["vmap"])}
-         if blocks else {}) \
+      | ({"stepwise_s": seconds["stepwise"], "blocks_s": seconds["blocked"], "block_steps": blocks,
+          "blocks_speedup": seconds["stepwise"] / seconds["blocked"]} if blocks else {}) \
       | ({"contiguous_s": seconds["contiguous"], "layout_speedup": seconds["contiguous"] / seconds["auto"],
           "eval_samples": len(y), "eval_s": evaluation["auto"], "eval_contiguous_s": evaluation["contiguous"],
           "eval_speedup": evaluation["contiguous"] / evaluation["auto"]} if "contiguous" in models else {}) \
