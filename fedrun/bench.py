@@ -42,6 +42,7 @@ from .engine.accounting import simulated_times
 from .engine import host_memory
 from .engine.blocked import block_length
 from .functional import FunctionalModel, prefers_channels_last
+from .fused_conv import enabled as kernel_built, fits as kernel_fits
 from .models import build_model
 from .results import git_commit
 
@@ -167,7 +168,7 @@ def setup(w: Workload, device: torch.device, seed: int = 0):
     torch.manual_seed(seed)
     module, objective = build_model(option("model", w.model), w.kind, w.shape, w.classes, w.name)
     model = FunctionalModel(module.to(device), objective, channels_last=prefers_channels_last(module, device),
-                            cohort_network=device.type == "cpu", onednn=True)
+                            cohort_network=device.type == "cpu", onednn=True, fused_conv=device.type == "cpu")
     n = w.clients * w.samples
     x = (torch.randint(0, 1000, (n, *w.shape)) if w.kind == "tokens" else torch.randn(n, *w.shape)).to(device)
     y = torch.randint(0, w.classes, (n,), device=device)
@@ -256,13 +257,18 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     if model.channels_last:  # image batches in channels-last strides here (hardware.layout): also timed in NCHW
         executors["contiguous"] = make_executor(option("hardware", "auto"), model, device, x[first], y[first],
                                                 len(plans), rule)
-        models["contiguous"] = FunctionalModel(model.module, model.objective, cohort_network=model.cohort is not None)
+        models["contiguous"] = FunctionalModel(model.module, model.objective, cohort_network=model.cohort is not None,
+                                               fused_conv=model.fused_conv)
     chunk, whole = executors["vmap"].chunk_for(rule, model, ctx, plans[0], x), VmapExecutor(cache_fraction=None)
     if chunk < min(len(plans), whole.chunk_for(rule, model, ctx, plans[0], x)):
         executors["whole"] = whole  # chunks sized by the cache here: also timed without
     if model.cohort is not None:  # the vmap executor steps the cohort as one network here: also timed under vmap
         executors["func"] = VmapExecutor()
         models["func"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last)
+    if model.fused_conv and kernel_fits(*model.cohort[:3], x[first][None]) and kernel_built():
+        executors["unfused"] = VmapExecutor()  # the first convolution runs as one kernel here: also timed without
+        models["unfused"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last,
+                                            cohort_network=True)
     seconds, memory, warmup = time_rounds(executors, rule, model, ctx, plans, x, y, repeats, models, w.name)
     seconds.setdefault("threads", seconds["loop"])
     seconds.setdefault("blocked" if in_blocks else "stepwise", seconds["vmap"])  # the vmap executor's way
@@ -295,6 +301,8 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
           "by_hand_eval_speedup": evaluation["torch"] / evaluation["auto"]} if "torch" in evaluation else {}) \
       | ({"func_s": seconds["func"], "network_speedup": seconds["func"] / seconds["vmap"]}
          if "func" in models else {}) \
+      | ({"unfused_s": seconds["unfused"], "fused_speedup": seconds["unfused"] / seconds["vmap"]}
+         if "unfused" in models else {}) \
       | ({"whole_s": seconds["whole"], "cache_chunk": chunk, "chunk_speedup": seconds["whole"] / seconds["vmap"]}
          if "whole" in executors else {})
 
@@ -418,6 +426,14 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
         "one network = the vmap executor as it steps a Sequential CNN's cohort on a CPU (hardware.cohort_network=true, "
         "the default: grouped convolutions in channels-last, fedrun/cohort_network.py); its time is the vmap column "
         "above; torch.func = hardware.cohort_network=false.")
+    compiled += side_table(
+        records, "unfused_s", ["workload", "minibatch", "vmap, layer by layer s", "vmap, fused first layer s",
+                               "speed-up"],
+        lambda r: [r["workload"], r["batch"], f"{r['unfused_s']:.3f}", f"{r['vmap_s']:.3f}",
+                   f"{r['fused_speedup']:.2f}x"],
+        "fused first layer = the cohort network with its first convolution, 2x2 max pooling and ReLU as one kernel "
+        "compiled for this CPU (hardware.fused_conv=true, the default: fedrun/fused_conv.py); its time is the vmap "
+        "column above; layer by layer = hardware.fused_conv=false (oneDNN's convolution, torch's pooling).")
     compiled += side_table(
         records, "whole_s", ["workload", "clients", "clients per chunk", "vmap, whole cohort s", "vmap, chunks s",
                              "speed-up"],

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import fused_conv
 from .models import Flatten, Objective, WindowConv2d, covers_input
 
 
@@ -65,17 +66,25 @@ def _supported_pool(m: nn.Module) -> bool:
 
 
 def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes: list[tuple[int, ...]],
-                          flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                          flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, fused: bool = False
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each client's minibatch loss and gradient: ``flat`` (K, d) the clients' parameters (in ``shapes``' order),
-    ``x`` (K, B, C, H, W) and ``y`` (K, B) their minibatches; returns (K,) losses and the (K, d) gradient."""
+    ``x`` (K, B, C, H, W) and ``y`` (K, B) their minibatches; returns (K,) losses and the (K, d) gradient. ``fused``:
+    a first convolution, max pooling and ReLU that the compiled kernel fits run as one (fedrun/fused_conv.py)."""
     k = x.shape[0]
     with torch.enable_grad():
         w = flat.detach().requires_grad_(True)
         params = iter(p.reshape(k, *s) for p, s in zip(w.split_with_sizes([math.prod(s) for s in shapes], -1), shapes))
-        h = side_by_side(x)
+        first = 0
+        if fused and len(layers) > 2 and fused_conv.fits(*layers[:3], x) and fused_conv.enabled():
+            weight = next(params)
+            bias = next(params) if layers[0].bias is not None else None
+            h, first = fused_conv.conv_pool_relu(x, weight, bias, layers[0].padding[0]), 3
+        else:
+            h = side_by_side(x)
         rows = False  # h is (K, B, F): past a whole-window convolution or the flattening layer
         later = None  # a convolution's bias, added after the max pooling that follows it
-        for layer, after in zip(layers, [*layers[1:], None]):
+        for layer, after in zip(layers[first:], [*layers[first + 1 :], None]):
             if isinstance(layer, nn.Conv2d):
                 weight = next(params)
                 bias = next(params) if layer.bias is not None else None

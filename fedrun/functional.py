@@ -19,6 +19,7 @@ from torch.nn.modules.utils import _pair
 from torch.func import functional_call, grad_and_value
 
 from .cohort_network import cohort_layers, stacked_linear, stacked_loss_and_grad
+from .fused_conv import enabled as kernel_built, fits as kernel_fits
 from .models import Objective
 
 
@@ -143,7 +144,7 @@ def prefers_channels_last(module: nn.Module, device: torch.device) -> bool:
 
 class FunctionalModel:
     def __init__(self, module: nn.Module, objective: Objective, by_hand: bool = True, channels_last: bool = False,
-                 cohort_network: bool = False, onednn: bool = False):
+                 cohort_network: bool = False, onednn: bool = False, fused_conv: bool = False):
         """``by_hand``: a dense chain (``dense_chain``) computes its gradient by hand, as backprop written out in a
         dozen tensor operations: the same gradient as autograd to float rounding, at a fraction of the
         per-step overhead of autograd's graph (and of vmap's over it), which dominates the small models of
@@ -155,7 +156,9 @@ class FunctionalModel:
         (``fedrun/cohort_network.py``: grouped convolutions in channels-last; for a CPU). ``onednn``: a dense
         chain's forward without a graph (evaluation) runs by hand, and the large products of a forward by
         hand without a graph (a dense chain's, a CNN's Linear layers) go through oneDNN (``dense_product``);
-        training steps keep torch's products, the same in every executor."""
+        training steps keep torch's products, the same in every executor. ``fused_conv`` (with ``cohort_network``):
+        a training step's first convolution, max pooling and ReLU run as one compiled kernel where it fits
+        (``fedrun/fused_conv.py``), a lone client's step too (as a cohort of one)."""
         self.module = module
         self.objective = objective
         self.by_hand = by_hand
@@ -165,6 +168,7 @@ class FunctionalModel:
         self.cohort = image_layers if cohort_network else None
         self.channels_last = channels_last
         self.onednn = onednn
+        self.fused_conv = fused_conv and self.cohort is not None
         named = list(module.named_parameters())
         self.names = [n for n, _ in named]
         self.shapes = [tuple(p.shape) for _, p in named]  # tuples: torch's view parses them faster than a Size
@@ -190,7 +194,7 @@ class FunctionalModel:
             if self._hook is not None:
                 self._hook = self._head.register_forward_pre_hook(self._keep_features)
         return FunctionalModel(module, self.objective, self.by_hand, self.channels_last,
-                               self.cohort is not None, self.onednn)
+                               self.cohort is not None, self.onednn, self.fused_conv)
 
     @property
     def stacks(self) -> bool:
@@ -284,7 +288,12 @@ class FunctionalModel:
         if self.chain is not None and feature_penalty is None:
             return self._loss_and_grad_by_hand(flat, x, y)
         if self.cohort is not None and flat.dim() == 2 and feature_penalty is None:
-            return stacked_loss_and_grad(self.cohort, self.objective, self.shapes, flat, x, y)
+            return stacked_loss_and_grad(self.cohort, self.objective, self.shapes, flat, x, y, self.fused_conv)
+        if (self.fused_conv and flat.dim() == 1 and feature_penalty is None and maybe_current_level() is None
+                and kernel_fits(*self.cohort[:3], x[None]) and kernel_built()):
+            loss, g = stacked_loss_and_grad(self.cohort, self.objective, self.shapes, flat[None], x[None], y[None],
+                                            fused=True)
+            return loss[0], g[0]
         if maybe_current_level() is not None:  # inside a torch.func transform (the vmap executor)
             g, loss = self.grad_and_loss(flat, buffers, x, y, feature_penalty)
             return loss, g

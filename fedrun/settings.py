@@ -167,6 +167,7 @@ class HardwareConfig(Section):
     gradient: str = MISSING
     onednn: bool = MISSING
     cohort_network: bool = MISSING
+    fused_conv: bool = MISSING
     blocks: bool = MISSING
     layout: str = MISSING
     dtype: str = MISSING

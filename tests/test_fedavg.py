@@ -58,13 +58,19 @@ def test_fedavg_round_on_tiny_linear_problem_equals_hand_computation(monkeypatch
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory, layout):
-    """Bit for bit plain PyTorch fed the same image layout (hardware.layout)."""
+@pytest.mark.parametrize("fused", [False, True])
+def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory, layout, fused):
+    """Bit for bit plain PyTorch fed the same image layout (hardware.layout), with the layers computed one by one
+    (hardware.fused_conv=false); with cnn3's first convolution, pooling and ReLU as one kernel (the default), to
+    float32 rounding."""
+    from fedrun import fused_conv
     from fedrun.functional import channels_last
 
+    if fused and not fused_conv.enabled():
+        pytest.skip("the fused kernel cannot be built here")
     cfg = cfg_factory("data=digits", "model=cnn3", "partition=iid", "fl.num_clients=1", "fl.clients_per_round=1",
                       "fl.local_epochs=1", "fl.batch_size=32", "fl.lr=0.1", "seed=7", "hardware=cpu",
-                      "hardware.executor=loop", f"hardware.layout={layout}")
+                      "hardware.executor=loop", f"hardware.layout={layout}", f"hardware.fused_conv={fused}")
     laid_out = channels_last if layout == "channels_last" else (lambda x: x)
     sim = Simulation(cfg)
     w0 = sim.state.params.clone()
@@ -82,8 +88,11 @@ def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory, layout)
         sim.model.objective.loss(module(laid_out(sim.data.x_train[batch])), sim.data.y_train[batch]).backward()
         opt.step()
     expected = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
-    # the client's local training is bit-for-bit torch.optim.SGD over the same batches ...
-    assert torch.equal(out.result.updates[0], expected - w0)
+    # the client's local training is bit-for-bit torch.optim.SGD over the same batches (to rounding, fused) ...
+    if fused:
+        torch.testing.assert_close(out.result.updates[0], expected - w0, rtol=1e-4, atol=1e-6)
+    else:
+        assert torch.equal(out.result.updates[0], expected - w0)
     # ... and the server's w + 1.0 * (w_1 - w) differs from w_1 only by float rounding
     torch.testing.assert_close(sim.state.params, expected, rtol=0, atol=1e-6)
 

@@ -1,0 +1,121 @@
+"""The compiled first-layer kernel (fedrun/fused_conv.py): the same values and gradients as the convolution, max
+pooling and ReLU one by one, in a cohort's step and a lone client's, where it applies, and a fallback without it."""
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+from torch import nn
+from torch.utils import cpp_extension
+
+from fedrun import fused_conv
+from fedrun.functional import FunctionalModel
+from fedrun.models import IGNORE, build_model
+
+pytestmark = pytest.mark.skipif(not fused_conv.enabled(), reason="the kernel cannot be built here (no g++ or ninja)")
+
+
+def layers_one_by_one(x, weight, bias, padding):
+    """The reference: each client's own convolution, 2x2 max pooling, bias and ReLU, in torch, as (K, B, O, P, Q)."""
+    out = [F.relu(F.max_pool2d(F.conv2d(x[k], weight[k], None if bias is None else bias[k], padding=padding), 2))
+           for k in range(len(x))]
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("clients,channels,height,width,size,padding,outputs,bias", [
+    (3, 1, 28, 28, 5, 2, 6, True),    # LeNet-5 on MNIST
+    (2, 3, 32, 32, 5, 0, 6, True),    # LeNet-5 on CIFAR-10
+    (1, 2, 13, 11, 3, 1, 4, True),    # odd sizes (the last row and column are not pooled), fewer than 6 outputs
+    (2, 1, 20, 34, 3, 0, 8, False),   # 16 pooled columns, more than 6 outputs, no bias
+])
+def test_the_kernel_equals_the_layers_one_by_one(clients, channels, height, width, size, padding, outputs, bias):
+    """Values and the weights' and biases' gradients as torch's layers give them (the pooling's winner taken as the
+    first of its window, the ReLU's gradient zero where it is off), for each client from its own weights, in the
+    channels-last layout of the cohort's next convolution; a rerun gives the same bits."""
+    torch.manual_seed(0)
+    x = torch.randn(clients, 5, channels, height, width)
+    w = (0.3 * torch.randn(clients, outputs, channels, size, size)).requires_grad_(True)
+    b = (0.1 * torch.randn(clients, outputs)).requires_grad_(True) if bias else None
+    ref = layers_one_by_one(x, w, b, padding)
+    out = fused_conv.conv_pool_relu(x, w, b, padding)
+    k, n, o, p, q = ref.shape
+    assert out.shape == (n, k * o, p, q) and out.is_contiguous(memory_format=torch.channels_last)
+    mine = out.unflatten(1, (k, o)).transpose(0, 1)
+    torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
+    assert (ref == 0).any() and (ref > 0).any()  # the ReLU is on and off
+    grad = torch.randn_like(ref)
+    wanted = torch.autograd.grad((ref * grad).sum(), [w] + ([b] if bias else []))
+    got = torch.autograd.grad((mine * grad).sum(), [w] + ([b] if bias else []))
+    for g, want in zip(got, wanted):
+        torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-4)
+    again = torch.autograd.grad((fused_conv.conv_pool_relu(x, w, b, padding).unflatten(1, (k, o)).transpose(0, 1)
+                                 * grad).sum(), [w] + ([b] if bias else []))
+    assert all(torch.equal(a, g) for a, g in zip(again, got))
+
+
+def lenet5(shape=(1, 28, 28)):
+    return build_model(OmegaConf.load("conf/model/lenet5.yaml"), "image", shape, 10, "test")
+
+
+@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
+def test_a_cohorts_and_a_lone_clients_step_equal_theirs_without_the_kernel(shape):
+    """LeNet-5's (K, d) stacked step and a single client's step with the kernel give the losses and gradients of
+    the same steps without it (oneDNN's convolution, torch's pooling), to float32 rounding."""
+    torch.manual_seed(1)
+    module, objective = lenet5(shape)
+    fused = FunctionalModel(module, objective, cohort_network=True, fused_conv=True)
+    plain = FunctionalModel(module, objective, cohort_network=True)
+    assert fused.fused_conv and not plain.fused_conv
+    k, b = 3, 16
+    flat = fused.init_params() + 0.05 * torch.randn(k, fused.dim)
+    x, y = torch.randn(k, b, *shape), torch.randint(0, 10, (k, b))
+    y[1, 2] = IGNORE
+    for args in [(flat, {}, x, y), (flat[0], {}, x[0], y[0])]:
+        loss, grad = fused.loss_and_grad(*args)
+        want_loss, want_grad = plain.loss_and_grad(*args)
+        assert loss.shape == want_loss.shape and grad.shape == want_grad.shape
+        torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(grad, want_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_it_fits_a_plain_convolution_pooling_and_relu_in_float32_only():
+    x = torch.randn(2, 4, 1, 28, 28)
+    conv, pool, relu = nn.Conv2d(1, 6, 5, padding=2), nn.MaxPool2d(2), nn.ReLU()
+    assert fused_conv.fits(conv, pool, relu, x)
+    assert not fused_conv.fits(conv, pool, relu, x.double())  # float32 only
+    assert not fused_conv.fits(conv, pool, nn.Flatten(), x)  # no ReLU after the pooling
+    assert not fused_conv.fits(conv, nn.MaxPool2d(3), relu, x)  # a 3x3 pooling
+    assert not fused_conv.fits(conv, nn.MaxPool2d(2, padding=1), relu, x)
+    assert not fused_conv.fits(nn.Conv2d(1, 6, 5, stride=2), pool, relu, x)
+    assert not fused_conv.fits(nn.Conv2d(1, 6, 7), pool, relu, x)  # kernels of 3 and 5 only
+    assert not fused_conv.fits(nn.Conv2d(1, 6, 5, padding=2), pool, relu, torch.randn(2, 4, 1, 28, 40))  # 20 columns
+    assert not fused_conv.fits(nn.Conv2d(1, 6, 5, padding=2, padding_mode="reflect"), pool, relu, x)
+
+
+def test_without_a_compiler_the_layers_run_one_by_one_after_a_warning(monkeypatch, caplog):
+    """Where the kernel cannot be built, fedrun says so once and steps with oneDNN's convolution, the same values."""
+    torch.manual_seed(2)
+    module, objective = lenet5()
+    model = FunctionalModel(module, objective, cohort_network=True, fused_conv=True)
+    flat = model.init_params() + 0.05 * torch.randn(2, model.dim)
+    x, y = torch.randn(2, 8, 1, 28, 28), torch.randint(0, 10, (2, 8))
+    with_kernel = model.loss_and_grad(flat, {}, x, y)
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("Error building extension: g++: command not found")
+
+    monkeypatch.setattr(cpp_extension, "load", no_compiler)
+    fused_conv.kernel.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="fedrun"):
+            assert not fused_conv.enabled()
+            loss, grad = model.loss_and_grad(flat, {}, x, y)
+            model.loss_and_grad(flat[0], {}, x[0], y[0])
+    finally:
+        fused_conv.kernel.cache_clear()
+    warnings = [r for r in caplog.records if "could not be built" in r.getMessage()]
+    assert len(warnings) == 1 and "g++: command not found" in warnings[0].getMessage()
+    torch.testing.assert_close(loss, with_kernel[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grad, with_kernel[1], rtol=1e-4, atol=1e-5)
