@@ -85,7 +85,13 @@ def enabled() -> bool:
 @functools.cache
 def kernel():
     """The compiled kernel, built on first use for this CPU (cached across runs by torch), or None (logged once)."""
-    from torch.utils import cpp_extension
+    quiet = logging.getLogger("torch.utils.cpp_extension")  # its import warns that no CUDA runtime is found
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        quiet.setLevel(level)
 
     source = SOURCE.read_bytes()
     name = "fedrun_conv_pool_relu_" + hashlib.sha256(source + _cpu_signature().encode()).hexdigest()[:12]
@@ -100,16 +106,28 @@ def kernel():
         log.info("loading fedrun's fused first-convolution kernel from %s (built there for this CPU if it is not "
                  "yet: once, about half a minute; hardware.fused_conv=false skips it)",
                  cpp_extension._get_build_directory(name, verbose=False))
+        quiet.setLevel(logging.ERROR)  # torch's own notes on the compiler: the failure below says what matters
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "No CUDA runtime is found": the kernel is for the CPU
+            warnings.simplefilter("ignore")  # e.g. about CUDA: the kernel is for the CPU
             return cpp_extension.load(name, [str(SOURCE)], extra_cflags=["-O3", "-march=native", "-fopenmp"],
                                       extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as e:  # no compiler, no ninja, an unsupported platform: the layers one by one, as before
-        log.warning("fedrun's fused first-convolution kernel could not be built (%s: %s); the convolution, pooling "
-                    "and ReLU run one by one instead (the same results, slower). It needs ninja and a C++ compiler "
-                    "(g++); hardware.fused_conv=false silences this.", type(e).__name__, str(e).splitlines()[0]
-                    if str(e) else "")
+        log.warning("fedrun's fused first-convolution kernel could not be built (%s); the convolution, pooling and "
+                    "ReLU run one by one instead (the same results to float rounding, slower). It needs ninja and a "
+                    "C++ compiler (g++; $CXX if set); hardware.fused_conv=false silences this.", build_failure(e))
         return None
+    finally:
+        quiet.setLevel(level)
+
+
+def build_failure(error: Exception) -> str:
+    """The line of a failed build's output that says why (a compiler's error, a missing program), not ninja's
+    command lines and status."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith(("[", "FAILED", "ninja:", "Error building"))
+            and " -MMD " not in line and " -shared " not in line]
+    errors = [line for line in said if "error" in line.lower() or "not found" in line]
+    return (errors or said or lines or [type(error).__name__])[0][:300]
 
 
 def _cpu_signature() -> str:

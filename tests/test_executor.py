@@ -277,6 +277,14 @@ def test_bench_records_are_consistent(tmp_path):
     row = f"| lenet5_mnist_10 | 64 | {lenet['func_s']:.3f} | {lenet['vmap_s']:.3f} |"
     assert row in (tmp_path / "b.md").read_text()
     assert all("func_s" not in r for r in records)
+    # its first convolution, pooling and ReLU as the compiled kernel (where it builds), timed layer by layer beside it
+    from fedrun import fused_conv
+
+    if fused_conv.enabled():
+        assert lenet["fused_speedup"] == pytest.approx(lenet["unfused_s"] / lenet["vmap_s"])
+        assert f"| lenet5_mnist_10 | 64 | {lenet['unfused_s']:.3f} | {lenet['vmap_s']:.3f} |" in (tmp_path / "b.md"
+                                                                                                   ).read_text()
+    assert all("unfused_s" not in r for r in records)
     assert lenet["machine"]["convolution_peak_gflops"] > 0  # the peak's product through oneDNN, on a CPU
     for r in records:
         for key in ("workload", "clients", "steps", "loop_s", "threads_s", "loop_threads", "vmap_s", "auto_s",

@@ -119,3 +119,14 @@ def test_without_a_compiler_the_layers_run_one_by_one_after_a_warning(monkeypatc
     assert len(warnings) == 1 and "g++: command not found" in warnings[0].getMessage()
     torch.testing.assert_close(loss, with_kernel[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(grad, with_kernel[1], rtol=1e-4, atol=1e-5)
+
+
+def test_a_failed_builds_reason_is_the_line_that_says_why():
+    ninja_output = ("Error building extension 'x': [1/2] /opt/g++ -MMD -MF k.o.d -fPIC -c k.cpp -o k.o\n"
+                    "FAILED: k.o\n/opt/g++ -MMD -MF k.o.d -fPIC -c k.cpp -o k.o\n/bin/sh: 1: /opt/g++: not found\n"
+                    "ninja: build stopped: subcommand failed.\n")
+    assert fused_conv.build_failure(RuntimeError(ninja_output)) == "/bin/sh: 1: /opt/g++: not found"
+    compile_error = ninja_output.replace("/bin/sh: 1: /opt/g++: not found",
+                                         "In file included from k.cpp:1:\nk.cpp:9:3: error: 'vf' was not declared")
+    assert fused_conv.build_failure(RuntimeError(compile_error)) == "k.cpp:9:3: error: 'vf' was not declared"
+    assert fused_conv.build_failure(OSError("ninja is required")) == "ninja is required"
