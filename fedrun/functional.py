@@ -19,7 +19,7 @@ from torch.nn.modules.utils import _pair
 from torch.func import functional_call, grad_and_value
 
 from .cohort_network import cohort_layers, stacked_linear, stacked_loss_and_grad
-from .fused_conv import enabled as kernel_built, fits as kernel_fits
+from .fused_conv import conv_pool_relu, enabled as kernel_built, fits as kernel_fits
 from .models import Objective
 
 
@@ -245,11 +245,20 @@ class FunctionalModel:
         under autograd, the same gradients bit for bit (the pooling picks the same element either way, and the
         ReLU's backward sees its value), which saves a single client's step (the loop executor's, a cohort's last
         client) the ReLU and its backward over the convolution's whole output. Without a graph (evaluation) the
-        poolings are ``max_pool_views`` and the Linear layers ``dense_product`` (oneDNN for large products with
-        ``onednn``, a following ReLU fused). Conv2d's own ``_conv_forward`` computes its convolutions."""
+        poolings are ``max_pool_views``, the Linear layers ``dense_product`` (oneDNN for large products with
+        ``onednn``, a following ReLU fused) and, with ``fused_conv``, a first convolution, pooling and ReLU that the
+        compiled kernel fits one call of it (``fedrun/fused_conv.py``). Conv2d's own ``_conv_forward`` computes the
+        other convolutions."""
         params = iter(self.unflatten(flat).values())
-        h, fused = x, False
-        for layer, after in zip(self.image_layers, [*self.image_layers[1:], None]):
+        layers, h, fused = self.image_layers, x, False
+        graph = torch.is_grad_enabled() and flat.requires_grad
+        if (self.fused_conv and not graph and kernel_fits(*layers[:3], x[None])
+                and kernel_built()):  # no graph (evaluation): the first convolution, pooling and ReLU as one kernel
+            w = next(params)
+            b = next(params) if layers[0].bias is not None else None
+            h = conv_pool_relu(x[None], w[None], None if b is None else b[None], layers[0].padding[0])
+            layers = layers[3:]
+        for layer, after in zip(layers, [*layers[1:], None]):
             if isinstance(layer, (nn.Conv2d, nn.Linear)):
                 w = next(params)
                 b = next(params) if layer.bias is not None else None

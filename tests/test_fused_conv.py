@@ -130,3 +130,21 @@ def test_a_failed_builds_reason_is_the_line_that_says_why():
                                          "In file included from k.cpp:1:\nk.cpp:9:3: error: 'vf' was not declared")
     assert fused_conv.build_failure(RuntimeError(compile_error)) == "k.cpp:9:3: error: 'vf' was not declared"
     assert fused_conv.build_failure(OSError("ninja is required")) == "ninja is required"
+
+
+@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
+def test_an_evaluation_with_the_kernel_equals_one_without_it(shape):
+    """A model's evaluation (no graph: the forward by hand) runs its first layer as the kernel: the same hits and,
+    to float32 rounding, the same loss as layer by layer; under a graph the forward keeps torch's layers."""
+    torch.manual_seed(3)
+    module, objective = lenet5(shape)
+    fused = FunctionalModel(module, objective, channels_last=True, cohort_network=True, fused_conv=True)
+    plain = FunctionalModel(module, objective, channels_last=True, cohort_network=True)
+    flat = fused.init_params()
+    x, y = torch.randn(300, *shape), torch.randint(0, 10, (300,))
+    hits, units, loss = fused.evaluate_hits(flat, {}, x, y)
+    want_hits, want_units, want_loss = plain.evaluate_hits(flat, {}, x, y)
+    assert torch.equal(hits, want_hits) and torch.equal(units, want_units)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    w = flat.clone().requires_grad_(True)
+    assert torch.equal(fused.forward(w, {}, x[:8]), plain.forward(w, {}, x[:8]))  # torch's layers, bit for bit
