@@ -7,7 +7,7 @@ image by image in the L1 cache, and gives the weights' gradients straight from t
 the layers one by one, to float rounding (tests/test_fused_conv.py).
 
 The kernel is built on first use with the C++ compiler that PyTorch's extensions use (``ninja`` and ``g++``; about
-half a minute, once per CPU model: it is built for this CPU's instruction set) and cached by torch in
+half a minute, once per CPU model and checkout: it is built for this CPU's instruction set) and cached by torch in
 ``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``). Where it cannot be built, fedrun says why once
 and computes the layers one by one as before. ``hardware.fused_conv=false`` turns it off.
 """
@@ -94,7 +94,10 @@ def kernel():
         quiet.setLevel(level)
 
     source = SOURCE.read_bytes()
-    name = "fedrun_conv_pool_relu_" + hashlib.sha256(source + _cpu_signature().encode()).hexdigest()[:12]
+    # keyed by the source's text and place (torch's build files name the source's path: two checkouts sharing one
+    # build would rebuild it in turn) and by the CPU and torch
+    key = source + f"{SOURCE.resolve()} {_cpu_signature()}".encode()
+    name = "fedrun_conv_pool_relu_" + hashlib.sha256(key).hexdigest()[:12]
     if shutil.which("ninja") is None:
         try:
             import ninja  # the pip package's binary (a dependency of fedrun), where no system ninja is on the PATH

@@ -42,11 +42,22 @@ def test_run_writes_its_files_to_hydra_run_dir(tmp_path):
 
 
 def test_same_config_and_seed_give_the_same_metrics(tmp_path):
+    """The same rounds, local steps and traffic exactly, and the same losses and accuracies to float32 rounding. Not
+    the losses bit for bit: on this CPU about one process in 30 takes a different first backward for the very same
+    inputs (different last bits in every layer's gradient, the forward identical; seen at a7be014 too, with the
+    layers one by one, so below fedrun's own code), which made a bitwise comparison flaky."""
     def metrics(name):
         run_cli(*SMALL, "model=cnn3", "fl.clients_per_round=5", f"hydra.run.dir={tmp_path / name}", cwd=tmp_path)
         return [{k: v for k, v in r.items() if k != "elapsed_s"} for r in read_metrics(tmp_path / name)]
 
-    assert metrics("a") == metrics("b")
+    a, b = metrics("a"), metrics("b")
+    assert [list(r) for r in a] == [list(r) for r in b] and len(a) == 3
+    rounded = {"test_loss": 1e-4, "train_loss": 1e-4, "test_acc": 0.01}  # an accuracy: a few test images at most
+    for row_a, row_b in zip(a, b):
+        assert {k: v for k, v in row_a.items() if k not in rounded} == {k: v for k, v in row_b.items()
+                                                                        if k not in rounded}
+        for key, tol in rounded.items():
+            assert float(row_a[key]) == pytest.approx(float(row_b[key]), rel=tol, abs=tol)
 
 
 def test_multirun_sweeps_two_jobs(tmp_path):
