@@ -42,7 +42,7 @@ from .engine.accounting import simulated_times
 from .engine import host_memory
 from .engine.blocked import block_length
 from .functional import FunctionalModel, prefers_channels_last
-from .fused_conv import enabled as kernel_built, fits as kernel_fits
+from .fused_conv import applies as kernel_applies
 from .models import build_model
 from .results import git_commit
 
@@ -265,7 +265,7 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
     if model.cohort is not None:  # the vmap executor steps the cohort as one network here: also timed under vmap
         executors["func"] = VmapExecutor()
         models["func"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last)
-    if model.fused_conv and kernel_fits(*model.cohort[:3], x[first][None]) and kernel_built():
+    if model.fused_conv and kernel_applies(model.cohort, x[first][None]):
         executors["unfused"] = VmapExecutor()  # the first convolution runs as one kernel here: also timed without
         models["unfused"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last,
                                             cohort_network=True)

@@ -76,7 +76,7 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
         w = flat.detach().requires_grad_(True)
         params = iter(p.reshape(k, *s) for p, s in zip(w.split_with_sizes([math.prod(s) for s in shapes], -1), shapes))
         first = 0
-        if fused and len(layers) > 2 and fused_conv.fits(*layers[:3], x) and fused_conv.enabled():
+        if fused and fused_conv.applies(layers, x):
             weight = next(params)
             bias = next(params) if layers[0].bias is not None else None
             h, first = fused_conv.conv_pool_relu(x, weight, bias, layers[0].padding[0]), 3

@@ -19,7 +19,7 @@ from torch.nn.modules.utils import _pair
 from torch.func import functional_call, grad_and_value
 
 from .cohort_network import cohort_layers, stacked_linear, stacked_loss_and_grad
-from .fused_conv import conv_pool_relu, enabled as kernel_built, fits as kernel_fits
+from .fused_conv import applies as kernel_applies, conv_pool_relu
 from .models import Objective
 
 
@@ -252,8 +252,7 @@ class FunctionalModel:
         params = iter(self.unflatten(flat).values())
         layers, h, fused = self.image_layers, x, False
         graph = torch.is_grad_enabled() and flat.requires_grad
-        if (self.fused_conv and not graph and kernel_fits(*layers[:3], x[None])
-                and kernel_built()):  # no graph (evaluation): the first convolution, pooling and ReLU as one kernel
+        if self.fused_conv and not graph and kernel_applies(layers, x[None]):  # evaluation: the first layers as one
             w = next(params)
             b = next(params) if layers[0].bias is not None else None
             h = conv_pool_relu(x[None], w[None], None if b is None else b[None], layers[0].padding[0])
@@ -299,7 +298,7 @@ class FunctionalModel:
         if self.cohort is not None and flat.dim() == 2 and feature_penalty is None:
             return stacked_loss_and_grad(self.cohort, self.objective, self.shapes, flat, x, y, self.fused_conv)
         if (self.fused_conv and flat.dim() == 1 and feature_penalty is None and maybe_current_level() is None
-                and kernel_fits(*self.cohort[:3], x[None]) and kernel_built()):
+                and kernel_applies(self.cohort, x[None])):
             loss, g = stacked_loss_and_grad(self.cohort, self.objective, self.shapes, flat[None], x[None], y[None],
                                             fused=True)
             return loss[0], g[0]

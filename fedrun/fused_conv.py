@@ -77,6 +77,12 @@ class _ConvPoolReLU(torch.autograd.Function):
         return None, dw, db if ctx.has_bias else None, None
 
 
+def applies(layers: list[nn.Module], x: torch.Tensor) -> bool:
+    """Whether the kernel runs a network's first three layers on the cohort's images ``x`` (K, B, C, H, W): they
+    ``fits`` and the kernel is built (built now if it was not)."""
+    return len(layers) > 2 and fits(*layers[:3], x) and enabled()
+
+
 def enabled() -> bool:
     """Whether the kernel is there (built now if it was not): False where it cannot be built."""
     return kernel() is not None
@@ -93,11 +99,7 @@ def kernel():
     finally:
         quiet.setLevel(level)
 
-    source = SOURCE.read_bytes()
-    # keyed by the source's text and place (torch's build files name the source's path: two checkouts sharing one
-    # build would rebuild it in turn) and by the CPU and torch
-    key = source + f"{SOURCE.resolve()} {_cpu_signature()}".encode()
-    name = "fedrun_conv_pool_relu_" + hashlib.sha256(key).hexdigest()[:12]
+    name = build_name()
     if shutil.which("ninja") is None:
         try:
             import ninja  # the pip package's binary (a dependency of fedrun), where no system ninja is on the PATH
@@ -121,6 +123,13 @@ def kernel():
         return None
     finally:
         quiet.setLevel(level)
+
+
+def build_name() -> str:
+    """The build's name, keyed by the source's text and place (torch's build files name the source's path: two
+    checkouts sharing one build would rebuild it in turn), the CPU and torch (``_cpu_signature``)."""
+    key = SOURCE.read_bytes() + f"{SOURCE.resolve()} {_cpu_signature()}".encode()
+    return "fedrun_conv_pool_relu_" + hashlib.sha256(key).hexdigest()[:12]
 
 
 def build_failure(error: Exception) -> str:

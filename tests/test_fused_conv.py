@@ -148,3 +148,21 @@ def test_an_evaluation_with_the_kernel_equals_one_without_it(shape):
     assert loss == pytest.approx(want_loss, rel=1e-5)
     w = flat.clone().requires_grad_(True)
     assert torch.equal(fused.forward(w, {}, x[:8]), plain.forward(w, {}, x[:8]))  # torch's layers, bit for bit
+
+
+def test_a_build_is_named_by_its_source_its_place_and_the_cpu(monkeypatch, tmp_path):
+    """One build per source text, checkout (torch's build files name the source's path) and CPU: a copy of the
+    source elsewhere or another CPU's instruction sets get a build of their own, the same ones the same name."""
+    name = fused_conv.build_name()
+    assert name == fused_conv.build_name() and name.startswith("fedrun_conv_pool_relu_")
+    copy = tmp_path / "kernels" / fused_conv.SOURCE.name
+    copy.parent.mkdir()
+    copy.write_bytes(fused_conv.SOURCE.read_bytes())
+    monkeypatch.setattr(fused_conv, "SOURCE", copy)
+    elsewhere = fused_conv.build_name()
+    assert elsewhere != name
+    copy.write_text(copy.read_text() + "\n// edited\n")
+    assert fused_conv.build_name() not in (name, elsewhere)
+    copy.write_bytes(fused_conv.SOURCE.read_bytes().replace(b"\n// edited\n", b""))
+    monkeypatch.setattr(fused_conv, "_cpu_signature", lambda: "x86_64 flags: avx2 torch 2.14.1")
+    assert fused_conv.build_name() not in (name, elsewhere)
