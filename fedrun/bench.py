@@ -168,7 +168,8 @@ def setup(w: Workload, device: torch.device, seed: int = 0):
     torch.manual_seed(seed)
     module, objective = build_model(option("model", w.model), w.kind, w.shape, w.classes, w.name)
     model = FunctionalModel(module.to(device), objective, channels_last=prefers_channels_last(module, device),
-                            cohort_network=device.type == "cpu", onednn=True, fused_conv=device.type == "cpu")
+                            cohort_network=device.type == "cpu", onednn=True, fused_conv=device.type == "cpu",
+                            indexed_rows=device.type == "cpu")
     n = w.clients * w.samples
     x = (torch.randint(0, 1000, (n, *w.shape)) if w.kind == "tokens" else torch.randn(n, *w.shape)).to(device)
     y = torch.randint(0, w.classes, (n,), device=device)
@@ -269,6 +270,10 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
         executors["unfused"] = VmapExecutor()  # the first convolution runs as one kernel here: also timed without
         models["unfused"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last,
                                             cohort_network=True)
+    if model.reads_rows(x) and not (blocks and in_blocks):  # one-layer steps read their rows in place: also gathered
+        executors["gathered"] = VmapExecutor()
+        models["gathered"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last,
+                                             cohort_network=model.cohort is not None, onednn=model.onednn)
     seconds, memory, warmup = time_rounds(executors, rule, model, ctx, plans, x, y, repeats, models, w.name)
     seconds.setdefault("threads", seconds["loop"])
     seconds.setdefault("blocked" if in_blocks else "stepwise", seconds["vmap"])  # the vmap executor's way
@@ -303,6 +308,8 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
          if "func" in models else {}) \
       | ({"unfused_s": seconds["unfused"], "fused_speedup": seconds["unfused"] / seconds["vmap"]}
          if "unfused" in models else {}) \
+      | ({"gathered_s": seconds["gathered"], "in_place_speedup": seconds["gathered"] / seconds["vmap"]}
+         if "gathered" in models else {}) \
       | ({"whole_s": seconds["whole"], "cache_chunk": chunk, "chunk_speedup": seconds["whole"] / seconds["vmap"]}
          if "whole" in executors else {})
 
@@ -434,6 +441,14 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
         "fused first layer = the cohort network with its first convolution, 2x2 max pooling and ReLU as one kernel "
         "compiled for this CPU (hardware.fused_conv=true, the default: fedrun/fused_conv.py); its time is the vmap "
         "column above; layer by layer = hardware.fused_conv=false (oneDNN's convolution, torch's pooling).")
+    compiled += side_table(
+        records, "gathered_s", ["workload", "minibatch", "vmap, gathered s", "vmap, rows in place s", "speed-up"],
+        lambda r: [r["workload"], r["batch"], f"{r['gathered_s']:.3f}", f"{r['vmap_s']:.3f}",
+                   f"{r['in_place_speedup']:.2f}x"],
+        "rows in place = a one-layer model's step as one kernel compiled for this CPU that reads the minibatch's rows "
+        "where they lie in the training inputs (hardware.indexed_rows=true, the default: fedrun/indexed_rows.py); "
+        "its time is the vmap column above; gathered = hardware.indexed_rows=false (the minibatch gathered, then "
+        "torch's products and the loss in tensor operations).")
     compiled += side_table(
         records, "whole_s", ["workload", "clients", "clients per chunk", "vmap, whole cohort s", "vmap, chunks s",
                              "speed-up"],

@@ -19,6 +19,7 @@ from torch.nn.modules.utils import _pair
 from torch.func import functional_call, grad_and_value
 
 from .cohort_network import cohort_layers, stacked_linear, stacked_loss_and_grad
+from . import indexed_rows as in_place
 from .fused_conv import applies as kernel_applies, conv_pool_relu
 from .models import Objective
 
@@ -144,7 +145,8 @@ def prefers_channels_last(module: nn.Module, device: torch.device) -> bool:
 
 class FunctionalModel:
     def __init__(self, module: nn.Module, objective: Objective, by_hand: bool = True, channels_last: bool = False,
-                 cohort_network: bool = False, onednn: bool = False, fused_conv: bool = False):
+                 cohort_network: bool = False, onednn: bool = False, fused_conv: bool = False,
+                 indexed_rows: bool = False):
         """``by_hand``: a dense chain (``dense_chain``) computes its gradient by hand, as backprop written out in a
         dozen tensor operations: the same gradient as autograd to float rounding, at a fraction of the
         per-step overhead of autograd's graph (and of vmap's over it), which dominates the small models of
@@ -158,7 +160,9 @@ class FunctionalModel:
         hand without a graph (a dense chain's, a CNN's Linear layers) go through oneDNN (``dense_product``);
         training steps keep torch's products, the same in every executor. ``fused_conv`` (with ``cohort_network``):
         a training step's first convolution, max pooling and ReLU run as one compiled kernel where it fits
-        (``fedrun/fused_conv.py``), a lone client's step too (as a cohort of one)."""
+        (``fedrun/fused_conv.py``), a lone client's step too (as a cohort of one). ``indexed_rows``: a dense
+        chain of one Linear layer takes a training step on its minibatch in place, the rows of the training inputs
+        that its index picks, in one compiled kernel where it fits (``reads_rows``, ``fedrun/indexed_rows.py``)."""
         self.module = module
         self.objective = objective
         self.by_hand = by_hand
@@ -169,6 +173,7 @@ class FunctionalModel:
         self.channels_last = channels_last
         self.onednn = onednn
         self.fused_conv = fused_conv and self.cohort is not None
+        self.indexed_rows = indexed_rows and self.chain is not None
         named = list(module.named_parameters())
         self.names = [n for n, _ in named]
         self.shapes = [tuple(p.shape) for _, p in named]  # tuples: torch's view parses them faster than a Size
@@ -194,13 +199,19 @@ class FunctionalModel:
             if self._hook is not None:
                 self._hook = self._head.register_forward_pre_hook(self._keep_features)
         return FunctionalModel(module, self.objective, self.by_hand, self.channels_last,
-                               self.cohort is not None, self.onednn, self.fused_conv)
+                               self.cohort is not None, self.onednn, self.fused_conv, self.indexed_rows)
 
     @property
     def stacks(self) -> bool:
         """A (K, d) stack of clients' parameters with (K, B, ...) minibatches gives K losses and a (K, d) gradient
         without vmap: a dense chain's gradient by hand, or a Sequential CNN's cohort as one network."""
         return self.chain is not None or self.cohort is not None
+
+    def reads_rows(self, x: torch.Tensor) -> bool:
+        """Whether a training step's minibatch of the inputs ``x`` comes as ``indexed_rows.IndexedRows`` (the
+        kernel's step reads it in place; the kernel is built now if it was not) rather than gathered: ``indexed_rows``
+        is on and the kernel fits the model and ``x``."""
+        return self.indexed_rows and in_place.fits(self.chain, self.objective, x) and in_place.enabled()
 
     # -- parameters as one vector -------------------------------------------------------------------------------
     def init_params(self) -> torch.Tensor:
@@ -315,7 +326,10 @@ class FunctionalModel:
         """The chain's forward (``_chain_forward``), then backward: dW = d^T h, db = sum(d), d <- (d W) * mask. The
         gradient comes back flat, in the parameters' order. ``flat`` may be a (K, d) stack of clients' parameters
         with (K, B, ...) minibatches: K losses and a (K, d) gradient, in batched matrix products (the vmap
-        executor's native step)."""
+        executor's native step). A minibatch of ``indexed_rows.IndexedRows`` (``reads_rows``) takes the compiled
+        kernel's step instead: the same values to float rounding."""
+        if isinstance(x, in_place.IndexedRows):
+            return in_place.loss_and_grad(x, flat, y, self.chain[-1], self.objective)
         lead = flat.shape[:-1]
         h, saved = self._chain_forward(flat, x, onednn=False)  # a step's products: the same in every executor
         loss, d = self.objective.loss_and_grad_out(h, y)

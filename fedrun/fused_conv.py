@@ -6,28 +6,18 @@ far below the peak, and the pooling's backward zero-fills and scatters the convo
 image by image in the L1 cache, and gives the weights' gradients straight from the pooled ones. The same values as
 the layers one by one, to float rounding (tests/test_fused_conv.py).
 
-The kernel is built on first use with the C++ compiler that PyTorch's extensions use (``ninja`` and ``g++``; about
-half a minute, once per CPU model and checkout: it is built for this CPU's instruction set) and cached by torch in
-``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``). Where it cannot be built, fedrun says why once
-and computes the layers one by one as before. ``hardware.fused_conv=false`` turns it off.
+The kernel is built on first use (``fedrun/native.py``). Where it cannot be built, fedrun says why once and computes
+the layers one by one as before. ``hardware.fused_conv=false`` turns it off.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import logging
-import os
-import platform
-import shutil
-import warnings
-from pathlib import Path
-
 import torch
 from torch import nn
 
-log = logging.getLogger("fedrun")
-SOURCE = Path(__file__).with_name("kernels") / "conv_pool_relu.cpp"
+from . import native
+
+SOURCE = "conv_pool_relu.cpp"
 LANES = 16  # the kernel computes one row of up to 16 pooled columns at once
 KERNEL_SIZES = (3, 5)
 
@@ -88,67 +78,6 @@ def enabled() -> bool:
     return kernel() is not None
 
 
-@functools.cache
 def kernel():
-    """The compiled kernel, built on first use for this CPU (cached across runs by torch), or None (logged once)."""
-    quiet = logging.getLogger("torch.utils.cpp_extension")  # its import warns that no CUDA runtime is found
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        from torch.utils import cpp_extension
-    finally:
-        quiet.setLevel(level)
-
-    name = build_name()
-    if shutil.which("ninja") is None:
-        try:
-            import ninja  # the pip package's binary (a dependency of fedrun), where no system ninja is on the PATH
-
-            os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
-        except ImportError:
-            pass
-    try:
-        log.info("loading fedrun's fused first-convolution kernel from %s (built there for this CPU if it is not "
-                 "yet: once, about half a minute; hardware.fused_conv=false skips it)",
-                 cpp_extension._get_build_directory(name, verbose=False))
-        quiet.setLevel(logging.ERROR)  # torch's own notes on the compiler: the failure below says what matters
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. about CUDA: the kernel is for the CPU
-            return cpp_extension.load(name, [str(SOURCE)], extra_cflags=["-O3", "-march=native", "-fopenmp"],
-                                      extra_ldflags=["-fopenmp"], verbose=False)
-    except Exception as e:  # no compiler, no ninja, an unsupported platform: the layers one by one, as before
-        log.warning("fedrun's fused first-convolution kernel could not be built (%s); the convolution, pooling and "
-                    "ReLU run one by one instead (the same results to float rounding, slower). It needs ninja and a "
-                    "C++ compiler (g++; $CXX if set); hardware.fused_conv=false silences this.", build_failure(e))
-        return None
-    finally:
-        quiet.setLevel(level)
-
-
-def build_name() -> str:
-    """The build's name, keyed by the source's text and place (torch's build files name the source's path: two
-    checkouts sharing one build would rebuild it in turn), the CPU and torch (``_cpu_signature``)."""
-    key = SOURCE.read_bytes() + f"{SOURCE.resolve()} {_cpu_signature()}".encode()
-    return "fedrun_conv_pool_relu_" + hashlib.sha256(key).hexdigest()[:12]
-
-
-def build_failure(error: Exception) -> str:
-    """The line of a failed build's output that says why (a compiler's error, a missing program), not ninja's
-    command lines and status."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    said = [line for line in lines if not line.startswith(("[", "FAILED", "ninja:", "Error building"))
-            and " -MMD " not in line and " -shared " not in line]
-    errors = [line for line in said if "error" in line.lower() or "not found" in line]
-    return (errors or said or lines or [type(error).__name__])[0][:300]
-
-
-def _cpu_signature() -> str:
-    """What the kernel's machine code depends on besides its source: the CPU's instruction sets (it is compiled with
-    -march=native, so a cache shared by machines of different CPUs keeps one build per CPU) and torch's version."""
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        pass
-    return f"{platform.machine()} {flags.strip()} torch {torch.__version__}"
+    """The compiled kernel (``fedrun/native.py``), or None where it cannot be built."""
+    return native.kernel(SOURCE)

@@ -168,6 +168,7 @@ class HardwareConfig(Section):
     onednn: bool = MISSING
     cohort_network: bool = MISSING
     fused_conv: bool = MISSING
+    indexed_rows: bool = MISSING
     blocks: bool = MISSING
     layout: str = MISSING
     dtype: str = MISSING

@@ -296,6 +296,13 @@ def test_bench_records_are_consistent(tmp_path):
     assert softmax["blocks_speedup"] == pytest.approx(softmax["stepwise_s"] / softmax["vmap_s"])
     assert softmax["blocks_s"] == softmax["vmap_s"]  # on a CPU the vmap executor runs the blocks
     assert softmax["block_steps"] == 16 and "stepwise_s" not in svm  # B = 100: matrix products already
+    from fedrun import indexed_rows
+
+    if indexed_rows.enabled():  # the SVM's steps read their rows in place (where the kernel builds), timed gathered
+        assert svm["in_place_speedup"] == pytest.approx(svm["gathered_s"] / svm["vmap_s"])
+        assert f"| svm_mnist_5 | 100 | {svm['gathered_s']:.3f} | {svm['vmap_s']:.3f} |" in (tmp_path / "b.md"
+                                                                                             ).read_text()
+    assert "gathered_s" not in softmax  # its single samples run in blocks, which gather their own
     text = (tmp_path / "b.md").read_text()
     assert "| softmax576_400 |" in text and f"| softmax576_400 | 1 | 16 | {softmax['stepwise_s']:.3f} |" in text
     # a dense model's and a Sequential CNN's evaluation by hand, timed with the module's forward beside it

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.utils import cpp_extension
 
-from fedrun import fused_conv
+from fedrun import fused_conv, native
 from fedrun.functional import FunctionalModel
 from fedrun.models import IGNORE, build_model
 
@@ -107,29 +107,18 @@ def test_without_a_compiler_the_layers_run_one_by_one_after_a_warning(monkeypatc
         raise RuntimeError("Error building extension: g++: command not found")
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
-    fused_conv.kernel.cache_clear()
+    native.kernel.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger="fedrun"):
             assert not fused_conv.enabled()
             loss, grad = model.loss_and_grad(flat, {}, x, y)
             model.loss_and_grad(flat[0], {}, x[0], y[0])
     finally:
-        fused_conv.kernel.cache_clear()
+        native.kernel.cache_clear()
     warnings = [r for r in caplog.records if "could not be built" in r.getMessage()]
     assert len(warnings) == 1 and "g++: command not found" in warnings[0].getMessage()
     torch.testing.assert_close(loss, with_kernel[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(grad, with_kernel[1], rtol=1e-4, atol=1e-5)
-
-
-def test_a_failed_builds_reason_is_the_line_that_says_why():
-    ninja_output = ("Error building extension 'x': [1/2] /opt/g++ -MMD -MF k.o.d -fPIC -c k.cpp -o k.o\n"
-                    "FAILED: k.o\n/opt/g++ -MMD -MF k.o.d -fPIC -c k.cpp -o k.o\n/bin/sh: 1: /opt/g++: not found\n"
-                    "ninja: build stopped: subcommand failed.\n")
-    assert fused_conv.build_failure(RuntimeError(ninja_output)) == "/bin/sh: 1: /opt/g++: not found"
-    compile_error = ninja_output.replace("/bin/sh: 1: /opt/g++: not found",
-                                         "In file included from k.cpp:1:\nk.cpp:9:3: error: 'vf' was not declared")
-    assert fused_conv.build_failure(RuntimeError(compile_error)) == "k.cpp:9:3: error: 'vf' was not declared"
-    assert fused_conv.build_failure(OSError("ninja is required")) == "ninja is required"
 
 
 @pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
@@ -148,21 +137,3 @@ def test_an_evaluation_with_the_kernel_equals_one_without_it(shape):
     assert loss == pytest.approx(want_loss, rel=1e-5)
     w = flat.clone().requires_grad_(True)
     assert torch.equal(fused.forward(w, {}, x[:8]), plain.forward(w, {}, x[:8]))  # torch's layers, bit for bit
-
-
-def test_a_build_is_named_by_its_source_its_place_and_the_cpu(monkeypatch, tmp_path):
-    """One build per source text, checkout (torch's build files name the source's path) and CPU: a copy of the
-    source elsewhere or another CPU's instruction sets get a build of their own, the same ones the same name."""
-    name = fused_conv.build_name()
-    assert name == fused_conv.build_name() and name.startswith("fedrun_conv_pool_relu_")
-    copy = tmp_path / "kernels" / fused_conv.SOURCE.name
-    copy.parent.mkdir()
-    copy.write_bytes(fused_conv.SOURCE.read_bytes())
-    monkeypatch.setattr(fused_conv, "SOURCE", copy)
-    elsewhere = fused_conv.build_name()
-    assert elsewhere != name
-    copy.write_text(copy.read_text() + "\n// edited\n")
-    assert fused_conv.build_name() not in (name, elsewhere)
-    copy.write_bytes(fused_conv.SOURCE.read_bytes().replace(b"\n// edited\n", b""))
-    monkeypatch.setattr(fused_conv, "_cpu_signature", lambda: "x86_64 flags: avx2 torch 2.14.1")
-    assert fused_conv.build_name() not in (name, elsewhere)

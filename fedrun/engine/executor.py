@@ -40,6 +40,7 @@ from ..algorithms.base import ClientContext, LocalRule, State
 from ..data.augment import minibatch, rows
 from ..errors import ConfigError
 from ..functional import FunctionalModel
+from ..indexed_rows import of as rows_in_place
 from . import blocked, tree
 from .cohort import ClientPlan
 
@@ -123,14 +124,25 @@ class LoopExecutor:
         return self._replicas[1]
 
 
+def step_inputs(rule: LocalRule, model: FunctionalModel, x: torch.Tensor):
+    """How a local step's minibatch of ``x`` reaches the rule, as a function of the step's index and number: read in
+    place by the model's first layer (``fedrun/indexed_rows.py``) where the rule reads its minibatches only through the
+    model's loss and gradient (``LocalRule.batchable``, from its own class) and the model reads rows of ``x``
+    (``FunctionalModel.reads_rows``); else gathered (``minibatch``)."""
+    if type(rule).__dict__.get("batchable", False) and model.reads_rows(x):
+        return lambda idx, step: rows_in_place(x, idx)
+    return lambda idx, step: minibatch(x, idx, step)
+
+
 def _train_client(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plan: ClientPlan,
                   cstate: State | None, x: torch.Tensor, y: torch.Tensor, record: torch.device | None) -> tuple:
     """One client's local steps: (update, buffers, mean loss, client state, uploads, recorded steps)."""
     state = rule.client_init(ctx, cstate)
     loss_sum = torch.zeros((), device=x.device, dtype=ctx.params.dtype)
     steps = []
+    inputs = step_inputs(rule, model, x)
     for t, batch in enumerate(plan.batches):
-        state, loss = rule.client_step(model, ctx, state, minibatch(x, batch, t), rows(y, batch))
+        state, loss = rule.client_step(model, ctx, state, inputs(batch, t), rows(y, batch))
         loss_sum = loss_sum + loss.detach()
         if record is not None:
             steps.append(state["direction"].to(record, non_blocking=True))
@@ -204,6 +216,7 @@ class VmapExecutor:
         native = steps_natively(rule, model) and not self.compile
         step = (lambda c, s, xb, yb: rule.client_step(model, c, s, xb, yb)) if native else \
             self._vmapped_step(rule, model)
+        inputs = step_inputs(rule, model, x) if native else functools.partial(minibatch, x)  # vmap takes tensors
         # a native step has no vmap overhead to save, but a lone client's plain step skips the stack's slicing and
         # batched products (most of a natural partition's round: its largest client steps alone)
         tail = min(self.tail, 1) if native else self.tail
@@ -230,7 +243,7 @@ class VmapExecutor:
                 break
             width = k_all if self.compile else k
             active = current if width == live else tree.tree_map(lambda a: a[:width], current)
-            current, loss = step(ctx, active, minibatch(x, batches[:width, t], t), rows(y, batches[:width, t]))
+            current, loss = step(ctx, active, inputs(batches[:width, t], t), rows(y, batches[:width, t]))
             live, k_before = width, k
             loss_sum[:k] += loss[:k].detach()
             if record is not None:
@@ -245,11 +258,12 @@ class VmapExecutor:
         written back into their rows of the stack (returned: an entry vmap broadcast from the context, one memory row
         for all, is made whole first)."""
         stacked = tree.tree_map(lambda a: a.contiguous(), stacked)
+        inputs = step_inputs(rule, model, x)
         for i, plan in enumerate(plans):
             state = tree.tree_map(lambda a: a[i].clone(), stacked)
             for s in range(t, plan.tau):
                 batch = plan.batches[s]
-                state, loss = rule.client_step(model, ctx, state, minibatch(x, batch, s), rows(y, batch))
+                state, loss = rule.client_step(model, ctx, state, inputs(batch, s), rows(y, batch))
                 loss_sum[i] += loss.detach()
                 if steps is not None:
                     steps[i, s].copy_(state["direction"], non_blocking=True)

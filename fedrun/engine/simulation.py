@@ -92,7 +92,8 @@ class Simulation:
                                      channels_last=layout == "channels_last" or layout == "auto"
                                      and prefers_channels_last(module, self.device),
                                      cohort_network=cfg.hardware.cohort_network and self.device.type == "cpu",
-                                     onednn=cfg.hardware.onednn, fused_conv=cfg.hardware.fused_conv)
+                                     onednn=cfg.hardware.onednn, fused_conv=cfg.hardware.fused_conv,
+                                     indexed_rows=cfg.hardware.indexed_rows)
         params, buffers = self.model.init_params(), self.model.init_buffers()
 
         task = objective.task_class(self.labels) if objective.task_class is not None else None
