@@ -14,6 +14,7 @@ import logging
 import os
 import platform
 import shutil
+import threading
 import warnings
 from pathlib import Path
 
@@ -29,10 +30,23 @@ SOURCES = {  # a kernel's source file: what it computes, and the hardware option
 }
 
 
-@functools.cache
+_FIRST_USE = threading.Lock()  # the loop executor's threads may all ask for a kernel at once: one builds it
+
+
 def kernel(source: str):
     """The compiled kernel of ``fedrun/kernels/<source>``, built on first use for this CPU (cached across runs by
     torch), or None where it cannot be built (logged once)."""
+    with _FIRST_USE:
+        return _load(source)
+
+
+def forget() -> None:
+    """Forget the kernels loaded or refused so far: the next use tries again (after a compiler is installed)."""
+    _load.cache_clear()
+
+
+@functools.cache
+def _load(source: str):
     what, instead, switch = SOURCES[source]
     quiet = logging.getLogger("torch.utils.cpp_extension")  # its import warns that no CUDA runtime is found
     level = quiet.level

@@ -107,14 +107,14 @@ def test_without_a_compiler_the_layers_run_one_by_one_after_a_warning(monkeypatc
         raise RuntimeError("Error building extension: g++: command not found")
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
-    native.kernel.cache_clear()
+    native.forget()
     try:
         with caplog.at_level(logging.WARNING, logger="fedrun"):
             assert not fused_conv.enabled()
             loss, grad = model.loss_and_grad(flat, {}, x, y)
             model.loss_and_grad(flat[0], {}, x[0], y[0])
     finally:
-        native.kernel.cache_clear()
+        native.forget()
     warnings = [r for r in caplog.records if "could not be built" in r.getMessage()]
     assert len(warnings) == 1 and "g++: command not found" in warnings[0].getMessage()
     torch.testing.assert_close(loss, with_kernel[0], rtol=1e-5, atol=1e-6)

@@ -132,13 +132,13 @@ def test_without_a_compiler_the_minibatch_is_gathered_after_a_warning(cfg_factor
         raise RuntimeError("Error building extension: g++: command not found")
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
-    native.kernel.cache_clear()
+    native.forget()
     try:
         with caplog.at_level(logging.WARNING, logger="fedrun"):
             without = rounds(cfg_factory, "model=svm", count=1)
             assert not indexed_rows.enabled()
     finally:
-        native.kernel.cache_clear()
+        native.forget()
     warnings = [r.getMessage() for r in caplog.records if "could not be built" in r.getMessage()]
     assert len(warnings) == 1 and "g++: command not found" in warnings[0]
     assert "hardware.indexed_rows=false" in warnings[0]

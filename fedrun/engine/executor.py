@@ -125,10 +125,10 @@ class LoopExecutor:
 
 
 def step_inputs(rule: LocalRule, model: FunctionalModel, x: torch.Tensor):
-    """How a local step's minibatch of ``x`` reaches the rule, as a function of the step's index and number: read in
-    place by the model's first layer (``fedrun/indexed_rows.py``) where the rule reads its minibatches only through the
-    model's loss and gradient (``LocalRule.batchable``, from its own class) and the model reads rows of ``x``
-    (``FunctionalModel.reads_rows``); else gathered (``minibatch``)."""
+    """How a local step's minibatch of ``x`` reaches the rule, as a function of the step's index and number: as its
+    index, for a one-layer model's compiled step to read the rows in place (``fedrun/indexed_rows.py``), where the rule
+    reads its minibatches only through the model's loss and gradient (``LocalRule.batchable``, from its own class)
+    and the model reads rows of ``x`` (``FunctionalModel.reads_rows``); else gathered (``minibatch``)."""
     if type(rule).__dict__.get("batchable", False) and model.reads_rows(x):
         return lambda idx, step: rows_in_place(x, idx)
     return lambda idx, step: minibatch(x, idx, step)
