@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -12,6 +13,30 @@ from fedrun.compose import compose_config
 from fedrun.data import DATASETS, DatasetSpec, FedDataset
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def without_a_compiler():
+    """A context in which fedrun's compiled kernels are built as on a machine without a C++ compiler (each build
+    fails as a missing g++ makes it fail), forgotten on entry and exit so that the kernels load again after it."""
+    from torch.utils import cpp_extension
+
+    from fedrun import native
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("Error building extension: g++: command not found")
+
+    @contextlib.contextmanager
+    def context():
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(cpp_extension, "load", no_compiler)
+            native.forget()
+            try:
+                yield
+            finally:
+                native.forget()
+
+    return context
 
 
 def make_cfg(*overrides: str):

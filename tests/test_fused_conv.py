@@ -8,9 +8,8 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
-from torch.utils import cpp_extension
 
-from fedrun import fused_conv, native
+from fedrun import fused_conv
 from fedrun.functional import FunctionalModel
 from fedrun.models import IGNORE, build_model
 
@@ -94,7 +93,7 @@ def test_it_fits_a_plain_convolution_pooling_and_relu_in_float32_only():
     assert not fused_conv.fits(nn.Conv2d(1, 6, 5, padding=2, padding_mode="reflect"), pool, relu, x)
 
 
-def test_without_a_compiler_the_layers_run_one_by_one_after_a_warning(monkeypatch, caplog):
+def test_without_a_compiler_the_layers_run_one_by_one_after_a_warning(without_a_compiler, caplog):
     """Where the kernel cannot be built, fedrun says so once and steps with oneDNN's convolution, the same values."""
     torch.manual_seed(2)
     module, objective = lenet5()
@@ -102,19 +101,10 @@ def test_without_a_compiler_the_layers_run_one_by_one_after_a_warning(monkeypatc
     flat = model.init_params() + 0.05 * torch.randn(2, model.dim)
     x, y = torch.randn(2, 8, 1, 28, 28), torch.randint(0, 10, (2, 8))
     with_kernel = model.loss_and_grad(flat, {}, x, y)
-
-    def no_compiler(*args, **kwargs):
-        raise RuntimeError("Error building extension: g++: command not found")
-
-    monkeypatch.setattr(cpp_extension, "load", no_compiler)
-    native.forget()
-    try:
-        with caplog.at_level(logging.WARNING, logger="fedrun"):
-            assert not fused_conv.enabled()
-            loss, grad = model.loss_and_grad(flat, {}, x, y)
-            model.loss_and_grad(flat[0], {}, x[0], y[0])
-    finally:
-        native.forget()
+    with without_a_compiler(), caplog.at_level(logging.WARNING, logger="fedrun"):
+        assert not fused_conv.enabled()
+        loss, grad = model.loss_and_grad(flat, {}, x, y)
+        model.loss_and_grad(flat[0], {}, x[0], y[0])
     warnings = [r for r in caplog.records if "could not be built" in r.getMessage()]
     assert len(warnings) == 1 and "g++: command not found" in warnings[0].getMessage()
     torch.testing.assert_close(loss, with_kernel[0], rtol=1e-5, atol=1e-6)

@@ -7,9 +7,8 @@ import logging
 import pytest
 import torch
 from torch import nn
-from torch.utils import cpp_extension
 
-from fedrun import indexed_rows, native
+from fedrun import indexed_rows
 from fedrun.engine.simulation import Simulation
 from fedrun.functional import FunctionalModel
 from fedrun.models import CROSS_ENTROPY, SQUARED_HINGE_PARITY, SEQUENCE_CROSS_ENTROPY
@@ -123,22 +122,13 @@ def test_scaffold_and_the_autograd_gradient_gather_their_minibatches(cfg_factory
     assert not calls
 
 
-def test_without_a_compiler_the_minibatch_is_gathered_after_a_warning(cfg_factory, monkeypatch, caplog):
+def test_without_a_compiler_the_minibatch_is_gathered_after_a_warning(cfg_factory, without_a_compiler, caplog):
     """Where the kernel cannot be built, fedrun says so once (naming the switch) and gathers the minibatch: the
     same rounds to float32 rounding."""
     with_kernel = rounds(cfg_factory, "model=svm", count=1)
-
-    def no_compiler(*args, **kwargs):
-        raise RuntimeError("Error building extension: g++: command not found")
-
-    monkeypatch.setattr(cpp_extension, "load", no_compiler)
-    native.forget()
-    try:
-        with caplog.at_level(logging.WARNING, logger="fedrun"):
-            without = rounds(cfg_factory, "model=svm", count=1)
-            assert not indexed_rows.enabled()
-    finally:
-        native.forget()
+    with without_a_compiler(), caplog.at_level(logging.WARNING, logger="fedrun"):
+        without = rounds(cfg_factory, "model=svm", count=1)
+        assert not indexed_rows.enabled()
     warnings = [r.getMessage() for r in caplog.records if "could not be built" in r.getMessage()]
     assert len(warnings) == 1 and "g++: command not found" in warnings[0]
     assert "hardware.indexed_rows=false" in warnings[0]
