@@ -3,7 +3,7 @@ place (issue #27).
 
 A one-layer model's step on a CPU (the smooth SVM's: 5 clients of B = 100 MNIST rows, BHerd's cohort) spent most of
 its time gathering the minibatch, 1.5 MB copied out of the training set and read again by the forward and backward
-products, and in about fifty tensor operations around them (views included). Here one compiled kernel
+products, and in the dozens of small tensor operations around them. Here one compiled kernel
 (``fedrun/kernels/indexed_linear.cpp``, built by ``fedrun/native.py``) reads each row where it lies and gives the
 clients' minibatch losses and flat gradients: the forward, the objective's loss and output gradient (the smooth SVM's
 and cross-entropy's, as ``fedrun/models.py`` has them) and the backward. The same values as the gathered minibatch's

@@ -9,7 +9,7 @@
 //   1  cross-entropy (CROSS_ENTROPY, every target a class 0..C-1): loss mean(logsumexp(o) - o[y]),
 //      dloss/do = (softmax(o) - onehot(y)) / B.
 // Why: such a step (the smooth SVM's, 5 clients of B = 100 MNIST rows) was its minibatch gather, 1.5 MB copied out of
-// the training set and read again by two small products, among about fifty tensor operations (views included).
+// the training set and read again by two small products, among dozens of small tensor operations.
 //
 // How: the forward runs over the K * B rows, each thread a fixed range of them (rows read ahead), a row's dot products
 // with up to 4 of its client's weight rows at once in 16-lane vectors, then the row's loss and output gradient. The
