@@ -270,7 +270,7 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
         executors["unfused"] = VmapExecutor()  # the first convolution runs as one kernel here: also timed without
         models["unfused"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last,
                                             cohort_network=True)
-    if model.reads_rows(x) and not (blocks and in_blocks):  # one-layer steps read their rows in place: also gathered
+    if model.reads_rows(x):  # one-layer steps (or blocks of steps) read their rows in place: also timed gathered
         executors["gathered"] = VmapExecutor()
         models["gathered"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last,
                                              cohort_network=model.cohort is not None, onednn=model.onednn)
@@ -445,10 +445,10 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
         records, "gathered_s", ["workload", "minibatch", "vmap, gathered s", "vmap, rows in place s", "speed-up"],
         lambda r: [r["workload"], r["batch"], f"{r['gathered_s']:.3f}", f"{r['vmap_s']:.3f}",
                    f"{r['in_place_speedup']:.2f}x"],
-        "rows in place = a one-layer model's step as one kernel compiled for this CPU that reads the minibatch's rows "
-        "where they lie in the training inputs (hardware.indexed_rows=true, the default: fedrun/indexed_rows.py); "
-        "its time is the vmap column above; gathered = hardware.indexed_rows=false (the minibatch gathered, then "
-        "torch's products and the loss in tensor operations).")
+        "rows in place = a one-layer model's step (or block of single-sample steps) in a kernel compiled for this CPU "
+        "that reads the minibatch's rows where they lie in the training inputs (hardware.indexed_rows=true, the "
+        "default: fedrun/indexed_rows.py); its time is the vmap column above; gathered = hardware.indexed_rows=false "
+        "(the rows gathered, then torch's products and the loss in tensor operations).")
     compiled += side_table(
         records, "whole_s", ["workload", "clients", "clients per chunk", "vmap, whole cohort s", "vmap, chunks s",
                              "speed-up"],

@@ -133,3 +133,75 @@ def test_without_a_compiler_the_minibatch_is_gathered_after_a_warning(cfg_factor
     assert len(warnings) == 1 and "g++: command not found" in warnings[0]
     assert "hardware.indexed_rows=false" in warnings[0]
     torch.testing.assert_close(without["state"]["params"], with_kernel["state"]["params"], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss,inputs,outputs,bias,clients,width,steps,momentum", [
+    ("ce", 576, 10, True, 5, 1, 16, False),  # MA/GA-FSVRG's softmax on HOG features, single samples
+    ("ce", 60, 5, False, 3, 2, 7, True),     # LEAF Synthetic's features, three weight stacks, tiles past the rows
+    ("svm", 17, 1, True, 2, 3, 5, False),    # one output; columns past one vector
+])
+def test_a_blocks_products_and_steps_in_place_equal_torchs_on_the_gathered_rows(loss, inputs, outputs, bias, clients,
+                                                                                width, steps, momentum):
+    """A block of steps (engine/blocked.py) with its rows in place: the outputs under each start vector and the Gram
+    matrix, the steps at the outputs (clients stopping inside the block) and the gradient terms added to the
+    weights equal torch's on the gathered rows in float64, to float32 rounding; a lone client's are its row of a
+    cohort's, bit for bit."""
+    from fedrun.engine import blocked
+
+    torch.manual_seed(0)
+    module, objective = one_layer(inputs, outputs, bias, loss)
+    x = torch.randn(200, inputs)
+    y = torch.randint(0, 10 if loss == "svm" else outputs, (200,))
+    index = torch.randint(0, 200, (clients, steps * width))
+    dim = outputs * inputs + (outputs if bias else 0)
+    starts = [torch.randn(clients, dim), torch.randn(dim), torch.randn(clients, dim) if momentum else None]
+    shape = (outputs, inputs, bias)
+    in_place = blocked._InPlace(indexed_rows.of(x, index))
+    gathered = blocked._Gathered(x.double()[index])
+    wide = [None if s is None else s.double() for s in starts]
+    (outs, gram), (want_outs, want_gram) = in_place.products(starts, shape), gathered.products(wide, shape)
+    assert [o is None for o in outs] == [o is None for o in want_outs]
+    for got, want in zip([*outs, gram], [*want_outs, want_gram]):
+        if want is not None:
+            torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+    base = outs[0] * 0.5 + outs[1] * 0.1
+    coef = -0.05 * torch.rand(steps, steps).tril(-1)
+    done = torch.randint(0, steps + 1, (clients,))
+    done[0] = steps
+    yb = y[index]
+    grads, losses = in_place.steps(objective, base, gram, coef, yb, done, width)
+    want_grads, want_losses = gathered.steps(objective, base.double(), gram.double(), coef.double(), yb, done, width)
+    torch.testing.assert_close(grads.double(), want_grads, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(losses.double(), want_losses, rtol=1e-4, atol=1e-5)
+    assert not grads[done == 0].any()
+    weights, want = starts[0].clone(), starts[0].double()
+    in_place.add_to(blocked._split(weights, shape)[0], grads)
+    gathered.add_to(blocked._split(want, shape)[0], grads.double())
+    torch.testing.assert_close(weights.double(), want, rtol=1e-4, atol=1e-4)
+    lone = blocked._InPlace(indexed_rows.of(x, index[-1:]))
+    last = [None if s is None else s[-1:] if s.dim() == 2 else s for s in starts]
+    lone_outs, lone_gram = lone.products(last, shape)
+    assert torch.equal(lone_gram, gram[-1:]) and torch.equal(lone_outs[0], outs[0][-1:])
+    lone_grads, lone_losses = lone.steps(objective, base[-1:], gram[-1:], coef, yb[-1:], done[-1:], width)
+    assert torch.equal(lone_grads, grads[-1:]) and torch.equal(lone_losses, losses[-1:])
+
+
+@pytest.mark.parametrize("model,batch,more", [
+    ("logreg", 1, ["algo=fedavg"]), ("logreg", 3, ["algo=fedprox", "fl.momentum=0.5", "fl.weight_decay=0.01"]),
+    ("svm", 1, ["algo=fednova", "algo.local.mu=0.1"])])
+def test_rounds_in_blocks_with_rows_in_place_equal_the_gathered_blocks(cfg_factory, monkeypatch, model, batch, more):
+    """Single samples (and minibatches of three) on a one-layer model step in blocks, here with the block's products
+    and steps in the kernel: the rounds equal the blocks gathered by torch (``hardware.indexed_rows=false``) to float32
+    rounding, clients of unequal lengths finishing inside blocks."""
+    from fedrun.engine import blocked
+
+    calls = []
+    steps = blocked._InPlace.steps
+    monkeypatch.setattr(blocked._InPlace, "steps", lambda *a: calls.append(1) or steps(*a))
+    common = [f"model={model}", f"fl.batch_size={batch}", "fl.lr=0.01", "hardware.executor=vmap", *more]
+    kernel = rounds(cfg_factory, *common)
+    assert calls
+    calls.clear()
+    gathered = rounds(cfg_factory, *common, "hardware.indexed_rows=false")
+    assert not calls
+    torch.testing.assert_close(kernel["state"]["params"], gathered["state"]["params"], rtol=1e-4, atol=1e-5)

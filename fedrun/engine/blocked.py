@@ -17,6 +17,11 @@ over Zhao et al.'s HOG features), which are memory-bound step by step on a CPU; 
 (:func:`block_length`; on a GPU, where such steps are bound by kernel launches, it steps one by one). FSVRG's own
 step scales each coordinate (Lambda_i) and is not of this form. The state's ``direction`` (the last step's, which
 only a recording executor reads, and a recording executor steps one by one) is not kept.
+
+Where the model reads its training rows in place (``FunctionalModel.reads_rows``: float32 on a CPU, a loss the
+kernel computes; ``fedrun/indexed_rows.py``), a block runs in three calls of the compiled kernel (``_InPlace``): its
+products read the rows where they lie, and its steps at the outputs, a few hundred numbers per client each, run as one
+loop per client; else in torch's operators on the gathered rows (``_Gathered``). The same values to float rounding.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from torch import nn
 from ..algorithms.base import ClientContext, LocalRule, State
 from ..data.augment import minibatch, rows
 from ..functional import FunctionalModel
+from ..models import Objective
+from .. import indexed_rows as in_place
+from ..indexed_rows import IndexedRows, of as rows_in_place
 from .cohort import ClientPlan
 
 BLOCK_SAMPLES = 16  # samples per block (T = BLOCK_SAMPLES // minibatch width steps): the Gram matrix grows as T^2
@@ -62,38 +70,60 @@ def run(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list
     loss_sum = torch.zeros(k_all, device=ctx.params.device, dtype=ctx.params.dtype)
     for t0 in range(0, plans[0].tau, block):
         steps = min(block, plans[0].tau - t0)
-        xb = _inputs(x, batches, t0, steps)  # (K, S, q): the block's samples, its steps' minibatches in turn
+        inputs = _inputs(model, x, batches, t0, steps)  # the block's samples, its steps' minibatches in turn
         yb = rows(y, batches[:, t0 : t0 + steps]).flatten(1)
         starts = [stacked["w"], ctx.params, stacked.get("momentum")]  # the basis's weights, as flat vectors
-        outputs = [_outputs(xb, v, shape) for v in starts]  # (K, S, C) under each, None for no momentum
-        gram = xb @ xb.transpose(1, 2) + (1.0 if shape[2] else 0.0)
-        grads = torch.zeros(k_all, steps * width, shape[0], device=xb.device, dtype=xb.dtype)  # d_s in its rows
-        size = len(BASIS) + steps
-        symbolic = _symbolic(stacked, size)  # the rule's state over the basis: its coefficients step by step
-        sym_ctx = replace(ctx, params=_unit(1, size))
-        table = [{k: v.clone() for k, v in symbolic.items() if k != "buffers"}]
-        for s in range(steps):
-            coef = symbolic["w"].to(xb.device, xb.dtype)
-            here = slice(s * width, (s + 1) * width)
-            out = sum(coef[i] * o[:, here] for i, o in enumerate(outputs) if o is not None)
-            out = out + gram[:, here, : s * width] @ (coef[len(BASIS):][:s].repeat_interleave(width)[:, None]
-                                                      * grads[:, : s * width])
-            loss, d = model.objective.loss_and_grad_out(out, yb[:, here])
-            active = (taus > t0 + s).to(xb.dtype)
-            grads[:, here] = d * active[:, None, None]
-            loss_sum += loss.detach() * active
-            rule.descend(sym_ctx, symbolic, rule.direction(sym_ctx, symbolic, _unit(len(BASIS) + s, size)))
-            table.append({k: v.clone() for k, v in symbolic.items() if k != "buffers"})
+        outputs, gram = inputs.products(starts, shape)  # (K, S, C) under each (None for no momentum); (K, S, S)
+        table = _coefficients(rule, ctx, stacked, steps)  # the rule's state over the basis, step by step
+        coef = torch.stack([row["w"] for row in table[:-1]]).to(gram.device, gram.dtype)  # (steps, basis + steps)
+        base = sum(coef[:, i].repeat_interleave(width)[:, None] * o for i, o in enumerate(outputs) if o is not None)
         done = (taus - t0).clamp(0, steps)  # each client's steps in this block: its state is the one after them
-        mine = {k: torch.stack([row[k] for row in table])[done.cpu()].to(xb.device) for k in table[0]}
+        grads, losses = inputs.steps(model.objective, base, gram, coef[:, len(BASIS):], yb, done, width)
+        loss_sum += losses
+        mine = {k: torch.stack([row[k] for row in table])[done.cpu()].to(grads.device) for k in table[0]}
         if "momentum" in stacked:  # first: the weights' own combination below overwrites W_start
-            momentum = _combine(mine["momentum"], starts, 2, stacked["momentum"].clone(), xb, grads, width, shape)
-        _combine(mine["w"], starts, 0, stacked["w"], xb, grads, width, shape)  # in place: its other terms are read
+            momentum = _combine(mine["momentum"], starts, 2, stacked["momentum"].clone(), inputs, grads, width,
+                                shape)
+        _combine(mine["w"], starts, 0, stacked["w"], inputs, grads, width, shape)  # in place: its other terms are read
         if "momentum" in stacked:
             stacked["momentum"] = momentum
         stacked.update({k: torch.where(done > 0, v.to(stacked[k].dtype), stacked[k])  # finished before: theirs
                         for k, v in mine.items() if k not in VECTORS})
     return loss_sum
+
+
+def _coefficients(rule: LocalRule, ctx: ClientContext, stacked: State, steps: int) -> list[dict]:
+    """The rule's state over the basis (W_start, W_g, M_start, G_0 .. G_{steps-1}) before each of the block's steps
+    and after its last: the rule's own step on coefficient vectors, its gradient at step s the basis's G_s. The same
+    for every client: an affine step's coefficients do not depend on the data."""
+    size = len(BASIS) + steps
+    symbolic = _symbolic(stacked, size)
+    sym_ctx = replace(ctx, params=_unit(1, size))
+    table = [{k: v.clone() for k, v in symbolic.items() if k != "buffers"}]
+    for s in range(steps):
+        rule.descend(sym_ctx, symbolic, rule.direction(sym_ctx, symbolic, _unit(len(BASIS) + s, size)))
+        table.append({k: v.clone() for k, v in symbolic.items() if k != "buffers"})
+    return table
+
+
+def _steps(objective: Objective, base: torch.Tensor, gram: torch.Tensor, coef: torch.Tensor, y: torch.Tensor,
+           done: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The block's steps at the outputs, by torch's operators: step s's outputs (K, width, C) are ``base``'s (the
+    start vectors' terms) plus the earlier steps' gradient terms, sum_t coef[s, t] G_t x = sum_t coef[s, t] d_t^T K
+    (``gram`` K); its loss's gradient there, d_s, fills ``grads`` (K, S, C), zero after each client's ``done`` steps.
+    Returns grads and each client's sum of its steps' losses."""
+    k_all, samples, classes = base.shape
+    grads = torch.zeros(k_all, samples, classes, device=base.device, dtype=base.dtype)
+    loss_sum = torch.zeros(k_all, device=base.device, dtype=base.dtype)
+    for s in range(samples // width):
+        here = slice(s * width, (s + 1) * width)
+        out = base[:, here] + gram[:, here, : s * width] @ (coef[s, :s].repeat_interleave(width)[:, None]
+                                                            * grads[:, : s * width])
+        loss, d = objective.loss_and_grad_out(out, y[:, here])
+        active = (done > s).to(base.dtype)
+        grads[:, here] = d * active[:, None, None]
+        loss_sum += loss.detach() * active
+    return grads, loss_sum
 
 
 def _unit(i: int, size: int) -> torch.Tensor:
@@ -119,22 +149,68 @@ def _split(flat: torch.Tensor, shape) -> tuple[torch.Tensor, torch.Tensor | None
     return weight, flat[..., classes * inputs :] if bias else None
 
 
-def _outputs(xb: torch.Tensor, flat: torch.Tensor | None, shape) -> torch.Tensor | None:
-    """The layer's outputs (K, S, C) on the block's inputs under the weights ``flat`` (one vector or a stack)."""
-    if flat is None:
-        return None
-    weight, bias = _split(flat, shape)
-    out = xb @ weight.transpose(-1, -2)
-    return out if bias is None else out + bias.unsqueeze(-2)
+class _Gathered:
+    """A block's inputs gathered, (K, S, q): its products, steps and gradient terms in torch's operators."""
+
+    def __init__(self, inputs: torch.Tensor):
+        self.inputs = inputs
+
+    def products(self, starts: list, shape) -> tuple[list, torch.Tensor]:
+        """The layer's outputs (K, S, C) under each of the weights ``starts`` (flat; one vector or a stack; None
+        gives None) and the Gram matrix (K, S, S), +1 with a bias."""
+        outputs = []
+        for flat in starts:
+            if flat is None:
+                outputs.append(None)
+                continue
+            weight, bias = _split(flat, shape)
+            out = self.inputs @ weight.transpose(-1, -2)
+            outputs.append(out if bias is None else out + bias.unsqueeze(-2))
+        return outputs, self.inputs @ self.inputs.transpose(1, 2) + (1.0 if shape[2] else 0.0)
+
+    def add_to(self, weight: torch.Tensor, weighted: torch.Tensor) -> None:
+        """weight (K, C, q) += weighted (K, S, C)^T X."""
+        weight.add_(weighted.transpose(1, 2) @ self.inputs)  # not baddbmm_ into the strided view: torch loops over rows
+
+    steps = staticmethod(_steps)
 
 
-def _combine(coef: torch.Tensor, starts: list, own: int, out: torch.Tensor, xb: torch.Tensor, grads: torch.Tensor,
+class _InPlace:
+    """A block's inputs as their index into the training inputs (``indexed_rows.IndexedRows``): ``_Gathered``'s
+    products, steps and gradient terms by the compiled kernel (``fedrun/kernels/indexed_linear.cpp``), which reads
+    each row where it lies."""
+
+    def __init__(self, rows: IndexedRows):
+        self.rows = rows
+
+    def products(self, starts: list, shape) -> tuple[list, torch.Tensor]:
+        present = [_split(flat, shape) for flat in starts if flat is not None]
+        dots = in_place.kernel().block_products(self.rows.source, self.rows.index,
+                                                [w if w.dim() == 3 else w[None] for w, _ in present])
+        classes, bias = shape[0], shape[2]
+        found = iter(dots[..., i * classes : (i + 1) * classes] + (b.unsqueeze(-2) if bias else 0.0)
+                     for i, (_, b) in enumerate(present))
+        outputs = [None if flat is None else next(found) for flat in starts]
+        return outputs, dots[..., len(present) * classes :] + (1.0 if bias else 0.0)
+
+    def steps(self, objective: Objective, base: torch.Tensor, gram: torch.Tensor, coef: torch.Tensor, y: torch.Tensor,
+              done: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``_steps``' values in one call: a step here is a few hundred numbers per client, which torch's operators
+        would spend most of their time dispatching."""
+        return in_place.kernel().block_steps(base.contiguous(), gram, coef.contiguous(), y.contiguous(), done,
+                                             width, in_place.LOSSES[objective.name])
+
+    def add_to(self, weight: torch.Tensor, weighted: torch.Tensor) -> None:
+        in_place.kernel().add_row_sums(self.rows.source, self.rows.index, weighted.contiguous(), weight)
+
+
+def _combine(coef: torch.Tensor, starts: list, own: int, out: torch.Tensor, inputs, grads: torch.Tensor,
              width: int, shape) -> torch.Tensor:
     """Each client's vector (K, d) from its coefficients (K, basis + steps) over the basis, written into ``out``,
     which holds ``starts[own]``'s values (that vector itself, or a copy): the start vectors, then the step gradients
     G_s = d_s^T X_s summed as (coefficient-weighted d)^T X in one batched product. Terms whose coefficients are all
     zero are left out."""
-    coef = coef.to(xb.dtype)
+    coef = coef.to(grads.dtype)
     if not bool((coef[:, own] == 1).all()):
         out.mul_(coef[:, own : own + 1])
     for i, v in enumerate(starts):
@@ -142,15 +218,19 @@ def _combine(coef: torch.Tensor, starts: list, own: int, out: torch.Tensor, xb: 
             out.addcmul_(coef[:, i : i + 1], v)
     weighted = coef[:, len(BASIS):].repeat_interleave(width, dim=1)[:, :, None] * grads  # (K, S, C)
     weight, bias = _split(out, shape)
-    weight.add_(weighted.transpose(1, 2) @ xb)  # not baddbmm_ into the strided view: torch loops over its rows
+    inputs.add_to(weight, weighted)
     if bias is not None:
         bias.add_(weighted.sum(1))
     return out
 
 
-def _inputs(x, batches: torch.Tensor, t0: int, steps: int) -> torch.Tensor:
-    """The inputs of steps t0 .. t0 + steps - 1 of every client, flattened: (K, steps x width, q). Through
-    ``minibatch`` step by step where a step's draw depends on it (augmentation), else in one gather."""
+def _inputs(model: FunctionalModel, x, batches: torch.Tensor, t0: int, steps: int):
+    """The inputs of steps t0 .. t0 + steps - 1 of every client, their minibatches in turn (S = steps x width of
+    them): read in place where the model reads rows of ``x`` (``FunctionalModel.reads_rows``), else gathered (K, S,
+    q), through ``minibatch`` step by step where a step's draw depends on it (augmentation), else in one gather."""
+    index = batches[:, t0 : t0 + steps].flatten(1)
+    if model.reads_rows(x):
+        return _InPlace(rows_in_place(x, index))
     if isinstance(x, torch.Tensor):
-        return rows(x, batches[:, t0 : t0 + steps]).flatten(1, 2).flatten(2)
-    return torch.cat([minibatch(x, batches[:, t], t).flatten(2) for t in range(t0, t0 + steps)], dim=1)
+        return _Gathered(rows(x, index).flatten(2))
+    return _Gathered(torch.cat([minibatch(x, batches[:, t], t).flatten(2) for t in range(t0, t0 + steps)], dim=1))
