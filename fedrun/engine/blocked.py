@@ -36,7 +36,6 @@ from ..data.augment import minibatch, rows
 from ..functional import FunctionalModel
 from ..models import Objective
 from .. import indexed_rows as in_place
-from ..indexed_rows import IndexedRows, of as rows_in_place
 from .cohort import ClientPlan
 
 BLOCK_SAMPLES = 16  # samples per block (T = BLOCK_SAMPLES // minibatch width steps): the Gram matrix grows as T^2
@@ -180,7 +179,7 @@ class _InPlace:
     products, steps and gradient terms by the compiled kernel (``fedrun/kernels/indexed_linear.cpp``), which reads
     each row where it lies."""
 
-    def __init__(self, rows: IndexedRows):
+    def __init__(self, rows: in_place.IndexedRows):
         self.rows = rows
 
     def products(self, starts: list, shape) -> tuple[list, torch.Tensor]:
@@ -230,7 +229,7 @@ def _inputs(model: FunctionalModel, x, batches: torch.Tensor, t0: int, steps: in
     q), through ``minibatch`` step by step where a step's draw depends on it (augmentation), else in one gather."""
     index = batches[:, t0 : t0 + steps].flatten(1)
     if model.reads_rows(x):
-        return _InPlace(rows_in_place(x, index))
+        return _InPlace(in_place.of(x, index))
     if isinstance(x, torch.Tensor):
         return _Gathered(rows(x, index).flatten(2))
     return _Gathered(torch.cat([minibatch(x, batches[:, t], t).flatten(2) for t in range(t0, t0 + steps)], dim=1))
