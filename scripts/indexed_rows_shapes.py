@@ -11,6 +11,8 @@ and off (the minibatch gathered), interleaved as the bench interleaves its execu
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 import time
 from pathlib import Path
 
@@ -49,18 +51,18 @@ def time_shape(name, model_name, shape, classes, clients, samples, batch, repeat
     return best["in_place"], best["gathered"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    command = "python scripts/indexed_rows_shapes.py " + " ".join(argv if argv is not None else sys.argv[1:])
     import torch
 
     from fedrun.bench import device_name
 
     lines = ["# A one-layer model's step on its rows in place, across shapes (issue #27)", "",
-             f"Made by `python scripts/indexed_rows_shapes.py --repeats {args.repeats}"
-             f"{f' --out {args.out}' if args.out else ''}` at commit {git_commit(Path('.'))} on "
+             f"Made by `{command.strip()}` at commit {git_commit(Path('.'))} on "
              f"{time.strftime('%Y-%m-%d', time.gmtime())} on {device_name(torch.device('cpu'))}: one round of local "
              "SGD (E = 1) on random inputs and labels from seed 0, under the vmap executor, with "
              "hardware.indexed_rows=true (rows in place: fedrun/indexed_rows.py) and false (the minibatch gathered), "
@@ -69,11 +71,9 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, model_name, shape, classes, clients, samples, batch, why in SHAPES:
         in_place, gathered = time_shape(name, model_name, shape, classes, clients, samples, batch, args.repeats)
-        width = 1
-        for s in shape:
-            width *= s
-        lines.append(f"| {name} | {why} | {model_name} | {width} | {1 if model_name == 'svm' else classes} | "
-                     f"{clients} | {batch} | {gathered:.4f} | {in_place:.4f} | {gathered / in_place:.2f}x |")
+        lines.append(f"| {name} | {why} | {model_name} | {math.prod(shape)} | "
+                     f"{1 if model_name == 'svm' else classes} | {clients} | {batch} | {gathered:.4f} | "
+                     f"{in_place:.4f} | {gathered / in_place:.2f}x |")
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -73,13 +73,13 @@ def run(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list
         yb = rows(y, batches[:, t0 : t0 + steps]).flatten(1)
         starts = [stacked["w"], ctx.params, stacked.get("momentum")]  # the basis's weights, as flat vectors
         outputs, gram = inputs.products(starts, shape)  # (K, S, C) under each (None for no momentum); (K, S, S)
-        table = _coefficients(rule, ctx, stacked, steps)  # the rule's state over the basis, step by step
-        coef = torch.stack([row["w"] for row in table[:-1]]).to(gram.device, gram.dtype)  # (steps, basis + steps)
+        table = _coefficients(rule, ctx, stacked, steps)  # the rule's state over the basis, before each step and after
+        coef = table["w"][:-1].to(gram.device, gram.dtype)  # (steps, basis + steps): the weights before each step
         base = sum(coef[:, i].repeat_interleave(width)[:, None] * o for i, o in enumerate(outputs) if o is not None)
         done = (taus - t0).clamp(0, steps)  # each client's steps in this block: its state is the one after them
         grads, losses = inputs.steps(model.objective, base, gram, coef[:, len(BASIS):], yb, done, width)
         loss_sum += losses
-        mine = {k: torch.stack([row[k] for row in table])[done.cpu()].to(grads.device) for k in table[0]}
+        mine = {k: v[done.cpu()].to(grads.device) for k, v in table.items()}
         if "momentum" in stacked:  # first: the weights' own combination below overwrites W_start
             momentum = _combine(mine["momentum"], starts, 2, stacked["momentum"].clone(), inputs, grads, width,
                                 shape)
@@ -91,10 +91,10 @@ def run(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list
     return loss_sum
 
 
-def _coefficients(rule: LocalRule, ctx: ClientContext, stacked: State, steps: int) -> list[dict]:
+def _coefficients(rule: LocalRule, ctx: ClientContext, stacked: State, steps: int) -> dict[str, torch.Tensor]:
     """The rule's state over the basis (W_start, W_g, M_start, G_0 .. G_{steps-1}) before each of the block's steps
-    and after its last: the rule's own step on coefficient vectors, its gradient at step s the basis's G_s. The same
-    for every client: an affine step's coefficients do not depend on the data."""
+    and after its last, each entry stacked (steps + 1, ...): the rule's own step on coefficient vectors, its gradient
+    at step s the basis's G_s. The same for every client: an affine step's coefficients do not depend on the data."""
     size = len(BASIS) + steps
     symbolic = _symbolic(stacked, size)
     sym_ctx = replace(ctx, params=_unit(1, size))
@@ -102,7 +102,7 @@ def _coefficients(rule: LocalRule, ctx: ClientContext, stacked: State, steps: in
     for s in range(steps):
         rule.descend(sym_ctx, symbolic, rule.direction(sym_ctx, symbolic, _unit(len(BASIS) + s, size)))
         table.append({k: v.clone() for k, v in symbolic.items() if k != "buffers"})
-    return table
+    return {k: torch.stack([row[k] for row in table]) for k in table[0]}
 
 
 def _steps(objective: Objective, base: torch.Tensor, gram: torch.Tensor, coef: torch.Tensor, y: torch.Tensor,
