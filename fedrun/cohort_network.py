@@ -70,7 +70,8 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each client's minibatch loss and gradient: ``flat`` (K, d) the clients' parameters (in ``shapes``' order),
     ``x`` (K, B, C, H, W) and ``y`` (K, B) their minibatches; returns (K,) losses and the (K, d) gradient. ``fused``:
-    a first convolution, max pooling and ReLU that the compiled kernel fits run as one (fedrun/fused_conv.py)."""
+    a convolution, max pooling and ReLU that a compiled kernel fits run as one (fedrun/fused_conv.py): the first
+    layer's on the minibatches, a later one's on the images before it."""
     k = x.shape[0]
     with torch.enable_grad():
         w = flat.detach().requires_grad_(True)
@@ -84,10 +85,18 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
             h = side_by_side(x)
         rows = False  # h is (K, B, F): past a whole-window convolution or the flattening layer
         later = None  # a convolution's bias, added after the max pooling that follows it
-        for layer, after in zip(layers[first:], [*layers[first + 1 :], None]):
+        skip = 0  # layers that a later convolution's kernel computed with it
+        for i in range(first, len(layers)):
+            layer, after, then = (layers[i : i + 3] + [None, None])[:3]
+            if skip:
+                skip -= 1
+                continue
             if isinstance(layer, nn.Conv2d):
                 weight = next(params)
                 bias = next(params) if layer.bias is not None else None
+                if fused and not rows and fused_conv.fits_images(layer, after, then, h, k) and fused_conv.enabled():
+                    h, skip = fused_conv.conv_pool_relu_images(h, weight, bias, layer.padding[0]), 2
+                    continue
                 if rows and not covers_input(layer, (1, 1)):
                     h, rows = _as_images(h), False
                 if rows or covers_input(layer, h.shape[-2:]):

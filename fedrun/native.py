@@ -23,7 +23,7 @@ import torch
 log = logging.getLogger("fedrun")
 KERNELS = Path(__file__).with_name("kernels")
 SOURCES = {  # a kernel's source file: what it computes, and the hardware option that turns it off
-    "conv_pool_relu.cpp": ("fused first-convolution kernel", "the convolution, pooling and ReLU run one by one",
+    "conv_pool_relu.cpp": ("fused convolution kernels", "the convolutions, poolings and ReLUs run one by one",
                            "hardware.fused_conv=false"),
     "indexed_linear.cpp": ("kernel for a dense model's first layer on a minibatch's rows in place",
                            "the minibatch is gathered and multiplied by torch", "hardware.indexed_rows=false"),

@@ -54,6 +54,81 @@ def test_the_kernel_equals_the_layers_one_by_one(clients, channels, height, widt
     assert all(torch.equal(a, g) for a, g in zip(again, got))
 
 
+def later_layers_one_by_one(h, weight, bias, padding):
+    """The reference for a later convolution: each client's convolution, 2x2 max pooling, bias and ReLU on its own
+    channels of the cohort's images ``h`` (B, K * C, H, W), as (B, K * O, P, Q)."""
+    k = len(weight)
+    return torch.cat([F.relu(F.max_pool2d(F.conv2d(part, weight[i], None if bias is None else bias[i],
+                                                   padding=padding), 2))
+                      for i, part in enumerate(h.chunk(k, dim=1))], dim=1)
+
+
+@pytest.mark.parametrize("clients,channels,height,width,size,padding,outputs,bias,whole", [
+    (3, 6, 14, 14, 5, 0, 16, True, False),    # LeNet-5's second convolution (MNIST and CIFAR-10 alike)
+    (2, 4, 9, 13, 3, 1, 20, True, False),     # odd sizes, two groups of output channels, padding
+    (1, 12, 11, 11, 5, 2, 7, False, False),   # four vectors a window row (12 x 5 inputs), no bias
+    (2, 6, 14, 14, 5, 0, 16, True, True),     # whole numbers: ties in the pooling windows
+])
+def test_the_later_kernel_equals_the_layers_one_by_one(clients, channels, height, width, size, padding, outputs, bias,
+                                                       whole):
+    """A later convolution's kernel (the cohort's channels-last images in, as the first kernel gives them): values and
+    the images', weights' and biases' gradients as torch's layers give them (ties to the first of a window, as torch's
+    max pooling), in float64; a rerun, and a lone client's call, give the same bits as the cohort's."""
+    torch.manual_seed(4)
+    draw = (lambda *s: torch.randint(-3, 4, s).float()) if whole else torch.randn
+    h = draw(20, height, width, clients * channels).permute(0, 3, 1, 2).requires_grad_(True)
+    w = (draw(clients, outputs, channels, size, size) * (1 if whole else 0.3)).requires_grad_(True)
+    b = (draw(clients, outputs) * (1 if whole else 0.1)).requires_grad_(True) if bias else None
+    inputs = [h, w] + ([b] if bias else [])
+    ref = later_layers_one_by_one(*[t.double() for t in (h, w)], None if b is None else b.double(), padding)
+    out = fused_conv.conv_pool_relu_images(h, w, b, padding)
+    assert out.shape == ref.shape and out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    assert (ref == 0).any() and (ref > 0).any()
+    grad = torch.randn_like(ref)
+    wanted = torch.autograd.grad((ref * grad).sum(), inputs)
+    got = torch.autograd.grad((out * grad.float()).sum(), inputs)
+    for g, want in zip(got, wanted):
+        torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-4)
+    again = torch.autograd.grad((fused_conv.conv_pool_relu_images(h, w, b, padding) * grad.float()).sum(), inputs)
+    assert all(torch.equal(a, g) for a, g in zip(again, got))
+    last = clients - 1  # the last client alone: its channels of the images, its weights
+    alone = h.detach()[:, last * channels :].contiguous(memory_format=torch.channels_last).requires_grad_(True)
+    params = [w.detach()[last:].requires_grad_(True)] + ([b.detach()[last:].requires_grad_(True)] if bias else [])
+    own = fused_conv.conv_pool_relu_images(alone, params[0], params[1] if bias else None, padding)
+    assert torch.equal(own, out[:, last * outputs :])
+    mine = torch.autograd.grad((own * grad[:, last * outputs :].float()).sum(), [alone, *params])
+    assert torch.equal(mine[0], got[0][:, last * channels :])
+    assert all(torch.equal(m, g[last:]) for m, g in zip(mine[1:], got[1:]))
+
+
+def test_a_later_convolution_fits_channels_last_float32_images_of_few_channels():
+    conv, pool, relu = nn.Conv2d(6, 16, 5), nn.MaxPool2d(2), nn.ReLU()
+    h = torch.randn(4, 3 * 6, 14, 14).contiguous(memory_format=torch.channels_last)
+    assert fused_conv.fits_images(conv, pool, relu, h, 3)
+    assert not fused_conv.fits_images(conv, pool, relu, h, 2)  # 9 channels a client, not the layer's 6
+    assert not fused_conv.fits_images(conv, pool, relu, h.contiguous(), 3)  # NCHW memory
+    assert not fused_conv.fits_images(conv, pool, relu, h.double(), 3)
+    assert not fused_conv.fits_images(conv, pool, None, h, 3)  # no ReLU after the pooling
+    wide = torch.randn(4, 3 * 13, 14, 14).contiguous(memory_format=torch.channels_last)
+    assert not fused_conv.fits_images(nn.Conv2d(13, 16, 5), pool, relu, wide, 3)  # 65 values a window row
+
+
+def test_lenet5s_step_runs_both_convolutions_as_kernels(monkeypatch):
+    """The equality tests above and below compare the kernels' steps with oneDNN's: here, that LeNet-5's cohort and
+    lone-client steps do run both of its convolutions (each with its pooling and ReLU) as the kernels."""
+    calls = []
+    for name in ("conv_pool_relu", "conv_pool_relu_images"):
+        real = getattr(fused_conv, name)
+        monkeypatch.setattr(fused_conv, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    module, objective = lenet5()
+    model = FunctionalModel(module, objective, cohort_network=True, fused_conv=True)
+    flat = model.init_params()
+    model.loss_and_grad(torch.stack([flat, flat]), {}, torch.randn(2, 4, 1, 28, 28), torch.randint(0, 10, (2, 4)))
+    model.loss_and_grad(flat, {}, torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,)))
+    assert calls == ["conv_pool_relu", "conv_pool_relu_images"] * 2
+
+
 def lenet5(shape=(1, 28, 28)):
     return build_model(OmegaConf.load("conf/model/lenet5.yaml"), "image", shape, 10, "test")
 

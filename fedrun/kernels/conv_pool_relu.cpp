@@ -25,8 +25,10 @@ constexpr int TG = 4;   // taps whose weight gradients backward sums at once
 typedef float vf __attribute__((vector_size(64)));
 typedef int vi __attribute__((vector_size(64)));
 typedef uint8_t vu8 __attribute__((vector_size(16)));
-static inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof(v)); return v; }
-static inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
+typedef float vfu __attribute__((vector_size(64), aligned(4)));  // at any float's address
+// typed loads and stores (not memcpy, which may alias anything): the compiler keeps sizes and indices in registers
+static inline vf load(const float* p) { return *reinterpret_cast<const vfu*>(p); }
+static inline void store(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
 
 template <int R>
 struct Geo {
@@ -212,6 +214,230 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
   return {dw, db};
 }
 
+// A later convolution (LeNet-5's second) with its 2x2 max pooling and ReLU, on the cohort's channels-last images x
+// (B, H, W, K * C) memory, client k's channels at k * C, as the first kernel and oneDNN's grouped convolution give
+// them; weights (K, O, C, R, R), biases (K, O). Forward gives the same outputs and winners' codes as the first kernel
+// (out: (B, P, Q, K * O) memory; codes: (B, K, OC, P, Q, 16), OC = ceil(O / 16) groups of 16 output channels).
+// Backward gives the weights', biases' and images' gradients. Why: oneDNN's grouped convolution runs these shapes
+// (6 input and 16 output channels a client) at a third of the peak, and its backward computes the whole output's
+// gradient, three quarters of it the zeros that the pooling leaves; here the output never leaves the registers and
+// backward visits the pooling's winners only.
+//
+// How: forward vectorises over 16 output channels: each tap is one vector of weights times a broadcast input value,
+// for the 2 x 2QG candidates of QG pooling windows in registers. Backward, output channel by channel, adds each
+// winner's gradient times the input window under it (R rows of R * C contiguous values in a client's image) to the
+// channel's weight gradient, held in registers, and times the channel's weights to the images' gradient; each
+// client's minibatch is summed in chunks of CB images in a fixed order, the chunks' sums then in order: a client's
+// gradient has the same bits whatever the cohort around it and the number of threads.
+constexpr int64_t CB = 16;  // images of a client whose weight gradients backward sums as one piece
+constexpr int64_t KG = 4;  // clients whose images backward reads together (their channels share cache lines)
+
+struct Images {  // a cohort's channels-last images and one client's zero-padded copy [y][x][c]
+  int64_t B, H, W, K, C, pad, R, Hp, Wb, P, Q, size;
+  Images(const torch::Tensor& x, int64_t K_, int64_t R_, int64_t pad_, int64_t wide)
+      : B(x.size(0)), H(x.size(1)), W(x.size(2)), K(K_), C(x.size(3) / K_), pad(pad_), R(R_) {
+    Hp = H + 2 * pad;
+    P = (Hp - R + 1) / 2; Q = (W + 2 * pad - R + 1) / 2;
+    Wb = std::max(W + 2 * pad, wide + R - 1);
+    size = Hp * Wb * C + 64;  // and room for backward's last vector of a window row
+  }
+  void copy_in(const float* x, int64_t b, int64_t k, float* img) const {
+    const int64_t H = this->H, W = this->W, K = this->K, C = this->C, pad = this->pad, Wb = this->Wb;
+    std::memset(img, 0, size * sizeof(float));
+    for (int64_t y = 0; y < H; ++y)
+      for (int64_t xx = 0; xx < W; ++xx) {
+        const float* from = x + ((b * H + y) * W + xx) * K * C + k * C;
+        float* to = img + ((y + pad) * Wb + xx + pad) * C;
+        for (int64_t c = 0; c < C; ++c) to[c] = from[c];
+      }
+  }
+  // a padded copy's interior, to image b's client k channels in the cohort's layout
+  void copy_out(const float* img, int64_t b, int64_t k, float* x) const {
+    const int64_t H = this->H, W = this->W, K = this->K, C = this->C, pad = this->pad, Wb = this->Wb;
+    for (int64_t y = 0; y < H; ++y)
+      for (int64_t xx = 0; xx < W; ++xx) {
+        const float* from = img + ((y + pad) * Wb + xx + pad) * C;
+        float* to = x + ((b * H + y) * W + xx) * K * C + k * C;
+        for (int64_t c = 0; c < C; ++c) to[c] = from[c];
+      }
+  }
+};
+
+template <int R, int QG>
+std::vector<torch::Tensor> forward_images_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad) {
+  const int64_t K = w.size(0), O = w.size(1), OC = (O + L - 1) / L;
+  const int64_t tiles0 = (x.size(2) + 2 * pad - R + 1) / 2;
+  const Images im(x, K, R, pad, 2 * ((tiles0 + QG - 1) / QG) * QG);
+  const int64_t B = im.B, C = im.C, P = im.P, Q = im.Q, Wb = im.Wb, KO = K * O, taps = R * R * C;
+  TORCH_CHECK(P >= 1 && Q >= 1 && x.size(3) == K * C, "conv_pool_relu: images ", x.sizes(), " for weights ", w.sizes());
+  auto out = torch::empty({B, P, Q, KO}, x.options());
+  auto codes = torch::empty({B, K, OC, P, Q, L}, x.options().dtype(torch::kUInt8));
+  std::vector<float> wt(K * OC * taps * L, 0.f);  // [k][oc][(i * R + j) * C + c][lane]
+  const float* wp = w.data_ptr<float>();
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t t = 0; t < R * R; ++t)
+          wt[((k * OC + o / L) * taps + t * C + c) * L + o % L] = wp[((k * O + o) * C + c) * R * R + t];
+  const float* xp = x.data_ptr<float>(); const float* bp = bias.data_ptr<float>();
+  float* op = out.data_ptr<float>(); uint8_t* cp = codes.data_ptr<uint8_t>();
+  at::parallel_for(0, B * K, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> img(im.size);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / K, k = item % K;
+      im.copy_in(xp, b, k, img.data());
+      for (int64_t oc = 0; oc < OC; ++oc) {
+        const float* wk = wt.data() + (k * OC + oc) * taps * L;
+        const int64_t og = std::min<int64_t>(L, O - oc * L);
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t q0 = 0; q0 < Q; q0 += QG) {
+            vf acc[2][2 * QG] = {};
+            for (int i = 0; i < R; ++i)
+              for (int j = 0; j < R; ++j) {
+                const float* at = img.data() + ((2 * p + i) * Wb + 2 * q0 + j) * C;
+                const float* wc = wk + (i * R + j) * C * L;
+                for (int64_t c = 0; c < C; ++c) {
+                  const vf v = load(wc + c * L);
+                  #pragma GCC unroll 2
+                  for (int dy = 0; dy < 2; ++dy)
+                    #pragma GCC unroll 16
+                    for (int n = 0; n < 2 * QG; ++n) acc[dy][n] += at[(dy * Wb + n) * C + c] * v;
+                }
+              }
+            for (int64_t n = 0; n < std::min<int64_t>(QG, Q - q0); ++n) {
+              vf best = acc[0][2 * n]; vi code = {};
+              #pragma GCC unroll 4
+              for (int win = 1; win < 4; ++win) {
+                const vf a = acc[win >> 1][2 * n + (win & 1)];
+                const vi more = a > best;
+                best = more ? a : best;
+                code = more ? vi{} + win : code;
+              }
+              vf bv = {};
+              std::memcpy(&bv, bp + k * O + oc * L, og * sizeof(float));
+              const vf v = best + bv;
+              const vi on = v > 0.f;
+              const vf r = on ? v : vf{};
+              const vu8 c8 = __builtin_convertvector(on ? code : vi{} + 4, vu8);
+              std::memcpy(cp + ((((b * K + k) * OC + oc) * P + p) * Q + q0 + n) * L, &c8, L);
+              std::memcpy(op + ((b * P + p) * Q + q0 + n) * KO + k * O + oc * L, &r, og * sizeof(float));
+            }
+          }
+      }
+    }
+  });
+  return {out, codes};
+}
+
+template <int R, int V>
+std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor w,
+                                             int64_t pad, bool images) {
+  const int64_t K = w.size(0), O = w.size(1), OC = (O + L - 1) / L;
+  const Images im(x, K, R, pad, 0);
+  const int64_t B = im.B, C = im.C, P = im.P, Q = im.Q, Wb = im.Wb, KO = K * O, row = V * L, size = im.size;
+  const int64_t chunks = (B + CB - 1) / CB, per = O * R * row + OC * L;  // a chunk's sums: weights', then biases'
+  std::vector<float> wr(K * O * R * row, 0.f);  // [k][o][i][j * C + c], zero past R * C
+  const float* wp = w.data_ptr<float>();
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < R; ++i)
+          for (int64_t j = 0; j < R; ++j) wr[((k * O + o) * R + i) * row + j * C + c] = wp[(((k * O + o) * C + c) * R + i) * R + j];
+  std::vector<float> partial(K * chunks * per, 0.f);
+  auto dx = images ? torch::empty_like(x) : torch::Tensor();
+  const float* xp = x.data_ptr<float>(); const float* gp = grad.data_ptr<float>(); const uint8_t* cp = codes.data_ptr<uint8_t>();
+  float* dxp = images ? dx.data_ptr<float>() : nullptr;
+  const int64_t groups = (K + KG - 1) / KG;
+  at::parallel_for(0, chunks * groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> img(size), dimg(size), gs(P * Q * L), gw(P * Q + 1);
+    std::vector<int> where(P * Q + 1), spot(P * Q * L);
+    std::vector<uint8_t> cs(P * Q * L);
+    for (int64_t item = begin; item < end; ++item)
+      for (int64_t b = item / groups * CB; b < std::min(B, (item / groups + 1) * CB); ++b)
+      for (int64_t k = item % groups * KG; k < std::min(K, (item % groups + 1) * KG); ++k) {
+        float* mine = partial.data() + (k * chunks + item / groups) * per;
+        im.copy_in(xp, b, k, img.data());
+        if (images) std::memset(dimg.data(), 0, dimg.size() * sizeof(float));
+        for (int64_t oc = 0; oc < OC; ++oc) {
+          const int64_t og = std::min<int64_t>(L, O - oc * L);
+          std::memcpy(cs.data(), cp + (((b * K + k) * OC + oc) * P) * Q * L, P * Q * L);
+          vf sum = {};
+          for (int64_t pq = 0; pq < P * Q; ++pq) {
+            vf g = {};
+            std::memcpy(&g, gp + (b * P * Q + pq) * KO + k * O + oc * L, og * sizeof(float));
+            vu8 c8; std::memcpy(&c8, cs.data() + pq * L, L);
+            g = __builtin_convertvector(c8, vi) < 4 ? g : vf{};
+            sum += g;
+            store(gs.data() + pq * L, g);
+          }
+          float* db = mine + O * R * row + oc * L;
+          store(db, load(db) + sum);
+          for (int64_t p = 0; p < P; ++p)  // where each window's winner starts in the image, channel by channel
+            for (int64_t q = 0; q < Q; ++q) {
+              vu8 c8; std::memcpy(&c8, cs.data() + (p * Q + q) * L, L);
+              const vi cv = __builtin_convertvector(c8, vi);
+              const vi at = vi{} + (int)(((2 * p) * Wb + 2 * q) * C) + ((cv >> 1) & 1) * (int)(Wb * C) + (cv & 1) * (int)C;
+              std::memcpy(spot.data() + (p * Q + q) * L, &at, sizeof(at));
+            }
+          for (int64_t o = 0; o < og; ++o) {
+            int64_t n = 0;  // the channel's winners: where each window starts in the image, and its gradient
+            for (int64_t p = 0, pq = 0; p < P; ++p)
+              for (int64_t q = 0; q < Q; ++q, ++pq) {
+                where[n] = spot[pq * L + o];
+                gw[n] = gs[pq * L + o];
+                n += cs[pq * L + o] < 4;
+              }
+            const int64_t oo = oc * L + o;
+            float* dw = mine + oo * R * row;
+            const float* wo = wr.data() + (k * O + oo) * R * row;
+            vf acc[R][V], wv[R][V];
+            #pragma GCC unroll 8
+            for (int i = 0; i < R; ++i)
+              #pragma GCC unroll 8
+              for (int v = 0; v < V; ++v) { acc[i][v] = load(dw + i * row + v * L); wv[i][v] = load(wo + i * row + v * L); }
+            const float* gwp = gw.data(); const int* wherep = where.data();
+            const float* imgp = img.data(); float* dimgp = dimg.data();
+            for (int64_t m = 0; m < n; ++m) {
+              const float gv = gwp[m];
+              const int64_t at = wherep[m];
+              #pragma GCC unroll 8
+              for (int i = 0; i < R; ++i)
+                #pragma GCC unroll 8
+                for (int v = 0; v < V; ++v) acc[i][v] += gv * load(imgp + at + i * Wb * C + v * L);
+              if (images)
+                #pragma GCC unroll 8
+                for (int i = 0; i < R; ++i)
+                  #pragma GCC unroll 8
+                  for (int v = 0; v < V; ++v) {
+                    float* d = dimgp + at + i * Wb * C + v * L;
+                    store(d, load(d) + gv * wv[i][v]);
+                  }
+            }
+            #pragma GCC unroll 8
+            for (int i = 0; i < R; ++i)
+              #pragma GCC unroll 8
+              for (int v = 0; v < V; ++v) store(dw + i * row + v * L, acc[i][v]);
+          }
+        }
+        if (images) im.copy_out(dimg.data(), b, k, dxp);
+      }
+  });
+  auto dw = torch::zeros({K, O, C, R, R}, x.options());
+  auto db = torch::zeros({K, O}, x.options());
+  float* dwp = dw.data_ptr<float>(); float* dbp = db.data_ptr<float>();
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const float* src = partial.data() + (k * chunks + chunk) * per;
+      for (int64_t o = 0; o < O; ++o) {
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t i = 0; i < R; ++i)
+            for (int64_t j = 0; j < R; ++j) dwp[(((k * O + o) * C + c) * R + i) * R + j] += src[(o * R + i) * row + j * C + c];
+        dbp[k * O + o] += src[O * R * row + o];
+      }
+    }
+  return {dw, db, dx};
+}
+
 std::vector<torch::Tensor> forward(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad) {
   switch (w.size(3)) { case 3: return forward_r<3>(x, w, bias, pad); case 5: return forward_r<5>(x, w, bias, pad); }
   TORCH_CHECK(false, "kernel size ", w.size(3));
@@ -221,7 +447,43 @@ std::vector<torch::Tensor> backward(torch::Tensor grad, torch::Tensor codes, tor
   TORCH_CHECK(false, "kernel size ", R);
 }
 
+template <int R>
+std::vector<torch::Tensor> forward_images_q(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad) {
+  const int64_t Q = (x.size(2) + 2 * pad - R + 1) / 2;
+  switch (std::min<int64_t>(Q, 6)) {  // pooled columns in registers at once: 2 x 2QG accumulators
+    case 1: return forward_images_r<R, 1>(x, w, bias, pad); case 2: return forward_images_r<R, 2>(x, w, bias, pad);
+    case 3: return forward_images_r<R, 3>(x, w, bias, pad); case 4: return forward_images_r<R, 4>(x, w, bias, pad);
+    case 5: return forward_images_r<R, 5>(x, w, bias, pad); default: return forward_images_r<R, 6>(x, w, bias, pad);
+  }
+}
+std::vector<torch::Tensor> forward_images(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad) {
+  switch (w.size(3)) { case 3: return forward_images_q<3>(x, w, bias, pad); case 5: return forward_images_q<5>(x, w, bias, pad); }
+  TORCH_CHECK(false, "kernel size ", w.size(3));
+}
+
+template <int R>
+std::vector<torch::Tensor> backward_images_v(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor w,
+                                             int64_t pad, bool images) {
+  switch ((R * w.size(2) + L - 1) / L) {  // vectors of a window row's R * C values
+    case 1: return backward_images_r<R, 1>(grad, codes, x, w, pad, images);
+    case 2: return backward_images_r<R, 2>(grad, codes, x, w, pad, images);
+    case 3: return backward_images_r<R, 3>(grad, codes, x, w, pad, images);
+    case 4: return backward_images_r<R, 4>(grad, codes, x, w, pad, images);
+  }
+  TORCH_CHECK(false, "conv_pool_relu: ", w.size(2), " input channels of a ", R, "x", R, " kernel (at most ", 4 * L / R, ")");
+}
+std::vector<torch::Tensor> backward_images(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor w,
+                                           int64_t pad, bool images) {
+  switch (w.size(3)) {
+    case 3: return backward_images_v<3>(grad, codes, x, w, pad, images);
+    case 5: return backward_images_v<5>(grad, codes, x, w, pad, images);
+  }
+  TORCH_CHECK(false, "kernel size ", w.size(3));
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &forward);
   m.def("backward", &backward);
+  m.def("forward_images", &forward_images);
+  m.def("backward_images", &backward_images);
 }
