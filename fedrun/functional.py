@@ -20,7 +20,8 @@ from torch.func import functional_call, grad_and_value
 
 from .cohort_network import cohort_layers, stacked_linear, stacked_loss_and_grad
 from . import indexed_rows as in_place
-from .fused_conv import applies as kernel_applies, conv_pool_relu
+from .fused_conv import (applies as kernel_applies, conv_pool_relu, conv_pool_relu_images, enabled as kernel_enabled,
+                         fits_images)
 from .models import Objective
 
 
@@ -257,7 +258,7 @@ class FunctionalModel:
         ReLU's backward sees its value), which saves a single client's step (the loop executor's, a cohort's last
         client) the ReLU and its backward over the convolution's whole output. Without a graph (evaluation) the
         poolings are ``max_pool_views``, the Linear layers ``dense_product`` (oneDNN for large products with
-        ``onednn``, a following ReLU fused) and, with ``fused_conv``, a first convolution, pooling and ReLU that the
+        ``onednn``, a following ReLU fused) and, with ``fused_conv``, each convolution, pooling and ReLU that a
         compiled kernel fits one call of it (``fedrun/fused_conv.py``). Conv2d's own ``_conv_forward`` computes the
         other convolutions."""
         params = iter(self.unflatten(flat).values())
@@ -268,11 +269,19 @@ class FunctionalModel:
             b = next(params) if layers[0].bias is not None else None
             h = conv_pool_relu(x[None], w[None], None if b is None else b[None], layers[0].padding[0])
             layers = layers[3:]
-        for layer, after in zip(layers, [*layers[1:], None]):
+        skip = 0  # layers that a later convolution's kernel computed with it
+        for i, layer in enumerate(layers):
+            after, then = (layers[i + 1 : i + 3] + [None, None])[:2]
+            if skip:
+                skip -= 1
+                continue
             if isinstance(layer, (nn.Conv2d, nn.Linear)):
                 w = next(params)
                 b = next(params) if layer.bias is not None else None
-                if isinstance(layer, nn.Conv2d):
+                if (isinstance(layer, nn.Conv2d) and self.fused_conv and not graph
+                        and fits_images(layer, after, then, h, 1) and kernel_enabled()):
+                    h, skip = conv_pool_relu_images(h, w[None], None if b is None else b[None], layer.padding[0]), 2
+                elif isinstance(layer, nn.Conv2d):
                     h = layer._conv_forward(h, w, b)
                 else:
                     fused = isinstance(after, nn.ReLU)

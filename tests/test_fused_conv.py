@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from fedrun import fused_conv
+from fedrun import functional, fused_conv
 from fedrun.functional import FunctionalModel
 from fedrun.models import IGNORE, build_model
 
@@ -114,19 +114,23 @@ def test_a_later_convolution_fits_channels_last_float32_images_of_few_channels()
     assert not fused_conv.fits_images(nn.Conv2d(13, 16, 5), pool, relu, wide, 3)  # 65 values a window row
 
 
-def test_lenet5s_step_runs_both_convolutions_as_kernels(monkeypatch):
-    """The equality tests above and below compare the kernels' steps with oneDNN's: here, that LeNet-5's cohort and
-    lone-client steps do run both of its convolutions (each with its pooling and ReLU) as the kernels."""
+def test_lenet5_runs_both_convolutions_as_kernels(monkeypatch):
+    """The equality tests above and below compare the kernels' steps and evaluations with oneDNN's: here, that
+    LeNet-5's cohort and lone-client steps and its evaluation do run both of its convolutions (each with its pooling
+    and ReLU) as the kernels."""
     calls = []
     for name in ("conv_pool_relu", "conv_pool_relu_images"):
         real = getattr(fused_conv, name)
-        monkeypatch.setattr(fused_conv, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+        counted = lambda *a, real=real, name=name: calls.append(name) or real(*a)  # noqa: E731
+        monkeypatch.setattr(fused_conv, name, counted)
+        monkeypatch.setattr(functional, name, counted)
     module, objective = lenet5()
-    model = FunctionalModel(module, objective, cohort_network=True, fused_conv=True)
+    model = FunctionalModel(module, objective, channels_last=True, cohort_network=True, fused_conv=True)
     flat = model.init_params()
     model.loss_and_grad(torch.stack([flat, flat]), {}, torch.randn(2, 4, 1, 28, 28), torch.randint(0, 10, (2, 4)))
     model.loss_and_grad(flat, {}, torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,)))
-    assert calls == ["conv_pool_relu", "conv_pool_relu_images"] * 2
+    model.evaluate_hits(flat, {}, torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,)))
+    assert calls == ["conv_pool_relu", "conv_pool_relu_images"] * 3
 
 
 def lenet5(shape=(1, 28, 28)):
