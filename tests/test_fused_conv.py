@@ -67,6 +67,7 @@ def later_layers_one_by_one(h, weight, bias, padding):
     (3, 6, 14, 14, 5, 0, 16, True, False),    # LeNet-5's second convolution (MNIST and CIFAR-10 alike)
     (2, 4, 9, 13, 3, 1, 20, True, False),     # odd sizes, two groups of output channels, padding
     (1, 12, 11, 11, 5, 2, 7, False, False),   # four vectors a window row (12 x 5 inputs), no bias
+    (2, 16, 8, 9, 3, 0, 16, True, False),     # 16 input channels, 3 x 3
     (2, 6, 14, 14, 5, 0, 16, True, True),     # whole numbers: ties in the pooling windows
 ])
 def test_the_later_kernel_equals_the_layers_one_by_one(clients, channels, height, width, size, padding, outputs, bias,
