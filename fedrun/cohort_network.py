@@ -76,14 +76,15 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
     with torch.enable_grad():
         w = flat.detach().requires_grad_(True)
         params = iter(p.reshape(k, *s) for p, s in zip(w.split_with_sizes([math.prod(s) for s in shapes], -1), shapes))
-        first = 0
+        first, rows, size = 0, False, None  # rows: h is (K, B, F), the rows of images of spatial ``size``
         if fused and fused_conv.applies(layers, x):
             weight = next(params)
             bias = next(params) if layers[0].bias is not None else None
-            h, first = fused_conv.conv_pool_relu(x, weight, bias, layers[0].padding[0]), 3
+            layout = fused_conv.layout_for(layers, 3, size := fused_conv.pooled_size(layers[0], x))
+            h = fused_conv.images(fused_conv.conv_pool_relu(x, weight, bias, layers[0].padding[0], layout), layout)
+            first, rows = 3, layout == "rows"
         else:
             h = side_by_side(x)
-        rows = False  # h is (K, B, F): past a whole-window convolution or the flattening layer
         later = None  # a convolution's bias, added after the max pooling that follows it
         skip = 0  # layers that a later convolution's kernel computed with it
         for i in range(first, len(layers)):
@@ -94,15 +95,21 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
             if isinstance(layer, nn.Conv2d):
                 weight = next(params)
                 bias = next(params) if layer.bias is not None else None
-                if fused and not rows and fused_conv.fits_images(layer, after, then, h, k) and fused_conv.enabled():
-                    h, skip = fused_conv.conv_pool_relu_images(h, weight, bias, layer.padding[0]), 2
-                    continue
-                if rows and not covers_input(layer, (1, 1)):
+                if fused and not rows:
+                    images = h if h.dim() == 5 else h.unflatten(1, (k, -1)).transpose(0, 1)  # (K, B, C, H, W)
+                    if fused_conv.fits_images(layer, after, then, images) and fused_conv.enabled():
+                        layout = fused_conv.layout_for(layers, i + 3, size := fused_conv.pooled_size(layer, images))
+                        out = fused_conv.conv_pool_relu_images(images, weight, bias, layer.padding[0], layout)
+                        h, rows, skip = fused_conv.images(out, layout), layout == "rows", 2
+                        continue
+                if h.dim() == 5:  # a kernel's output in the layout of a next kernel that does not fit after all
+                    h = side_by_side(h)
+                if rows and not covers_input(layer, size):
                     h, rows = _as_images(h), False
                 if rows or covers_input(layer, h.shape[-2:]):
                     if not rows:
                         h, rows = _as_rows(h, k), True
-                    h = stacked_linear(h, weight.flatten(2), bias, row_form=True)
+                    h, size = stacked_linear(h, weight.flatten(2), bias, row_form=True), (1, 1)
                 else:
                     bias = None if bias is None else bias.flatten()
                     if isinstance(after, nn.MaxPool2d):

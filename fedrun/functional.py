@@ -267,7 +267,7 @@ class FunctionalModel:
         if self.fused_conv and not graph and kernel_applies(layers, x[None]):  # evaluation: the first layers as one
             w = next(params)
             b = next(params) if layers[0].bias is not None else None
-            h = conv_pool_relu(x[None], w[None], None if b is None else b[None], layers[0].padding[0])
+            h = conv_pool_relu(x[None], w[None], None if b is None else b[None], layers[0].padding[0])[0]
             layers = layers[3:]
         skip = 0  # layers that a later convolution's kernel computed with it
         for i, layer in enumerate(layers):
@@ -279,8 +279,9 @@ class FunctionalModel:
                 w = next(params)
                 b = next(params) if layer.bias is not None else None
                 if (isinstance(layer, nn.Conv2d) and self.fused_conv and not graph
-                        and fits_images(layer, after, then, h, 1) and kernel_enabled()):
-                    h, skip = conv_pool_relu_images(h, w[None], None if b is None else b[None], layer.padding[0]), 2
+                        and fits_images(layer, after, then, h[None]) and kernel_enabled()):
+                    bias = None if b is None else b[None]
+                    h, skip = conv_pool_relu_images(h[None], w[None], bias, layer.padding[0])[0], 2
                 elif isinstance(layer, nn.Conv2d):
                     h = layer._conv_forward(h, w, b)
                 else:

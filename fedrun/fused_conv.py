@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from . import native
+from .models import Flatten, covers_input
 
 SOURCE = "conv_pool_relu.cpp"
 LANES = 16  # the kernel computes one row of up to 16 pooled columns at once
@@ -30,13 +31,12 @@ def fits(conv: nn.Module, pool: nn.Module, after: nn.Module | None, x: torch.Ten
             and _pooled_width(conv, x) <= LANES and _input_fits(conv, x))
 
 
-def fits_images(conv: nn.Module, pool: nn.Module, after: nn.Module | None, h: torch.Tensor, clients: int) -> bool:
-    """Whether the kernel computes ``after(pool(conv(h)))`` for a cohort's images ``h`` (B, K * C, H, W) in
-    channels-last memory, as a later convolution sees them (LeNet-5's second): the layers that ``fits`` takes, with
-    each row of the R x R window at most four vectors (R * C <= 64 input values)."""
-    return (_layers_fit(conv, pool, after) and h.dim() == 4 and h.shape[1] == clients * conv.in_channels
-            and conv.in_channels * conv.kernel_size[0] <= 4 * LANES
-            and h.is_contiguous(memory_format=torch.channels_last) and _input_fits(conv, h))
+def fits_images(conv: nn.Module, pool: nn.Module, after: nn.Module | None, h: torch.Tensor) -> bool:
+    """Whether the kernel computes ``after(pool(conv(h)))`` for K clients' images ``h`` (K, B, C, H, W), of any
+    strides, as a later convolution sees them (LeNet-5's second): the layers that ``fits`` takes, with each row of the
+    R x R window at most four vectors (R * C <= 64 input values)."""
+    return (_layers_fit(conv, pool, after) and h.dim() == 5 and h.shape[2] == conv.in_channels
+            and conv.in_channels * conv.kernel_size[0] <= 4 * LANES and _input_fits(conv, h))
 
 
 def _layers_fit(conv: nn.Module, pool: nn.Module, after: nn.Module | None) -> bool:
@@ -62,56 +62,104 @@ def _input_fits(conv: nn.Module, x: torch.Tensor) -> bool:
     return x.dtype == torch.float32 and x.device.type == "cpu" and height >= 2 and _pooled_width(conv, x) >= 1
 
 
-def conv_pool_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding: int) -> torch.Tensor:
+# The memory a kernel writes its (K, B, O, P, Q) output in, chosen for the layer after it (``layout_for``):
+# "cohort": (B, P, Q, K, O), the channels-last images side by side that oneDNN's grouped convolution takes (``images``
+# gives them as (B, K * O, P, Q)); "clients": (K, B, P, Q, O), each client's channels-last images, as a later kernel
+# reads them a row at a time; "rows": (K, B, O, P, Q), each image flattened in (O, P, Q) order, the rows that a
+# flattening layer passes to a Linear layer (``images`` gives them as (K, B, O * P * Q), no copy).
+LAYOUTS = ("cohort", "clients", "rows")
+
+
+def layout_for(layers: list[nn.Module], i: int, size: tuple[int, int]) -> str:
+    """The layout of a kernel's output of spatial ``size`` that ``layers[i]`` (None past the end) takes without a
+    copy: rows for a flattening layer or a convolution whose window covers its input (a Linear layer on the rows)."""
+    nxt = layers[i] if i < len(layers) else None
+    if (type(nxt) is Flatten or isinstance(nxt, nn.Flatten) and (nxt.start_dim, nxt.end_dim) == (1, -1)
+            or isinstance(nxt, nn.Conv2d) and covers_input(nxt, size)):
+        return "rows"
+    if isinstance(nxt, nn.Conv2d) and len(layers) > i + 2 and _layers_fit(*layers[i : i + 3]):
+        return "clients"
+    return "cohort"
+
+
+def images(out: torch.Tensor, layout: str) -> torch.Tensor:
+    """A kernel's (K, B, O, P, Q) output as the layer after it takes it: (B, K * O, P, Q) images side by side
+    ("cohort"), itself ("clients"), (K, B, O * P * Q) rows ("rows"); views, no copy."""
+    if layout == "cohort":
+        return out.transpose(0, 1).flatten(1, 2)
+    return out.flatten(2) if layout == "rows" else out
+
+
+def _empty_output(like: torch.Tensor, k: int, b: int, o: int, p: int, q: int, layout: str) -> torch.Tensor:
+    """A (K, B, O, P, Q) view of new memory in ``layout``."""
+    if layout == "cohort":
+        return like.new_empty(b, p, q, k, o).permute(3, 0, 4, 1, 2)
+    if layout == "clients":
+        return like.new_empty(k, b, p, q, o).permute(0, 1, 4, 2, 3)
+    return like.new_empty(k, b, o, p, q)
+
+
+def pooled_size(conv: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+    """The spatial size of the kernel's output for images ``x`` (..., H, W)."""
+    return _pooled(x, conv.kernel_size[0], conv.padding[0])
+
+
+def _pooled(x: torch.Tensor, r: int, padding: int) -> tuple[int, int]:
+    return (x.shape[-2] + 2 * padding - r + 1) // 2, (x.shape[-1] + 2 * padding - r + 1) // 2
+
+
+def conv_pool_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding: int,
+                   layout: str = "cohort") -> torch.Tensor:
     """relu(maxpool2x2(conv(x, weight, padding)) + bias) for K clients: ``x`` (K, B, C, H, W), ``weight``
-    (K, O, C, R, R), ``bias`` (K, O) or None; returns (B, K * O, P, Q) images in channels-last memory, client k's
-    channels at k * O ..., as the cohort network lays them out. Differentiable in the weights and the bias."""
-    return _ConvPoolReLU.apply(x, weight, bias, padding)
+    (K, O, C, R, R), ``bias`` (K, O) or None; returns (K, B, O, P, Q) in memory of ``layout`` (``LAYOUTS``).
+    Differentiable in the weights and the bias."""
+    return _ConvPoolReLU.apply(x, weight, bias, padding, layout)
 
 
 class _ConvPoolReLU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, padding):
-        ext = kernel()
+    def forward(ctx, x, weight, bias, padding, layout):
         x = x.contiguous()
         b = bias.contiguous() if bias is not None else weight.new_zeros(weight.shape[:2])
-        out, codes = ext.forward(x, weight.contiguous(), b, padding)
+        out = _empty_output(x, *x.shape[:2], weight.shape[1], *_pooled(x, weight.shape[-1], padding), layout)
+        codes = kernel().forward(x, weight.contiguous(), b, padding, out)
         ctx.save_for_backward(x, codes)
         ctx.padding, ctx.size, ctx.has_bias = padding, weight.shape[-1], bias is not None
-        return out.permute(0, 3, 1, 2)  # (B, P, Q, K * O) memory as (B, K * O, P, Q) channels-last images
+        return out
 
     @staticmethod
     def backward(ctx, grad):
         x, codes = ctx.saved_tensors
-        dw, db = kernel().backward(grad.permute(0, 2, 3, 1).contiguous(), codes, x, ctx.size, ctx.padding)
-        return None, dw, db if ctx.has_bias else None, None
+        dw, db = kernel().backward(grad, codes, x, ctx.size, ctx.padding)
+        return None, dw, db if ctx.has_bias else None, None, None
 
 
-def conv_pool_relu_images(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding: int
-                          ) -> torch.Tensor:
-    """relu(maxpool2x2(conv(h, weight, padding)) + bias) for K clients' channels-last images ``h`` (B, K * C, H, W),
-    client k's channels at k * C ..., with ``weight`` (K, O, C, R, R) and ``bias`` (K, O) or None; returns (B, K * O,
-    P, Q) channels-last images as ``conv_pool_relu``. Differentiable in the images, weights and bias."""
-    return _ConvPoolReLUImages.apply(h, weight, bias, padding)
+def conv_pool_relu_images(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding: int,
+                          layout: str = "cohort") -> torch.Tensor:
+    """relu(maxpool2x2(conv(h, weight, padding)) + bias) for K clients' images ``h`` (K, B, C, H, W) of any strides
+    (a view of the cohort's images side by side, or a kernel's "clients" output), with ``weight`` (K, O, C, R, R) and
+    ``bias`` (K, O) or None; returns (K, B, O, P, Q) in memory of ``layout``, as ``conv_pool_relu``. Differentiable in
+    the images, weights and bias (the images' gradient in the images' strides)."""
+    return _ConvPoolReLUImages.apply(h, weight, bias, padding, layout)
 
 
 class _ConvPoolReLUImages(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, bias, padding):
-        x = h.permute(0, 2, 3, 1)  # (B, H, W, K * C) memory
+    def forward(ctx, h, weight, bias, padding, layout):
         b = bias.contiguous() if bias is not None else weight.new_zeros(weight.shape[:2])
         weight = weight.contiguous()
-        out, codes = kernel().forward_images(x, weight, b, padding)
-        ctx.save_for_backward(x, weight, codes)
+        out = _empty_output(h, *h.shape[:2], weight.shape[1], *_pooled(h, weight.shape[-1], padding), layout)
+        codes = kernel().forward_images(h, weight, b, padding, out)
+        ctx.save_for_backward(h, weight, codes)
         ctx.padding, ctx.has_bias = padding, bias is not None
-        return out.permute(0, 3, 1, 2)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight, codes = ctx.saved_tensors
-        dw, db, dx = kernel().backward_images(grad.permute(0, 2, 3, 1).contiguous(), codes, x, weight, ctx.padding,
-                                              ctx.needs_input_grad[0])
-        return dx.permute(0, 3, 1, 2) if ctx.needs_input_grad[0] else None, dw, db if ctx.has_bias else None, None
+        h, weight, codes = ctx.saved_tensors
+        dh = torch.empty_like(h) if ctx.needs_input_grad[0] else None  # the images' strides, where they are dense
+        dw, db = kernel().backward_images(grad, codes, h, weight, ctx.padding, dh)
+        return dh, dw, db if ctx.has_bias else None, None, None
 
 
 def applies(layers: list[nn.Module], x: torch.Tensor) -> bool:

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from fedrun import functional, fused_conv
+from fedrun import fused_conv
+from fedrun.cohort_network import cohort_layers
 from fedrun.functional import FunctionalModel
 from fedrun.models import IGNORE, build_model
 
@@ -31,36 +32,43 @@ def layers_one_by_one(x, weight, bias, padding):
 ])
 def test_the_kernel_equals_the_layers_one_by_one(clients, channels, height, width, size, padding, outputs, bias):
     """Values and the weights' and biases' gradients as torch's layers give them (the pooling's winner taken as the
-    first of its window, the ReLU's gradient zero where it is off), for each client from its own weights, in the
-    channels-last layout of the cohort's next convolution; a rerun gives the same bits."""
+    first of its window, the ReLU's gradient zero where it is off), for each client from its own weights, in each
+    layout that the layer after it takes (``fused_conv.LAYOUTS``); the same bits in each, and on a rerun."""
     torch.manual_seed(0)
     x = torch.randn(clients, 5, channels, height, width)
     w = (0.3 * torch.randn(clients, outputs, channels, size, size)).requires_grad_(True)
     b = (0.1 * torch.randn(clients, outputs)).requires_grad_(True) if bias else None
+    params = [w] + ([b] if bias else [])
     ref = layers_one_by_one(x, w, b, padding)
-    out = fused_conv.conv_pool_relu(x, w, b, padding)
-    k, n, o, p, q = ref.shape
-    assert out.shape == (n, k * o, p, q) and out.is_contiguous(memory_format=torch.channels_last)
-    mine = out.unflatten(1, (k, o)).transpose(0, 1)
-    torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
     assert (ref == 0).any() and (ref > 0).any()  # the ReLU is on and off
     grad = torch.randn_like(ref)
-    wanted = torch.autograd.grad((ref * grad).sum(), [w] + ([b] if bias else []))
-    got = torch.autograd.grad((mine * grad).sum(), [w] + ([b] if bias else []))
-    for g, want in zip(got, wanted):
-        torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-4)
-    again = torch.autograd.grad((fused_conv.conv_pool_relu(x, w, b, padding).unflatten(1, (k, o)).transpose(0, 1)
-                                 * grad).sum(), [w] + ([b] if bias else []))
-    assert all(torch.equal(a, g) for a, g in zip(again, got))
+    wanted = torch.autograd.grad((ref * grad).sum(), params)
+    outs, grads = [], []
+    for layout in fused_conv.LAYOUTS:
+        out = fused_conv.conv_pool_relu(x, w, b, padding, layout)
+        assert out.shape == ref.shape and in_layout(out, layout)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        outs.append(out)
+        grads.append(torch.autograd.grad((out * grad).sum(), params))
+        for g, want in zip(grads[-1], wanted):
+            torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-4)
+    again = torch.autograd.grad((fused_conv.conv_pool_relu(x, w, b, padding) * grad).sum(), params)
+    assert all(torch.equal(out, outs[0]) for out in outs)
+    assert all(torch.equal(g, g0) for got in [*grads, again] for g, g0 in zip(got, grads[0]))
+
+
+def in_layout(out, layout):
+    """Whether a kernel's (K, B, O, P, Q) output lies in ``layout``'s memory order (fused_conv.LAYOUTS)."""
+    order = {"cohort": (1, 3, 4, 0, 2), "clients": (0, 1, 3, 4, 2), "rows": (0, 1, 2, 3, 4)}[layout]
+    return out.permute(*order).is_contiguous()
 
 
 def later_layers_one_by_one(h, weight, bias, padding):
     """The reference for a later convolution: each client's convolution, 2x2 max pooling, bias and ReLU on its own
-    channels of the cohort's images ``h`` (B, K * C, H, W), as (B, K * O, P, Q)."""
-    k = len(weight)
-    return torch.cat([F.relu(F.max_pool2d(F.conv2d(part, weight[i], None if bias is None else bias[i],
-                                                   padding=padding), 2))
-                      for i, part in enumerate(h.chunk(k, dim=1))], dim=1)
+    images ``h`` (K, B, C, H, W), as (K, B, O, P, Q)."""
+    return torch.stack([F.relu(F.max_pool2d(F.conv2d(h[i], weight[i], None if bias is None else bias[i],
+                                                     padding=padding), 2))
+                        for i in range(len(weight))])
 
 
 @pytest.mark.parametrize("clients,channels,height,width,size,padding,outputs,bias,whole", [
@@ -72,66 +80,70 @@ def later_layers_one_by_one(h, weight, bias, padding):
 ])
 def test_the_later_kernel_equals_the_layers_one_by_one(clients, channels, height, width, size, padding, outputs, bias,
                                                        whole):
-    """A later convolution's kernel (the cohort's channels-last images in, as the first kernel gives them): values and
-    the images', weights' and biases' gradients as torch's layers give them (ties to the first of a window, as torch's
-    max pooling), in float64; a rerun, and a lone client's call, give the same bits as the cohort's."""
+    """A later convolution's kernel, on images side by side (a view of the cohort's channels-last images, as oneDNN's
+    grouped convolution takes them) and on each client's own: values and the images', weights' and biases'
+    gradients as torch's layers give them in float64 (ties to the first of a window, as torch's max pooling), in
+    each output layout; the images' gradient in the images' strides; the same bits in every layout, on a rerun, and
+    for a lone client as for its row of the cohort."""
     torch.manual_seed(4)
     draw = (lambda *s: torch.randint(-3, 4, s).float()) if whole else torch.randn
-    h = draw(20, height, width, clients * channels).permute(0, 3, 1, 2).requires_grad_(True)
+    cohort = draw(20, height, width, clients, channels).permute(3, 0, 4, 1, 2)  # (K, B, C, H, W) of (B, H, W, K, C)
+    own = cohort.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)  # of (K, B, H, W, C)
     w = (draw(clients, outputs, channels, size, size) * (1 if whole else 0.3)).requires_grad_(True)
     b = (draw(clients, outputs) * (1 if whole else 0.1)).requires_grad_(True) if bias else None
-    inputs = [h, w] + ([b] if bias else [])
-    ref = later_layers_one_by_one(*[t.double() for t in (h, w)], None if b is None else b.double(), padding)
-    out = fused_conv.conv_pool_relu_images(h, w, b, padding)
-    assert out.shape == ref.shape and out.is_contiguous(memory_format=torch.channels_last)
-    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    ref_h = cohort.double().requires_grad_(True)
+    ref = later_layers_one_by_one(ref_h, w.double(), None if b is None else b.double(), padding)
     assert (ref == 0).any() and (ref > 0).any()
     grad = torch.randn_like(ref)
-    wanted = torch.autograd.grad((ref * grad).sum(), inputs)
-    got = torch.autograd.grad((out * grad.float()).sum(), inputs)
-    for g, want in zip(got, wanted):
-        torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-4)
-    again = torch.autograd.grad((fused_conv.conv_pool_relu_images(h, w, b, padding) * grad.float()).sum(), inputs)
-    assert all(torch.equal(a, g) for a, g in zip(again, got))
-    last = clients - 1  # the last client alone: its channels of the images, its weights
-    alone = h.detach()[:, last * channels :].contiguous(memory_format=torch.channels_last).requires_grad_(True)
+    wanted = torch.autograd.grad((ref * grad).sum(), [ref_h, w] + ([b] if bias else []))
+    results = []
+    for images in (cohort, own):
+        for layout in fused_conv.LAYOUTS:
+            h = images.clone().requires_grad_(True)  # clone keeps the strides
+            inputs = [h, w] + ([b] if bias else [])
+            out = fused_conv.conv_pool_relu_images(h, w, b, padding, layout)
+            assert out.shape == ref.shape and in_layout(out, layout)
+            torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+            got = torch.autograd.grad((out * grad.float()).sum(), inputs)
+            assert got[0].stride() == images.stride()
+            for g, want in zip(got, wanted):
+                torch.testing.assert_close(g.double(), want.to(g.dtype).double(), rtol=1e-4, atol=1e-4)
+            results.append((out, got))
+    out0, got0 = results[0]
+    assert all(torch.equal(out, out0) and all(torch.equal(g, g0) for g, g0 in zip(got, got0)) for out, got in results)
+    last = clients - 1  # the last client alone
+    h = cohort[last:].clone().requires_grad_(True)
     params = [w.detach()[last:].requires_grad_(True)] + ([b.detach()[last:].requires_grad_(True)] if bias else [])
-    own = fused_conv.conv_pool_relu_images(alone, params[0], params[1] if bias else None, padding)
-    assert torch.equal(own, out[:, last * outputs :])
-    mine = torch.autograd.grad((own * grad[:, last * outputs :].float()).sum(), [alone, *params])
-    assert torch.equal(mine[0], got[0][:, last * channels :])
-    assert all(torch.equal(m, g[last:]) for m, g in zip(mine[1:], got[1:]))
+    alone = fused_conv.conv_pool_relu_images(h, params[0], params[1] if bias else None, padding)
+    assert torch.equal(alone, out0[last:])
+    mine = torch.autograd.grad((alone * grad[last:].float()).sum(), [h, *params])
+    assert all(torch.equal(m, g[last:]) for m, g in zip(mine, got0))
 
 
-def test_a_later_convolution_fits_channels_last_float32_images_of_few_channels():
+def test_a_later_convolution_fits_float32_images_of_few_channels():
     conv, pool, relu = nn.Conv2d(6, 16, 5), nn.MaxPool2d(2), nn.ReLU()
-    h = torch.randn(4, 3 * 6, 14, 14).contiguous(memory_format=torch.channels_last)
-    assert fused_conv.fits_images(conv, pool, relu, h, 3)
-    assert not fused_conv.fits_images(conv, pool, relu, h, 2)  # 9 channels a client, not the layer's 6
-    assert not fused_conv.fits_images(conv, pool, relu, h.contiguous(), 3)  # NCHW memory
-    assert not fused_conv.fits_images(conv, pool, relu, h.double(), 3)
-    assert not fused_conv.fits_images(conv, pool, None, h, 3)  # no ReLU after the pooling
-    wide = torch.randn(4, 3 * 13, 14, 14).contiguous(memory_format=torch.channels_last)
-    assert not fused_conv.fits_images(nn.Conv2d(13, 16, 5), pool, relu, wide, 3)  # 65 values a window row
+    h = torch.randn(3, 4, 6, 14, 14)
+    assert fused_conv.fits_images(conv, pool, relu, h)
+    assert fused_conv.fits_images(conv, pool, relu, h.transpose(3, 4))  # any strides
+    assert not fused_conv.fits_images(conv, pool, relu, torch.randn(3, 4, 9, 14, 14))  # 9 channels, not 6
+    assert not fused_conv.fits_images(conv, pool, relu, h.double())
+    assert not fused_conv.fits_images(conv, pool, relu, h[0])  # (B, C, H, W): not a cohort's
+    assert not fused_conv.fits_images(conv, pool, None, h)  # no ReLU after the pooling
+    wide = torch.randn(3, 4, 13, 14, 14)
+    assert not fused_conv.fits_images(nn.Conv2d(13, 16, 5), pool, relu, wide)  # 65 values a window row
 
 
-def test_lenet5_runs_both_convolutions_as_kernels(monkeypatch):
-    """The equality tests above and below compare the kernels' steps and evaluations with oneDNN's: here, that
-    LeNet-5's cohort and lone-client steps and its evaluation do run both of its convolutions (each with its pooling
-    and ReLU) as the kernels."""
-    calls = []
-    for name in ("conv_pool_relu", "conv_pool_relu_images"):
-        real = getattr(fused_conv, name)
-        counted = lambda *a, real=real, name=name: calls.append(name) or real(*a)  # noqa: E731
-        monkeypatch.setattr(fused_conv, name, counted)
-        monkeypatch.setattr(functional, name, counted)
-    module, objective = lenet5()
-    model = FunctionalModel(module, objective, channels_last=True, cohort_network=True, fused_conv=True)
-    flat = model.init_params()
-    model.loss_and_grad(torch.stack([flat, flat]), {}, torch.randn(2, 4, 1, 28, 28), torch.randint(0, 10, (2, 4)))
-    model.loss_and_grad(flat, {}, torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,)))
-    model.evaluate_hits(flat, {}, torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,)))
-    assert calls == ["conv_pool_relu", "conv_pool_relu_images"] * 3
+def test_a_kernels_output_takes_the_layout_of_the_layer_after_it():
+    """LeNet-5 (conv, pool, ReLU, conv, pool, ReLU, a whole-window conv, ...): the first kernel writes the images
+    that the second reads, the second the rows of the whole-window convolution; before a flattening layer, rows;
+    before anything else (a convolution that no kernel fits), the images side by side."""
+    module, _ = lenet5()
+    layers = cohort_layers(module, lenet5()[1])
+    assert fused_conv.layout_for(layers, 3, (14, 14)) == "clients"
+    assert fused_conv.layout_for(layers, 6, (5, 5)) == "rows"
+    assert fused_conv.layout_for([nn.Flatten()], 0, (5, 5)) == "rows"
+    assert fused_conv.layout_for([nn.Conv2d(6, 16, 3), nn.ReLU()], 0, (14, 14)) == "cohort"
+    assert fused_conv.layout_for([], 0, (14, 14)) == "cohort"
 
 
 def lenet5(shape=(1, 28, 28)):

@@ -30,6 +30,14 @@ typedef float vfu __attribute__((vector_size(64), aligned(4)));  // at any float
 static inline vf load(const float* p) { return *reinterpret_cast<const vfu*>(p); }
 static inline void store(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
 
+struct Strides {  // a (K, B, C, H, W) view's strides, in elements: where element [k][b][c][y][x] is
+  int64_t k, b, c, y, x;
+  explicit Strides(const torch::Tensor& t) : k(t.stride(0)), b(t.stride(1)), c(t.stride(2)), y(t.stride(3)), x(t.stride(4)) {}
+  int64_t at(int64_t k_, int64_t b_, int64_t c_, int64_t y_, int64_t x_) const {
+    return k_ * k + b_ * b + c_ * c + y_ * y + x_ * x;
+  }
+};
+
 template <int R>
 struct Geo {
   static constexpr int64_t M = L + R;  // a plane's row: the even (or odd) columns of the padded image
@@ -63,11 +71,11 @@ struct Geo {
 };
 
 template <int R>
-std::vector<torch::Tensor> forward_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad) {
+torch::Tensor forward_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad, torch::Tensor out) {
   const Geo<R> g(x, w.size(1), pad);
   constexpr int64_t M = Geo<R>::M;
   const int64_t K = g.K, B = g.B, C = g.C, O = g.O, P = g.P, Q = g.Q, rows = g.rows, KO = K * O, taps = C * R * R;
-  auto out = torch::empty({B, P, Q, KO}, x.options());
+  const Strides so(out);
   auto codes = torch::empty({B, KO, P, L}, x.options().dtype(torch::kUInt8));
   const float* xp = x.data_ptr<float>(); const float* wp = w.data_ptr<float>(); const float* bp = bias.data_ptr<float>();
   float* op = out.data_ptr<float>(); uint8_t* cp = codes.data_ptr<uint8_t>();
@@ -115,14 +123,13 @@ std::vector<torch::Tensor> forward_r(torch::Tensor x, torch::Tensor w, torch::Te
               const vu8 c8 = __builtin_convertvector(on ? code[o] : vi{} + 4, vu8);
               std::memcpy(cp + ((b * KO + ko) * P + p) * L, &c8, L);
             }
-            float* dst = op + (b * P + p) * Q * KO + k * O + o0;
-            for (int64_t q = 0; q < Q; ++q)
-              for (int64_t o = 0; o < og; ++o) dst[q * KO + o] = outs[o][q];
+            for (int64_t o = 0; o < og; ++o)
+              for (int64_t q = 0; q < Q; ++q) op[so.at(k, b, o0 + o, p, q)] = outs[o][q];
           }
         }
       }
   });
-  return {out, codes};
+  return codes;
 }
 
 template <int R>
@@ -135,6 +142,7 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
   const int64_t per = (KO * taps + KO) * L;  // one thread's sums, lane by lane: every weight's, then every bias's
   std::vector<float> partial(threads * per, 0.f);
   const float* xp = x.data_ptr<float>(); const float* gp = grad.data_ptr<float>();
+  const Strides sg(grad);
   const uint8_t* cp = codes.data_ptr<uint8_t>();
   const int64_t tp = (taps + TG - 1) / TG * TG;  // taps rounded up to whole groups (the extra ones: tap 0 again)
   std::vector<int64_t> offsets(2 * tp);  // where tap t's input starts in the planes, at row 0, for each dx
@@ -147,11 +155,10 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
     float* mine = partial.data() + at::get_thread_num() * per;
     std::vector<float> planes(2 * g.plane()), gch(KO * P * L, 0.f), G(YL * 2 * OG * L), row(2 * M, 0.f);
     for (int64_t b = begin; b < end; ++b) {
-      for (int64_t p = 0; p < P; ++p)
-        for (int64_t q = 0; q < Q; ++q) {
-          const float* src = gp + ((b * P + p) * Q + q) * KO;
-          for (int64_t ko = 0; ko < KO; ++ko) gch[(p * KO + ko) * L + q] = src[ko];
-        }
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t o = 0; o < O; ++o)
+          for (int64_t p = 0; p < P; ++p)
+            for (int64_t q = 0; q < Q; ++q) gch[(p * KO + k * O + o) * L + q] = gp[sg.at(k, b, o, p, q)];
       for (int64_t k = 0; k < K; ++k) {
         g.split(xp + (k * B + b) * C * g.H * g.W, planes.data(), row.data());
         for (int64_t o0 = 0; o0 < O; o0 += OG) {
@@ -232,45 +239,52 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
 constexpr int64_t CB = 16;  // images of a client whose weight gradients backward sums as one piece
 constexpr int64_t KG = 4;  // clients whose images backward reads together (their channels share cache lines)
 
-struct Images {  // a cohort's channels-last images and one client's zero-padded copy [y][x][c]
-  int64_t B, H, W, K, C, pad, R, Hp, Wb, P, Q, size;
-  Images(const torch::Tensor& x, int64_t K_, int64_t R_, int64_t pad_, int64_t wide)
-      : B(x.size(0)), H(x.size(1)), W(x.size(2)), K(K_), C(x.size(3) / K_), pad(pad_), R(R_) {
+struct Images {  // K clients' images x, a (K, B, C, H, W) view of any strides, and a client's zero-padded copy [y][x][c]
+  int64_t K, B, C, H, W, pad, Hp, Wb, P, Q, size;
+  Strides st;
+  Images(const torch::Tensor& x, int64_t R, int64_t pad_, int64_t wide)
+      : K(x.size(0)), B(x.size(1)), C(x.size(2)), H(x.size(3)), W(x.size(4)), pad(pad_), st(x) {
     Hp = H + 2 * pad;
     P = (Hp - R + 1) / 2; Q = (W + 2 * pad - R + 1) / 2;
     Wb = std::max(W + 2 * pad, wide + R - 1);
     size = Hp * Wb * C + 64;  // and room for backward's last vector of a window row
   }
-  void copy_in(const float* x, int64_t b, int64_t k, float* img) const {
-    const int64_t H = this->H, W = this->W, K = this->K, C = this->C, pad = this->pad, Wb = this->Wb;
+  // image b of client k into a padded copy: a row at a time where the view's pixels are C contiguous values
+  void copy_in(const float* x, int64_t k, int64_t b, float* img) const {
+    const int64_t H = this->H, W = this->W, C = this->C, pad = this->pad, Wb = this->Wb;
     std::memset(img, 0, size * sizeof(float));
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t xx = 0; xx < W; ++xx) {
-        const float* from = x + ((b * H + y) * W + xx) * K * C + k * C;
-        float* to = img + ((y + pad) * Wb + xx + pad) * C;
-        for (int64_t c = 0; c < C; ++c) to[c] = from[c];
-      }
+    x += st.at(k, b, 0, 0, 0);
+    const bool rows = st.c == 1 && st.x == C;
+    for (int64_t y = 0; y < H; ++y) {
+      float* to = img + ((y + pad) * Wb + pad) * C;
+      if (rows) { std::memcpy(to, x + y * st.y, W * C * sizeof(float)); continue; }
+      for (int64_t xx = 0; xx < W; ++xx)
+        for (int64_t c = 0; c < C; ++c) to[xx * C + c] = x[c * st.c + y * st.y + xx * st.x];
+    }
   }
-  // a padded copy's interior, to image b's client k channels in the cohort's layout
-  void copy_out(const float* img, int64_t b, int64_t k, float* x) const {
-    const int64_t H = this->H, W = this->W, K = this->K, C = this->C, pad = this->pad, Wb = this->Wb;
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t xx = 0; xx < W; ++xx) {
-        const float* from = img + ((y + pad) * Wb + xx + pad) * C;
-        float* to = x + ((b * H + y) * W + xx) * K * C + k * C;
-        for (int64_t c = 0; c < C; ++c) to[c] = from[c];
-      }
+  // a padded copy's interior to image b of client k of ``x``, a view of the images' sizes and strides
+  void copy_out(const float* img, int64_t k, int64_t b, float* x) const {
+    const int64_t H = this->H, W = this->W, C = this->C, pad = this->pad, Wb = this->Wb;
+    x += st.at(k, b, 0, 0, 0);
+    const bool rows = st.c == 1 && st.x == C;
+    for (int64_t y = 0; y < H; ++y) {
+      const float* from = img + ((y + pad) * Wb + pad) * C;
+      if (rows) { std::memcpy(x + y * st.y, from, W * C * sizeof(float)); continue; }
+      for (int64_t xx = 0; xx < W; ++xx)
+        for (int64_t c = 0; c < C; ++c) x[c * st.c + y * st.y + xx * st.x] = from[xx * C + c];
+    }
   }
 };
 
 template <int R, int QG>
-std::vector<torch::Tensor> forward_images_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad) {
+torch::Tensor forward_images_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad, torch::Tensor out) {
   const int64_t K = w.size(0), O = w.size(1), OC = (O + L - 1) / L;
-  const int64_t tiles0 = (x.size(2) + 2 * pad - R + 1) / 2;
-  const Images im(x, K, R, pad, 2 * ((tiles0 + QG - 1) / QG) * QG);
-  const int64_t B = im.B, C = im.C, P = im.P, Q = im.Q, Wb = im.Wb, KO = K * O, taps = R * R * C;
-  TORCH_CHECK(P >= 1 && Q >= 1 && x.size(3) == K * C, "conv_pool_relu: images ", x.sizes(), " for weights ", w.sizes());
-  auto out = torch::empty({B, P, Q, KO}, x.options());
+  const int64_t tiles0 = (x.size(4) + 2 * pad - R + 1) / 2;
+  const Images im(x, R, pad, 2 * ((tiles0 + QG - 1) / QG) * QG);
+  const int64_t B = im.B, C = im.C, P = im.P, Q = im.Q, Wb = im.Wb, taps = R * R * C;
+  TORCH_CHECK(P >= 1 && Q >= 1 && x.size(0) == K && C == w.size(2), "conv_pool_relu: images ", x.sizes(),
+              " for weights ", w.sizes());
+  const Strides so(out);
   auto codes = torch::empty({B, K, OC, P, Q, L}, x.options().dtype(torch::kUInt8));
   std::vector<float> wt(K * OC * taps * L, 0.f);  // [k][oc][(i * R + j) * C + c][lane]
   const float* wp = w.data_ptr<float>();
@@ -285,7 +299,7 @@ std::vector<torch::Tensor> forward_images_r(torch::Tensor x, torch::Tensor w, to
     std::vector<float> img(im.size);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / K, k = item % K;
-      im.copy_in(xp, b, k, img.data());
+      im.copy_in(xp, k, b, img.data());
       for (int64_t oc = 0; oc < OC; ++oc) {
         const float* wk = wt.data() + (k * OC + oc) * taps * L;
         const int64_t og = std::min<int64_t>(L, O - oc * L);
@@ -320,21 +334,24 @@ std::vector<torch::Tensor> forward_images_r(torch::Tensor x, torch::Tensor w, to
               const vf r = on ? v : vf{};
               const vu8 c8 = __builtin_convertvector(on ? code : vi{} + 4, vu8);
               std::memcpy(cp + ((((b * K + k) * OC + oc) * P + p) * Q + q0 + n) * L, &c8, L);
-              std::memcpy(op + ((b * P + p) * Q + q0 + n) * KO + k * O + oc * L, &r, og * sizeof(float));
+              float* to = op + so.at(k, b, oc * L, p, q0 + n);
+              for (int64_t o = 0; o < og; ++o) to[o * so.c] = r[o];
             }
           }
       }
     }
   });
-  return {out, codes};
+  return codes;
 }
 
 template <int R, int V>
 std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor w,
-                                             int64_t pad, bool images) {
+                                             int64_t pad, torch::Tensor dx) {
   const int64_t K = w.size(0), O = w.size(1), OC = (O + L - 1) / L;
-  const Images im(x, K, R, pad, 0);
-  const int64_t B = im.B, C = im.C, P = im.P, Q = im.Q, Wb = im.Wb, KO = K * O, row = V * L, size = im.size;
+  const Images im(x, R, pad, 0);
+  const int64_t B = im.B, C = im.C, P = im.P, Q = im.Q, Wb = im.Wb, row = V * L, size = im.size;
+  const bool images = dx.defined();
+  const Strides sg(grad);
   const int64_t chunks = (B + CB - 1) / CB, per = O * R * row + OC * L;  // a chunk's sums: weights', then biases'
   std::vector<float> wr(K * O * R * row, 0.f);  // [k][o][i][j * C + c], zero past R * C
   const float* wp = w.data_ptr<float>();
@@ -344,7 +361,7 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
         for (int64_t i = 0; i < R; ++i)
           for (int64_t j = 0; j < R; ++j) wr[((k * O + o) * R + i) * row + j * C + c] = wp[(((k * O + o) * C + c) * R + i) * R + j];
   std::vector<float> partial(K * chunks * per, 0.f);
-  auto dx = images ? torch::empty_like(x) : torch::Tensor();
+  const Images dims(images ? dx : x, R, pad, 0);  // the images' gradient: dx's strides
   const float* xp = x.data_ptr<float>(); const float* gp = grad.data_ptr<float>(); const uint8_t* cp = codes.data_ptr<uint8_t>();
   float* dxp = images ? dx.data_ptr<float>() : nullptr;
   const int64_t groups = (K + KG - 1) / KG;
@@ -356,20 +373,22 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
       for (int64_t b = item / groups * CB; b < std::min(B, (item / groups + 1) * CB); ++b)
       for (int64_t k = item % groups * KG; k < std::min(K, (item % groups + 1) * KG); ++k) {
         float* mine = partial.data() + (k * chunks + item / groups) * per;
-        im.copy_in(xp, b, k, img.data());
+        im.copy_in(xp, k, b, img.data());
         if (images) std::memset(dimg.data(), 0, dimg.size() * sizeof(float));
         for (int64_t oc = 0; oc < OC; ++oc) {
           const int64_t og = std::min<int64_t>(L, O - oc * L);
           std::memcpy(cs.data(), cp + (((b * K + k) * OC + oc) * P) * Q * L, P * Q * L);
           vf sum = {};
-          for (int64_t pq = 0; pq < P * Q; ++pq) {
-            vf g = {};
-            std::memcpy(&g, gp + (b * P * Q + pq) * KO + k * O + oc * L, og * sizeof(float));
-            vu8 c8; std::memcpy(&c8, cs.data() + pq * L, L);
-            g = __builtin_convertvector(c8, vi) < 4 ? g : vf{};
-            sum += g;
-            store(gs.data() + pq * L, g);
-          }
+          for (int64_t p = 0, pq = 0; p < P; ++p)
+            for (int64_t q = 0; q < Q; ++q, ++pq) {
+              vf g = {};
+              const float* from = gp + sg.at(k, b, oc * L, p, q);
+              for (int64_t o = 0; o < og; ++o) g[o] = from[o * sg.c];
+              vu8 c8; std::memcpy(&c8, cs.data() + pq * L, L);
+              g = __builtin_convertvector(c8, vi) < 4 ? g : vf{};
+              sum += g;
+              store(gs.data() + pq * L, g);
+            }
           float* db = mine + O * R * row + oc * L;
           store(db, load(db) + sum);
           for (int64_t p = 0; p < P; ++p)  // where each window's winner starts in the image, channel by channel
@@ -419,7 +438,7 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
               for (int v = 0; v < V; ++v) store(dw + i * row + v * L, acc[i][v]);
           }
         }
-        if (images) im.copy_out(dimg.data(), b, k, dxp);
+        if (images) dims.copy_out(dimg.data(), k, b, dxp);
       }
   });
   auto dw = torch::zeros({K, O, C, R, R}, x.options());
@@ -435,11 +454,15 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
         dbp[k * O + o] += src[O * R * row + o];
       }
     }
-  return {dw, db, dx};
+  return {dw, db};
 }
 
-std::vector<torch::Tensor> forward(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad) {
-  switch (w.size(3)) { case 3: return forward_r<3>(x, w, bias, pad); case 5: return forward_r<5>(x, w, bias, pad); }
+// the entry points: forward writes into ``out``, a (K, B, O, P, Q) view of any strides, and returns the winners' codes
+torch::Tensor forward(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad, torch::Tensor out) {
+  switch (w.size(3)) {
+    case 3: return forward_r<3>(x, w, bias, pad, out);
+    case 5: return forward_r<5>(x, w, bias, pad, out);
+  }
   TORCH_CHECK(false, "kernel size ", w.size(3));
 }
 std::vector<torch::Tensor> backward(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, int64_t R, int64_t pad) {
@@ -448,35 +471,45 @@ std::vector<torch::Tensor> backward(torch::Tensor grad, torch::Tensor codes, tor
 }
 
 template <int R>
-std::vector<torch::Tensor> forward_images_q(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad) {
-  const int64_t Q = (x.size(2) + 2 * pad - R + 1) / 2;
+torch::Tensor forward_images_q(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad, torch::Tensor out) {
+  const int64_t Q = (x.size(4) + 2 * pad - R + 1) / 2;
   switch (std::min<int64_t>(Q, 6)) {  // pooled columns in registers at once: 2 x 2QG accumulators
-    case 1: return forward_images_r<R, 1>(x, w, bias, pad); case 2: return forward_images_r<R, 2>(x, w, bias, pad);
-    case 3: return forward_images_r<R, 3>(x, w, bias, pad); case 4: return forward_images_r<R, 4>(x, w, bias, pad);
-    case 5: return forward_images_r<R, 5>(x, w, bias, pad); default: return forward_images_r<R, 6>(x, w, bias, pad);
+    case 1: return forward_images_r<R, 1>(x, w, bias, pad, out);
+    case 2: return forward_images_r<R, 2>(x, w, bias, pad, out);
+    case 3: return forward_images_r<R, 3>(x, w, bias, pad, out);
+    case 4: return forward_images_r<R, 4>(x, w, bias, pad, out);
+    case 5: return forward_images_r<R, 5>(x, w, bias, pad, out);
+    default: return forward_images_r<R, 6>(x, w, bias, pad, out);
   }
 }
-std::vector<torch::Tensor> forward_images(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad) {
-  switch (w.size(3)) { case 3: return forward_images_q<3>(x, w, bias, pad); case 5: return forward_images_q<5>(x, w, bias, pad); }
+torch::Tensor forward_images(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad, torch::Tensor out) {
+  switch (w.size(3)) {
+    case 3: return forward_images_q<3>(x, w, bias, pad, out);
+    case 5: return forward_images_q<5>(x, w, bias, pad, out);
+  }
   TORCH_CHECK(false, "kernel size ", w.size(3));
 }
 
+// backward of the later kernel: the weights' and biases' gradients; the images' into ``dx`` (a view of the images'
+// sizes, any strides) where it is defined
 template <int R>
 std::vector<torch::Tensor> backward_images_v(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor w,
-                                             int64_t pad, bool images) {
+                                             int64_t pad, torch::Tensor dx) {
   switch ((R * w.size(2) + L - 1) / L) {  // vectors of a window row's R * C values
-    case 1: return backward_images_r<R, 1>(grad, codes, x, w, pad, images);
-    case 2: return backward_images_r<R, 2>(grad, codes, x, w, pad, images);
-    case 3: return backward_images_r<R, 3>(grad, codes, x, w, pad, images);
-    case 4: return backward_images_r<R, 4>(grad, codes, x, w, pad, images);
+    case 1: return backward_images_r<R, 1>(grad, codes, x, w, pad, dx);
+    case 2: return backward_images_r<R, 2>(grad, codes, x, w, pad, dx);
+    case 3: return backward_images_r<R, 3>(grad, codes, x, w, pad, dx);
+    case 4: return backward_images_r<R, 4>(grad, codes, x, w, pad, dx);
   }
-  TORCH_CHECK(false, "conv_pool_relu: ", w.size(2), " input channels of a ", R, "x", R, " kernel (at most ", 4 * L / R, ")");
+  TORCH_CHECK(false, "conv_pool_relu: ", w.size(2), " input channels of a ", R, "x", R, " kernel (at most ",
+              4 * L / R, ")");
 }
 std::vector<torch::Tensor> backward_images(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor w,
-                                           int64_t pad, bool images) {
+                                           int64_t pad, std::optional<torch::Tensor> dx) {
+  const torch::Tensor into = dx.has_value() ? *dx : torch::Tensor();
   switch (w.size(3)) {
-    case 3: return backward_images_v<3>(grad, codes, x, w, pad, images);
-    case 5: return backward_images_v<5>(grad, codes, x, w, pad, images);
+    case 3: return backward_images_v<3>(grad, codes, x, w, pad, into);
+    case 5: return backward_images_v<5>(grad, codes, x, w, pad, into);
   }
   TORCH_CHECK(false, "kernel size ", w.size(3));
 }
