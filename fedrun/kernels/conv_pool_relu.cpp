@@ -1,18 +1,21 @@
-// A first convolution with its 2x2 max pooling and ReLU as one CPU kernel, forward and backward (issue #27):
-// fedrun/fused_conv.py builds it once per CPU and says when it applies. For K clients' minibatches x (K, B, C, H, W),
-// their weights w (K, O, C, R, R) and biases (K, O), forward gives relu(maxpool2x2(conv(x, w, padding pad)) + bias) as
-// (B, P, Q, K * O) memory, the channels-last images that the cohort's next (grouped) convolution takes, and each
-// pooled value's winning position in its window (0..3 in row-major order, the first of equal values as torch's
-// max_pool2d; 4: the ReLU is off and no gradient flows). Backward gives the weights' and biases' gradients (the images
-// need none). Why: oneDNN computes such a convolution (one input channel, 6 outputs per client) far below the CPU's
-// peak, then the pooling writes, and its backward zero-fills and scatters, the full-resolution output; here each
-// image stays in the L1 cache and the full-resolution output is never stored.
+// A convolution with its 2x2 max pooling and ReLU as one CPU kernel, forward and backward (issue #27):
+// fedrun/fused_conv.py builds it once per CPU and says when it applies. Two kernels: a first layer's, on K clients'
+// minibatches x (K, B, C, H, W) (forward, backward below), and a later layer's, on the images before it
+// (forward_images, backward_images further down). For weights w (K, O, C, R, R) and biases (K, O), forward writes
+// relu(maxpool2x2(conv(x, w, padding pad)) + bias) into ``out``, a (K, B, O, P, Q) view whose strides give the memory
+// that the layer after it reads (fused_conv.py: LAYOUTS), and returns each pooled value's winning position in its
+// window (0..3 in row-major order, the first of equal values as torch's max_pool2d; 4: the ReLU is off and no gradient
+// flows). Backward reads the output's gradient through its strides and gives the weights' and biases' gradients (and
+// a later layer's, the images'). Why: oneDNN computes such a convolution (one input channel, 6 outputs per client) far
+// below the CPU's peak, then the pooling writes, and its backward zero-fills and scatters, the full-resolution output;
+// here each image stays in the L1 cache and the full-resolution output is never stored.
 //
-// How: an image row's even and odd columns are split into two planes, so that the convolution's output at the even
-// (or odd) columns of a row, the candidates of Q <= 16 pooling windows, is one 16-lane vector: each tap is one
-// vector load times a broadcast weight, shared by 6 output channels. Backward sums, for four taps at a time, the
-// output gradient (nonzero at the windows' winners only) times the shifted input planes, lane by lane; lanes and threads
-// are summed once at the end (each thread's images in a fixed split: the same sums in the same order on a rerun).
+// How (the first layer's): an image row's even and odd columns are split into two planes, so that the convolution's
+// output at the even (or odd) columns of a row, the candidates of Q <= 16 pooling windows, is one 16-lane vector: each
+// tap is one vector load times a broadcast weight, shared by 6 output channels. Backward sums, for four taps at a
+// time, the output gradient (nonzero at the windows' winners only) times the shifted input planes, lane by lane; lanes
+// and threads are summed once at the end (each thread's images in a fixed split: the same sums in the same order on a
+// rerun).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <algorithm>
@@ -32,7 +35,8 @@ static inline void store(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
 
 struct Strides {  // a (K, B, C, H, W) view's strides, in elements: where element [k][b][c][y][x] is
   int64_t k, b, c, y, x;
-  explicit Strides(const torch::Tensor& t) : k(t.stride(0)), b(t.stride(1)), c(t.stride(2)), y(t.stride(3)), x(t.stride(4)) {}
+  explicit Strides(const torch::Tensor& t)
+      : k(t.stride(0)), b(t.stride(1)), c(t.stride(2)), y(t.stride(3)), x(t.stride(4)) {}
   int64_t at(int64_t k_, int64_t b_, int64_t c_, int64_t y_, int64_t x_) const {
     return k_ * k + b_ * b + c_ * c + y_ * y + x_ * x;
   }
@@ -221,14 +225,12 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
   return {dw, db};
 }
 
-// A later convolution (LeNet-5's second) with its 2x2 max pooling and ReLU, on the cohort's channels-last images x
-// (B, H, W, K * C) memory, client k's channels at k * C, as the first kernel and oneDNN's grouped convolution give
-// them; weights (K, O, C, R, R), biases (K, O). Forward gives the same outputs and winners' codes as the first kernel
-// (out: (B, P, Q, K * O) memory; codes: (B, K, OC, P, Q, 16), OC = ceil(O / 16) groups of 16 output channels).
-// Backward gives the weights', biases' and images' gradients. Why: oneDNN's grouped convolution runs these shapes
-// (6 input and 16 output channels a client) at a third of the peak, and its backward computes the whole output's
-// gradient, three quarters of it the zeros that the pooling leaves; here the output never leaves the registers and
-// backward visits the pooling's winners only.
+// The later layer's kernel (LeNet-5's second convolution), on K clients' images x, a (K, B, C, H, W) view of any
+// strides: the cohort's images side by side as oneDNN's grouped convolution takes them, or each client's own as the
+// first kernel writes them for this one. Its codes: (B, K, OC, P, Q, 16), OC = ceil(O / 16) groups of 16 output
+// channels. Why: oneDNN's grouped convolution runs these shapes (6 input and 16 output channels a client) at a third
+// of the peak, and its backward computes the whole output's gradient, three quarters of it the zeros that the pooling
+// leaves; here the output never leaves the registers and backward visits the pooling's winners only.
 //
 // How: forward vectorises over 16 output channels: each tap is one vector of weights times a broadcast input value,
 // for the 2 x 2QG candidates of QG pooling windows in registers. Backward, output channel by channel, adds each
@@ -239,7 +241,8 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
 constexpr int64_t CB = 16;  // images of a client whose weight gradients backward sums as one piece
 constexpr int64_t KG = 4;  // clients whose images backward reads together (their channels share cache lines)
 
-struct Images {  // K clients' images x, a (K, B, C, H, W) view of any strides, and a client's zero-padded copy [y][x][c]
+// K clients' images x, a (K, B, C, H, W) view of any strides, and a client's zero-padded copy [y][x][c]
+struct Images {
   int64_t K, B, C, H, W, pad, Hp, Wb, P, Q, size;
   Strides st;
   Images(const torch::Tensor& x, int64_t R, int64_t pad_, int64_t wide)
@@ -359,10 +362,12 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
     for (int64_t o = 0; o < O; ++o)
       for (int64_t c = 0; c < C; ++c)
         for (int64_t i = 0; i < R; ++i)
-          for (int64_t j = 0; j < R; ++j) wr[((k * O + o) * R + i) * row + j * C + c] = wp[(((k * O + o) * C + c) * R + i) * R + j];
+          for (int64_t j = 0; j < R; ++j)
+            wr[((k * O + o) * R + i) * row + j * C + c] = wp[(((k * O + o) * C + c) * R + i) * R + j];
   std::vector<float> partial(K * chunks * per, 0.f);
   const Images dims(images ? dx : x, R, pad, 0);  // the images' gradient: dx's strides
-  const float* xp = x.data_ptr<float>(); const float* gp = grad.data_ptr<float>(); const uint8_t* cp = codes.data_ptr<uint8_t>();
+  const float* xp = x.data_ptr<float>(); const float* gp = grad.data_ptr<float>();
+  const uint8_t* cp = codes.data_ptr<uint8_t>();
   float* dxp = images ? dx.data_ptr<float>() : nullptr;
   const int64_t groups = (K + KG - 1) / KG;
   at::parallel_for(0, chunks * groups, 1, [&](int64_t begin, int64_t end) {
@@ -371,7 +376,7 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
     std::vector<uint8_t> cs(P * Q * L);
     for (int64_t item = begin; item < end; ++item)
       for (int64_t b = item / groups * CB; b < std::min(B, (item / groups + 1) * CB); ++b)
-      for (int64_t k = item % groups * KG; k < std::min(K, (item % groups + 1) * KG); ++k) {
+        for (int64_t k = item % groups * KG; k < std::min(K, (item % groups + 1) * KG); ++k) {
         float* mine = partial.data() + (k * chunks + item / groups) * per;
         im.copy_in(xp, k, b, img.data());
         if (images) std::memset(dimg.data(), 0, dimg.size() * sizeof(float));
@@ -395,7 +400,7 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
             for (int64_t q = 0; q < Q; ++q) {
               vu8 c8; std::memcpy(&c8, cs.data() + (p * Q + q) * L, L);
               const vi cv = __builtin_convertvector(c8, vi);
-              const vi at = vi{} + (int)(((2 * p) * Wb + 2 * q) * C) + ((cv >> 1) & 1) * (int)(Wb * C) + (cv & 1) * (int)C;
+              const vi at = (int)((2 * p * Wb + 2 * q) * C) + ((cv >> 1) & 1) * (int)(Wb * C) + (cv & 1) * (int)C;
               std::memcpy(spot.data() + (p * Q + q) * L, &at, sizeof(at));
             }
           for (int64_t o = 0; o < og; ++o) {
@@ -413,7 +418,10 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
             #pragma GCC unroll 8
             for (int i = 0; i < R; ++i)
               #pragma GCC unroll 8
-              for (int v = 0; v < V; ++v) { acc[i][v] = load(dw + i * row + v * L); wv[i][v] = load(wo + i * row + v * L); }
+              for (int v = 0; v < V; ++v) {
+                acc[i][v] = load(dw + i * row + v * L);
+                wv[i][v] = load(wo + i * row + v * L);
+              }
             const float* gwp = gw.data(); const int* wherep = where.data();
             const float* imgp = img.data(); float* dimgp = dimg.data();
             for (int64_t m = 0; m < n; ++m) {
@@ -450,7 +458,8 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
       for (int64_t o = 0; o < O; ++o) {
         for (int64_t c = 0; c < C; ++c)
           for (int64_t i = 0; i < R; ++i)
-            for (int64_t j = 0; j < R; ++j) dwp[(((k * O + o) * C + c) * R + i) * R + j] += src[(o * R + i) * row + j * C + c];
+            for (int64_t j = 0; j < R; ++j)
+              dwp[(((k * O + o) * C + c) * R + i) * R + j] += src[(o * R + i) * row + j * C + c];
         dbp[k * O + o] += src[O * R * row + o];
       }
     }
