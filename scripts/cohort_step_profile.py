@@ -35,8 +35,9 @@ def conv_flops(out: list[int], weight: list[int], parts: int) -> int:
 
 
 def fused_flops(x: list[int], weight: list[int], padding: int) -> int:
-    """FLOPs of the fused first layer's forward, or of its backward (the weight gradient alone): ``x`` (K, B, C, H,
-    W) and ``weight`` (K, O, C, R, R), its convolution at every position of the output as the kernel computes it."""
+    """FLOPs of a fused layer's forward (a convolution with its pooling and ReLU as one kernel), as many as the
+    first layer's backward (the weight gradient alone) and half the later layer's (the weights' and the images'):
+    ``x`` (K, B, C, H, W) and ``weight`` (K, O, C, R, R), its convolution at every position of the output."""
     k, b, c, h, w = x
     o, r = weight[1], weight[-1]
     return conv_flops([b, k * o, h + 2 * padding - r + 1, w + 2 * padding - r + 1], [k * o, c, r, r], 1)
@@ -65,7 +66,7 @@ def lenet5_step(k: int, fused: bool = True):
     else:
         state = tree.stack([rule.client_init(ctx, None)] * k)
         step = lambda: rule.client_step(model, ctx, state, x, y)  # noqa: E731
-    step.padding = model.module[0].padding[0]
+    step.padding, step.later_padding = [m.padding[0] for m in model.module if isinstance(m, torch.nn.Conv2d)][:2]
     return step
 
 
@@ -86,11 +87,14 @@ def profile(k: int, steps: int, fused: bool = True) -> tuple[float, list[tuple[s
     forward_out = {}  # a convolution's output shape, from its backward's grad_output (same weight shape)
     events = prof.key_averages(group_by_input_shape=True)
     fused_per_step = 0  # the fused first layer's forward FLOPs per step; its backward computes as many
+    later_per_step = 0  # the fused later layer's; its backward computes twice as many
     for e in events:
         if e.key == "aten::convolution_backward":
             forward_out[tuple(e.input_shapes[2])] = e.input_shapes[0]
         elif e.key == "_ConvPoolReLU":
             fused_per_step += fused_flops(e.input_shapes[0], e.input_shapes[1], step.padding) * e.count / steps
+        elif e.key == "_ConvPoolReLUImages":
+            later_per_step += fused_flops(e.input_shapes[0], e.input_shapes[1], step.later_padding) * e.count / steps
     for e in events:
         if e.self_cpu_time_total <= 0:
             continue
@@ -105,6 +109,8 @@ def profile(k: int, steps: int, fused: bool = True) -> tuple[float, list[tuple[s
             row[1] = (row[1] or 0) + conv_flops(shapes[0], shapes[2], parts) * e.count / steps
         elif e.key in ("_ConvPoolReLU", "_ConvPoolReLUBackward"):
             row[1] = fused_per_step
+        elif e.key in ("_ConvPoolReLUImages", "_ConvPoolReLUImagesBackward"):
+            row[1] = later_per_step * (2 if e.key.endswith("Backward") else 1)
     return wall_ms, sorted(((name, shape, ms, fl) for (name, shape), (ms, fl) in rows.items()),
                               key=lambda r: -r[2])
 
@@ -130,7 +136,7 @@ def main() -> None:
              "SGD step of K clients as the vmap executor takes it (the cohort network; K = 1: a lone client's step, "
              "a cohort's tail), "
              + ("with hardware.fused_conv=false (K = 1: the plain step)" if args.unfused else
-                "the first convolution, pooling and ReLU fused (hardware.fused_conv=true, the default)")
+                "each convolution with its pooling and ReLU as one kernel (hardware.fused_conv=true, the default)")
              + ". Operators' own CPU time under torch.profiler, per step; GFLOP/s for convolutions (a backward's: "
              "the gradients it computes).", ""]
     for k in (int(c) for c in args.clients.split(",")):
