@@ -5,9 +5,10 @@ far below the peak, and the pooling's backward zero-fills and scatters the convo
 (results/bench/cohort-step-cpu-xeon.md). ``fedrun/kernels/conv_pool_relu.cpp`` computes the three layers together,
 image by image in the L1 cache, and gives the weights' gradients straight from the pooled ones. A later convolution
 followed by the same pooling and ReLU (LeNet-5's second: 6 input and 16 output channels a client) is one kernel too
-(``conv_pool_relu_images``), on the cohort's channels-last images as the first gives them: its backward visits only
-the pooling's winners, a quarter of the convolution's outputs, for the weights' and the images' gradients. The same
-values as the layers one by one, to float rounding (tests/test_fused_conv.py).
+(``conv_pool_relu_images``): its backward visits only the pooling's winners, a quarter of the convolution's outputs,
+for the weights' and the images' gradients. Each kernel writes its output in the memory that the layer after it reads
+(``layout_for``), so nothing is copied between them and the Linear layers. The same values as the layers one by one,
+to float rounding (tests/test_fused_conv.py).
 """
 
 from __future__ import annotations
