@@ -36,8 +36,11 @@ def fits_images(conv: nn.Module, pool: nn.Module, after: nn.Module | None, h: to
     """Whether the kernel computes ``after(pool(conv(h)))`` for K clients' images ``h`` (K, B, C, H, W), of any
     strides, as a later convolution sees them (LeNet-5's second): the layers that ``fits`` takes, with each row of the
     R x R window at most four vectors (R * C <= 64 input values)."""
-    return (_layers_fit(conv, pool, after) and h.dim() == 5 and h.shape[2] == conv.in_channels
-            and conv.in_channels * conv.kernel_size[0] <= 4 * LANES and _input_fits(conv, h))
+    return _later_fits(conv, pool, after) and h.dim() == 5 and h.shape[2] == conv.in_channels and _input_fits(conv, h)
+
+
+def _later_fits(conv: nn.Module, pool: nn.Module, after: nn.Module | None) -> bool:
+    return _layers_fit(conv, pool, after) and conv.in_channels * conv.kernel_size[0] <= 4 * LANES
 
 
 def _layers_fit(conv: nn.Module, pool: nn.Module, after: nn.Module | None) -> bool:
@@ -78,7 +81,7 @@ def layout_for(layers: list[nn.Module], i: int, size: tuple[int, int]) -> str:
     if (type(nxt) is Flatten or isinstance(nxt, nn.Flatten) and (nxt.start_dim, nxt.end_dim) == (1, -1)
             or isinstance(nxt, nn.Conv2d) and covers_input(nxt, size)):
         return "rows"
-    if isinstance(nxt, nn.Conv2d) and len(layers) > i + 2 and _layers_fit(*layers[i : i + 3]):
+    if isinstance(nxt, nn.Conv2d) and len(layers) > i + 2 and _later_fits(*layers[i : i + 3]):
         return "clients"
     return "cohort"
 

@@ -143,6 +143,8 @@ def test_a_kernels_output_takes_the_layout_of_the_layer_after_it():
     assert fused_conv.layout_for(layers, 6, (5, 5)) == "rows"
     assert fused_conv.layout_for([nn.Flatten()], 0, (5, 5)) == "rows"
     assert fused_conv.layout_for([nn.Conv2d(6, 16, 3), nn.ReLU()], 0, (14, 14)) == "cohort"
+    cnn3 = cohort_layers(*build_model(OmegaConf.load("conf/model/cnn3.yaml"), "image", (3, 32, 32), 10, "t"))
+    assert fused_conv.layout_for(cnn3, 3, (16, 16)) == "cohort"  # 32 channels x 3: more than the later kernel takes
     assert fused_conv.layout_for([], 0, (14, 14)) == "cohort"
 
 
@@ -150,12 +152,14 @@ def lenet5(shape=(1, 28, 28)):
     return build_model(OmegaConf.load("conf/model/lenet5.yaml"), "image", shape, 10, "test")
 
 
-@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
-def test_a_cohorts_and_a_lone_clients_step_equal_theirs_without_the_kernel(shape):
-    """LeNet-5's (K, d) stacked step and a single client's step with the kernel give the losses and gradients of
-    the same steps without it (oneDNN's convolution, torch's pooling), to float32 rounding."""
+@pytest.mark.parametrize("name,shape", [("lenet5", (1, 28, 28)), ("lenet5", (3, 32, 32)), ("cnn3", (3, 16, 16))])
+def test_a_cohorts_and_a_lone_clients_step_equal_theirs_without_the_kernel(name, shape):
+    """LeNet-5's (K, d) stacked step and a single client's step with the kernels give the losses and gradients of
+    the same steps without them (oneDNN's convolutions, torch's pooling), to float32 rounding; so does cnn3's, whose
+    second convolution (32 input channels, 3x3) no kernel takes: oneDNN's, on the first kernel's images side by
+    side."""
     torch.manual_seed(1)
-    module, objective = lenet5(shape)
+    module, objective = build_model(OmegaConf.load(f"conf/model/{name}.yaml"), "image", shape, 10, "test")
     fused = FunctionalModel(module, objective, cohort_network=True, fused_conv=True)
     plain = FunctionalModel(module, objective, cohort_network=True)
     assert fused.fused_conv and not plain.fused_conv
