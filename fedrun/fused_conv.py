@@ -29,7 +29,7 @@ def fits(conv: nn.Module, pool: nn.Module, after: nn.Module | None, x: torch.Ten
     square 3x3 or 5x5 convolution (stride 1, symmetric zero padding), a 2x2 max pooling of stride 2, then a ReLU;
     float32 on a CPU; at most 16 pooled columns."""
     return (_layers_fit(conv, pool, after) and x.dim() == 5 and x.shape[2] == conv.in_channels
-            and _pooled_width(conv, x) <= LANES and _input_fits(conv, x))
+            and pooled_size(conv, x)[1] <= LANES and _input_fits(conv, x))
 
 
 def fits_images(conv: nn.Module, pool: nn.Module, after: nn.Module | None, h: torch.Tensor) -> bool:
@@ -56,14 +56,9 @@ def _layers_fit(conv: nn.Module, pool: nn.Module, after: nn.Module | None) -> bo
             size(pool.dilation), pool.ceil_mode, pool.return_indices) == (2, 2, 0, 1, False, False)
 
 
-def _pooled_width(conv: nn.Module, x: torch.Tensor) -> int:
-    return (x.shape[-1] + 2 * conv.padding[0] - conv.kernel_size[0] + 1) // 2
-
-
 def _input_fits(conv: nn.Module, x: torch.Tensor) -> bool:
     """float32 on a CPU, at least one pooling window."""
-    height = x.shape[-2] + 2 * conv.padding[0] - conv.kernel_size[0] + 1
-    return x.dtype == torch.float32 and x.device.type == "cpu" and height >= 2 and _pooled_width(conv, x) >= 1
+    return x.dtype == torch.float32 and x.device.type == "cpu" and min(pooled_size(conv, x)) >= 1
 
 
 # The memory a kernel writes its (K, B, O, P, Q) output in, chosen for the layer after it (``layout_for``):
