@@ -23,20 +23,21 @@ BASE_COLUMNS = ["round", "test_acc", "test_loss", "train_loss", "tau", "num_clie
                 "bytes_down"]
 
 
-def git_commit() -> str | None:
-    """The commit of the fedrun source tree, with ``-dirty`` when it has uncommitted changes. A tree copied without
-    its git folder (to a cluster's or a GPU machine's disk) has none to read: there ``$FEDRUN_COMMIT``, the commit
-    its sender names, else None."""
-    src = Path(__file__).resolve().parent.parent
-    named = os.environ.get("FEDRUN_COMMIT") or None
+def git_commit(tree: Path | None = None) -> str | None:
+    """The commit of a fedrun source tree (this one by default), with ``-dirty`` when its code has uncommitted
+    changes; changes under ``results/`` do not count (a bench run rewrites its tables there before the next one
+    records its commit). A tree copied without its git folder (to a cluster's or a GPU machine's disk) has none to
+    read: there ``$FEDRUN_COMMIT``, the commit its sender names, else None."""
+    src = tree or Path(__file__).resolve().parent.parent
+    named = None if tree else os.environ.get("FEDRUN_COMMIT") or None
     try:
         proc = subprocess.run(["git", "-C", str(src), "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
                               text=True, timeout=10)
         sha = proc.stdout.strip()
         if proc.returncode != 0 or not sha:
             return named
-        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)results"], capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return named

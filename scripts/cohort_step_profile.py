@@ -21,7 +21,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from startup_bench import git_commit
+from fedrun.results import git_commit
 from step_costs import best_us
 
 B = 64
@@ -130,7 +130,7 @@ def main() -> None:
     lines = ["# Where a LeNet-5 cohort step's time goes (issue #27)", "",
              f"Made by `python scripts/cohort_step_profile.py --clients {args.clients} --steps {args.steps}"
              f"{' --unfused' if args.unfused else ''}{f' --out {args.out}' if args.out else ''}` at commit "
-             f"{git_commit(Path('.'))} on "
+             f"{git_commit()} on "
              f"{time.strftime('%Y-%m-%d', time.gmtime())} on {device_name(torch.device('cpu'))}: the default "
              f"experiment's model (LeNet-5, MNIST-shaped random images and labels from seed 0, B = {B}), one local "
              "SGD step of K clients as the vmap executor takes it (the cohort network; K = 1: a lone client's step, "

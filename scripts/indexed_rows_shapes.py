@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from startup_bench import git_commit
+from fedrun.results import git_commit
 
 SHAPES = [  # (name, model, input shape, classes, clients, samples per client, minibatch, why)
     ("svm_mnist_5", "svm", (1, 28, 28), 10, 5, 12000, 100, "BHerd's SVM cohort (the bench's workload)"),
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     from fedrun.bench import device_name
 
     lines = ["# A one-layer model's step on its rows in place, across shapes (issue #27)", "",
-             f"Made by `{command.strip()}` at commit {git_commit(Path('.'))} on "
+             f"Made by `{command.strip()}` at commit {git_commit()} on "
              f"{time.strftime('%Y-%m-%d', time.gmtime())} on {device_name(torch.device('cpu'))}: one round of local "
              "SGD (E = 1) on random inputs and labels from seed 0, under the vmap executor, with "
              "hardware.indexed_rows=true (rows in place: fedrun/indexed_rows.py) and false (the minibatch gathered), "

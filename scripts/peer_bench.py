@@ -216,7 +216,7 @@ def final_accuracy(tool: str, record: dict, out: Path) -> float:
 
 
 def markdown(results: dict, args, command: str) -> str:
-    from startup_bench import git_commit  # of REPO, the checkout the fedrun runs use, with -dirty
+    from fedrun.results import git_commit
 
     rows = ["| clients | tool | whole process (s) | per round, training (s) | per round with evaluation (s) | "
             "final accuracy % | peak memory (MB) |", "|---|---|---|---|---|---|---|"]

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fedrun.results import git_commit
+
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = {
     "import fedrun.cli": ["-c", "import fedrun.cli"],
@@ -43,13 +45,6 @@ def timed(checkout: Path, args: list[str], workdir: str) -> float:
     started = time.perf_counter()
     subprocess.run([sys.executable, *args, *extra], env=env, cwd=workdir, check=True, capture_output=True)
     return time.perf_counter() - started
-
-
-def git_commit(checkout: Path) -> str:
-    proc = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    return proc.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> int:

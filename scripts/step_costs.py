@@ -211,7 +211,7 @@ def layer_costs(module, images) -> dict[str, float]:
 
 
 def markdown(runs: dict[str, list[dict]], command: str, pairs: int) -> str:
-    from startup_bench import git_commit  # of REPO, the checkout the workers run, with -dirty
+    from fedrun.results import git_commit
 
     rows = ["| measure | host_memory=system | host_memory=keep | system / keep |", "|---|---|---|---|"]
     for key in runs["system"][0]:

@@ -283,3 +283,29 @@ def test_a_source_tree_copied_without_git_records_the_commit_its_sender_names(tm
     assert commit(tmp_path, None) == "None"
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert commit(REPO, "abc1234").startswith(head)
+
+
+def test_a_commit_is_dirty_for_changed_code_not_for_rewritten_results(tmp_path):
+    """A bench run rewrites its tables under results/ before the next table records the commit: the code is still
+    the commit's, so no ``-dirty``; a changed source file is."""
+    import subprocess
+
+    from fedrun.results import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "fedrun").mkdir()
+    (tmp_path / "results" / "gpu.md").write_text("old table\n")
+    (tmp_path / "fedrun" / "rule.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "one")
+    sha = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    (tmp_path / "results" / "gpu.md").write_text("new table\n")
+    assert git_commit(tmp_path) == sha
+    (tmp_path / "fedrun" / "rule.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == sha + "-dirty"
