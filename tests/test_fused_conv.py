@@ -57,6 +57,34 @@ def test_the_kernel_equals_the_layers_one_by_one(clients, channels, height, widt
     assert all(torch.equal(g, g0) for got in [*grads, again] for g, g0 in zip(got, grads[0]))
 
 
+def test_a_clients_gradient_has_the_same_bits_alone_in_a_cohort_and_on_any_number_of_threads():
+    """The first kernel sums a client's minibatch in chunks of 16 images in a fixed order (here 37 images: three
+    chunks, the last one partial), so a lone client's gradients equal its row of a cohort's bit for bit, whatever the
+    number of threads; and they equal torch's layers' in float64."""
+    torch.manual_seed(2)
+    x = torch.randn(3, 37, 3, 32, 32)
+    w = (0.3 * torch.randn(3, 6, 3, 5, 5)).requires_grad_(True)
+    b = (0.1 * torch.randn(3, 6)).requires_grad_(True)
+    ref = layers_one_by_one(x.double(), w.double(), b.double(), 0)
+    grad = torch.randn_like(ref)
+    wanted = torch.autograd.grad((ref * grad).sum(), [w, b])
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for n in sorted({1, 2, threads}):
+            torch.set_num_threads(n)
+            results.append(torch.autograd.grad((fused_conv.conv_pool_relu(x, w, b, 0) * grad.float()).sum(), [w, b]))
+        w_alone, b_alone = w.detach()[2:].requires_grad_(True), b.detach()[2:].requires_grad_(True)
+        mine = torch.autograd.grad((fused_conv.conv_pool_relu(x[2:], w_alone, b_alone, 0) * grad[2:].float()).sum(),
+                                   [w_alone, b_alone])
+    finally:
+        torch.set_num_threads(threads)
+    for g, want in zip(results[0], wanted):
+        torch.testing.assert_close(g.double(), want.to(g.dtype).double(), rtol=1e-4, atol=1e-4)
+    assert all(torch.equal(g, g0) for got in results for g, g0 in zip(got, results[0]))
+    assert all(torch.equal(m, g[2:]) for m, g in zip(mine, results[0]))
+
+
 def in_layout(out, layout):
     """Whether a kernel's (K, B, O, P, Q) output lies in ``layout``'s memory order (fused_conv.LAYOUTS)."""
     order = {"cohort": (1, 3, 4, 0, 2), "clients": (0, 1, 3, 4, 2), "rows": (0, 1, 2, 3, 4)}[layout]

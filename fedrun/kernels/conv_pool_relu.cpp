@@ -12,10 +12,11 @@
 //
 // How (the first layer's): an image row's even and odd columns are split into two planes, so that the convolution's
 // output at the even (or odd) columns of a row, the candidates of Q <= 16 pooling windows, is one 16-lane vector: each
-// tap is one vector load times a broadcast weight, shared by 6 output channels. Backward sums, for four taps at a
-// time, the output gradient (nonzero at the windows' winners only) times the shifted input planes, lane by lane; lanes
-// and threads are summed once at the end (each thread's images in a fixed split: the same sums in the same order on a
-// rerun).
+// tap is one vector load times a broadcast weight, shared by 6 output channels, and the four candidates of a row's
+// windows are summed at once (24 independent sums: the multiply-adds overlap). Backward sums, for three taps at a
+// time, the output gradient (nonzero at the windows' winners only) times the shifted input planes, lane by lane, over
+// a client's chunk of CB images, then the lanes, then the chunks in order: a client's gradient has the same bits
+// whatever the cohort around it and the number of threads.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <algorithm>
@@ -24,7 +25,8 @@
 
 constexpr int L = 16;   // lanes of a vector: the pooled columns of one output row, computed at once (Q <= L)
 constexpr int OG = 6;   // output channels that share each loaded input vector
-constexpr int TG = 4;   // taps whose weight gradients backward sums at once
+constexpr int TG = 3;   // taps whose weight gradients backward sums at once
+constexpr int64_t CB = 16;  // images of a client whose weight gradients backward sums as one piece
 typedef float vf __attribute__((vector_size(64)));
 typedef int vi __attribute__((vector_size(64)));
 typedef uint8_t vu8 __attribute__((vector_size(16)));
@@ -32,6 +34,18 @@ typedef float vfu __attribute__((vector_size(64), aligned(4)));  // at any float
 // typed loads and stores (not memcpy, which may alias anything): the compiler keeps sizes and indices in registers
 static inline vf load(const float* p) { return *reinterpret_cast<const vfu*>(p); }
 static inline void store(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
+// buffers that start on a cache line: a vector load across two lines costs two loads, and backward's inner loops are
+// bound by their loads
+template <class T>
+struct LineAllocator {
+  using value_type = T;
+  LineAllocator() = default;
+  template <class U> LineAllocator(const LineAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <class U> bool operator==(const LineAllocator<U>&) const { return true; }
+};
+using Floats = std::vector<float, LineAllocator<float>>;
 
 struct Strides {  // a (K, B, C, H, W) view's strides, in elements: where element [k][b][c][y][x] is
   int64_t k, b, c, y, x;
@@ -84,8 +98,8 @@ torch::Tensor forward_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, in
   const float* xp = x.data_ptr<float>(); const float* wp = w.data_ptr<float>(); const float* bp = bias.data_ptr<float>();
   float* op = out.data_ptr<float>(); uint8_t* cp = codes.data_ptr<uint8_t>();
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> planes(2 * g.plane()), wt(taps * OG), row(2 * M, 0.f);
-    float outs[OG][L];
+    Floats planes(2 * g.plane()), wt(taps * OG), row(2 * M, 0.f);
+    alignas(64) float outs[OG][L];
     for (int64_t b = begin; b < end; ++b)
       for (int64_t k = 0; k < K; ++k) {
         g.split(xp + (k * B + b) * C * g.H * g.W, planes.data(), row.data());
@@ -94,28 +108,38 @@ torch::Tensor forward_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, in
           for (int64_t t = 0; t < taps; ++t)
             for (int o = 0; o < OG; ++o) wt[t * OG + o] = o < og ? wp[(k * O + o0 + o) * taps + t] : 0.f;
           for (int64_t p = 0; p < P; ++p) {
-            vf best[OG]; vi code[OG];
-            #pragma GCC unroll 4
-            for (int win = 0; win < 4; ++win) {
-              const int dy = win >> 1, dx = win & 1;
-              vf acc[OG] = {};
-              const float* wc = wt.data();
-              for (int64_t c = 0; c < C; ++c) {
-                const float* at = planes.data() + (c * rows + 2 * p + dy) * M;
-                #pragma GCC unroll 8
-                for (int i = 0; i < R; ++i)
-                  #pragma GCC unroll 8
-                  for (int j = 0; j < R; ++j, wc += OG) {
-                    const vf v = load(at + ((dx + j) & 1) * g.plane() + i * M + ((dx + j) >> 1));
-                    #pragma GCC unroll 8
-                    for (int o = 0; o < OG; ++o) acc[o] += wc[o] * v;
-                  }
-              }
+            // the four candidates of the row's windows at once: each broadcast weight serves four vectors, and the
+            // 4 x OG sums are independent (the multiply-adds overlap)
+            vf acc[4][OG] = {};
+            const float* wc = wt.data();
+            for (int64_t c = 0; c < C; ++c) {
+              const float* at = planes.data() + (c * rows + 2 * p) * M;
               #pragma GCC unroll 8
-              for (int o = 0; o < OG; ++o) {
-                if (win == 0) { best[o] = acc[o]; code[o] = vi{}; continue; }
-                const vi more = acc[o] > best[o];
-                best[o] = more ? acc[o] : best[o];
+              for (int i = 0; i < R; ++i)
+                #pragma GCC unroll 8
+                for (int j = 0; j < R; ++j, wc += OG) {
+                  vf v[4];
+                  #pragma GCC unroll 4
+                  for (int win = 0; win < 4; ++win) {
+                    const int dy = win >> 1, dx = win & 1;
+                    v[win] = load(at + ((dx + j) & 1) * g.plane() + (i + dy) * M + ((dx + j) >> 1));
+                  }
+                  #pragma GCC unroll 8
+                  for (int o = 0; o < OG; ++o) {
+                    const float wo = wc[o];
+                    #pragma GCC unroll 4
+                    for (int win = 0; win < 4; ++win) acc[win][o] += wo * v[win];
+                  }
+                }
+            }
+            vf best[OG]; vi code[OG];
+            #pragma GCC unroll 8
+            for (int o = 0; o < OG; ++o) {
+              best[o] = acc[0][o]; code[o] = vi{};
+              #pragma GCC unroll 4
+              for (int win = 1; win < 4; ++win) {
+                const vi more = acc[win][o] > best[o];
+                best[o] = more ? acc[win][o] : best[o];
                 code[o] = more ? vi{} + win : code[o];
               }
             }
@@ -142,9 +166,8 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
   const Geo<R> g(x, KO / x.size(0), pad);
   constexpr int64_t M = Geo<R>::M;
   const int64_t K = g.K, B = g.B, C = g.C, O = g.O, P = g.P, Q = g.Q, rows = g.rows, taps = C * R * R, YL = 2 * P;
-  const int threads = at::get_num_threads();
-  const int64_t per = (KO * taps + KO) * L;  // one thread's sums, lane by lane: every weight's, then every bias's
-  std::vector<float> partial(threads * per, 0.f);
+  const int64_t chunks = (B + CB - 1) / CB, per = O * taps + O;  // a chunk's sums: every weight's, then every bias's
+  Floats sums(K * chunks * per);
   const float* xp = x.data_ptr<float>(); const float* gp = grad.data_ptr<float>();
   const Strides sg(grad);
   const uint8_t* cp = codes.data_ptr<uint8_t>();
@@ -155,15 +178,21 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
       const int64_t u = t < taps ? t : 0, c = u / (R * R), i = u / R % R, j = u % R;
       offsets[dx * tp + t] = ((dx + j) & 1) * g.plane() + (c * rows + i) * M + ((dx + j) >> 1);
     }
-  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-    float* mine = partial.data() + at::get_thread_num() * per;
-    std::vector<float> planes(2 * g.plane()), gch(KO * P * L, 0.f), G(YL * 2 * OG * L), row(2 * M, 0.f);
-    for (int64_t b = begin; b < end; ++b) {
-      for (int64_t k = 0; k < K; ++k)
+  // one item: the sums of a part of the taps (all of them, unless the chunks are fewer than the threads: a lone
+  // client's) over a client's chunk of CB images, lane by lane, the lanes then in order into the chunk's sums
+  const int64_t groups = (taps + TG - 1) / TG, pieces = K * chunks;
+  const int64_t parts = std::min<int64_t>(groups, std::max<int64_t>(1, at::get_num_threads() / pieces));
+  at::parallel_for(0, pieces * parts, 1, [&](int64_t begin, int64_t end) {
+    Floats planes(2 * g.plane()), gch(O * P * L, 0.f), G(YL * 2 * OG * L), row(2 * M, 0.f);
+    Floats lanes(per * L);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t piece = item / parts, part = item % parts, k = piece / chunks, chunk = piece % chunks;
+      const int64_t first = part * groups / parts * TG, last = std::min(taps, (part + 1) * groups / parts * TG);
+      std::fill(lanes.begin(), lanes.end(), 0.f);
+      for (int64_t b = chunk * CB; b < std::min(B, (chunk + 1) * CB); ++b) {
         for (int64_t o = 0; o < O; ++o)
           for (int64_t p = 0; p < P; ++p)
-            for (int64_t q = 0; q < Q; ++q) gch[(p * KO + k * O + o) * L + q] = gp[sg.at(k, b, o, p, q)];
-      for (int64_t k = 0; k < K; ++k) {
+            for (int64_t q = 0; q < Q; ++q) gch[(p * O + o) * L + q] = gp[sg.at(k, b, o, p, q)];
         g.split(xp + (k * B + b) * C * g.H * g.W, planes.data(), row.data());
         for (int64_t o0 = 0; o0 < O; o0 += OG) {
           const int64_t og = std::min<int64_t>(OG, O - o0);
@@ -176,17 +205,17 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
             for (int64_t p = 0; p < P; ++p) {
               vu8 c8; std::memcpy(&c8, cp + ((b * KO + ko) * P + p) * L, L);
               const vi cv = __builtin_convertvector(c8, vi);
-              const vf gv = cv < 4 ? load(gch.data() + (p * KO + ko) * L) : vf{};
+              const vf gv = cv < 4 ? load(gch.data() + (p * O + o0 + o) * L) : vf{};
               sum += gv;
               for (int win = 0; win < 4; ++win)
                 store(G.data() + (((2 * p + (win >> 1)) * 2 + (win & 1)) * OG + o) * L, cv == win ? gv : vf{});
             }
-            float* to = mine + (KO * taps + ko) * L;
+            float* to = lanes.data() + (O * taps + o0 + o) * L;
             store(to, load(to) + sum);
           }
           // each tap's sum over the rows and both column parities of G times the input shifted by the tap, for TG
           // taps at a time (TG x OG sums in registers; each loaded vector of G serves TG taps)
-          for (int64_t t0 = 0; t0 < taps; t0 += TG) {
+          for (int64_t t0 = first; t0 < last; t0 += TG) {
             vf acc[TG][OG] = {};
             const float* gy = G.data();
             for (int64_t y = 0; y < YL; ++y, gy += 2 * OG * L) {
@@ -206,22 +235,31 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
             }
             for (int64_t t = 0; t < std::min<int64_t>(TG, taps - t0); ++t)
               for (int64_t o = 0; o < og; ++o) {
-                float* to = mine + ((k * O + o0 + o) * taps + t0 + t) * L;
+                float* to = lanes.data() + ((o0 + o) * taps + t0 + t) * L;
                 store(to, load(to) + acc[t][o]);
               }
           }
         }
+      }
+      float* mine = sums.data() + piece * per;
+      for (int64_t e = 0; e < per; ++e) {
+        const int64_t t = e % taps;
+        if (e < O * taps ? t < first || t >= last : part > 0) continue;  // another part's taps, or its biases
+        float total = 0.f;
+        for (int l = 0; l < L; ++l) total += lanes[e * L + l];
+        mine[e] = total;
       }
     }
   });
   auto dw = torch::zeros({K, O, C, R, R}, x.options());
   auto db = torch::zeros({K, O}, x.options());
   float* dwp = dw.data_ptr<float>(); float* dbp = db.data_ptr<float>();
-  for (int th = 0; th < threads; ++th) {
-    const float* src = partial.data() + th * per;
-    for (int64_t e = 0; e < KO * taps; ++e) for (int l = 0; l < L; ++l) dwp[e] += src[e * L + l];
-    for (int64_t e = 0; e < KO; ++e) for (int l = 0; l < L; ++l) dbp[e] += src[(KO * taps + e) * L + l];
-  }
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const float* src = sums.data() + (k * chunks + chunk) * per;
+      for (int64_t e = 0; e < O * taps; ++e) dwp[k * O * taps + e] += src[e];
+      for (int64_t o = 0; o < O; ++o) dbp[k * O + o] += src[O * taps + o];
+    }
   return {dw, db};
 }
 
@@ -238,7 +276,6 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
 // channel's weight gradient, held in registers, and times the channel's weights to the images' gradient; each
 // client's minibatch is summed in chunks of CB images in a fixed order, the chunks' sums then in order: a client's
 // gradient has the same bits whatever the cohort around it and the number of threads.
-constexpr int64_t CB = 16;  // images of a client whose weight gradients backward sums as one piece
 constexpr int64_t KG = 4;  // clients whose images backward reads together (their channels share cache lines)
 
 // K clients' images x, a (K, B, C, H, W) view of any strides, and a client's zero-padded copy [y][x][c]
@@ -289,7 +326,7 @@ torch::Tensor forward_images_r(torch::Tensor x, torch::Tensor w, torch::Tensor b
               " for weights ", w.sizes());
   const Strides so(out);
   auto codes = torch::empty({B, K, OC, P, Q, L}, x.options().dtype(torch::kUInt8));
-  std::vector<float> wt(K * OC * taps * L, 0.f);  // [k][oc][(i * R + j) * C + c][lane]
+  Floats wt(K * OC * taps * L, 0.f);  // [k][oc][(i * R + j) * C + c][lane]
   const float* wp = w.data_ptr<float>();
   for (int64_t k = 0; k < K; ++k)
     for (int64_t o = 0; o < O; ++o)
@@ -299,7 +336,7 @@ torch::Tensor forward_images_r(torch::Tensor x, torch::Tensor w, torch::Tensor b
   const float* xp = x.data_ptr<float>(); const float* bp = bias.data_ptr<float>();
   float* op = out.data_ptr<float>(); uint8_t* cp = codes.data_ptr<uint8_t>();
   at::parallel_for(0, B * K, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> img(im.size);
+    Floats img(im.size);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / K, k = item % K;
       im.copy_in(xp, k, b, img.data());
@@ -356,7 +393,7 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
   const bool images = dx.defined();
   const Strides sg(grad);
   const int64_t chunks = (B + CB - 1) / CB, per = O * R * row + OC * L;  // a chunk's sums: weights', then biases'
-  std::vector<float> wr(K * O * R * row, 0.f);  // [k][o][i][j * C + c], zero past R * C
+  Floats wr(K * O * R * row, 0.f);  // [k][o][i][j * C + c], zero past R * C
   const float* wp = w.data_ptr<float>();
   for (int64_t k = 0; k < K; ++k)
     for (int64_t o = 0; o < O; ++o)
@@ -364,14 +401,14 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
         for (int64_t i = 0; i < R; ++i)
           for (int64_t j = 0; j < R; ++j)
             wr[((k * O + o) * R + i) * row + j * C + c] = wp[(((k * O + o) * C + c) * R + i) * R + j];
-  std::vector<float> partial(K * chunks * per, 0.f);
+  Floats partial(K * chunks * per, 0.f);
   const Images dims(images ? dx : x, R, pad, 0);  // the images' gradient: dx's strides
   const float* xp = x.data_ptr<float>(); const float* gp = grad.data_ptr<float>();
   const uint8_t* cp = codes.data_ptr<uint8_t>();
   float* dxp = images ? dx.data_ptr<float>() : nullptr;
   const int64_t groups = (K + KG - 1) / KG;
   at::parallel_for(0, chunks * groups, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> img(size), dimg(size), gs(P * Q * L), gw(P * Q + 1);
+    Floats img(size), dimg(size), gs(P * Q * L), gw(P * Q + 1);
     std::vector<int> where(P * Q + 1), spot(P * Q * L);
     std::vector<uint8_t> cs(P * Q * L);
     for (int64_t item = begin; item < end; ++item)
