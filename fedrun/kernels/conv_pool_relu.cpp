@@ -316,12 +316,12 @@ struct Images {
   }
 };
 
-template <int R, int QG>
+template <int R, int QG, int CC = 0>  // CC: the images' channels where fixed at compile time (0: read at run time)
 torch::Tensor forward_images_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad, torch::Tensor out) {
   const int64_t K = w.size(0), O = w.size(1), OC = (O + L - 1) / L;
   const int64_t tiles0 = (x.size(4) + 2 * pad - R + 1) / 2;
   const Images im(x, R, pad, 2 * ((tiles0 + QG - 1) / QG) * QG);
-  const int64_t B = im.B, C = im.C, P = im.P, Q = im.Q, Wb = im.Wb, taps = R * R * C;
+  const int64_t B = im.B, C = CC ? CC : im.C, P = im.P, Q = im.Q, Wb = im.Wb, taps = R * R * C;
   TORCH_CHECK(P >= 1 && Q >= 1 && x.size(0) == K && C == w.size(2), "conv_pool_relu: images ", x.sizes(),
               " for weights ", w.sizes());
   const Strides so(out);
@@ -409,7 +409,13 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
   const int64_t groups = (K + KG - 1) / KG;
   at::parallel_for(0, chunks * groups, 1, [&](int64_t begin, int64_t end) {
     Floats img(size), dimg(size), gs(P * Q * L), gw(P * Q + 1);
-    std::vector<int> where(P * Q + 1), spot(P * Q * L);
+    // the windows in an order where consecutive ones (but at 8 switches) are 3 or more apart in a row or column: their
+    // inputs (R <= 5) do not overlap, so a winner's read of the images' gradient does not wait on the one before's write
+    std::vector<int> where(P * Q + 1), spot(P * Q * L), order;
+    for (int pr = 0; pr < 3; ++pr)
+      for (int qr = 0; qr < 3; ++qr)
+        for (int64_t p = pr; p < P; p += 3)
+          for (int64_t q = qr; q < Q; q += 3) order.push_back(p * Q + q);
     std::vector<uint8_t> cs(P * Q * L);
     for (int64_t item = begin; item < end; ++item)
       for (int64_t b = item / groups * CB; b < std::min(B, (item / groups + 1) * CB); ++b)
@@ -442,12 +448,11 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
             }
           for (int64_t o = 0; o < og; ++o) {
             int64_t n = 0;  // the channel's winners: where each window starts in the image, and its gradient
-            for (int64_t p = 0, pq = 0; p < P; ++p)
-              for (int64_t q = 0; q < Q; ++q, ++pq) {
-                where[n] = spot[pq * L + o];
-                gw[n] = gs[pq * L + o];
-                n += cs[pq * L + o] < 4;
-              }
+            for (const int pq : order) {
+              where[n] = spot[pq * L + o];
+              gw[n] = gs[pq * L + o];
+              n += cs[pq * L + o] < 4;
+            }
             const int64_t oo = oc * L + o;
             float* dw = mine + oo * R * row;
             const float* wo = wr.data() + (k * O + oo) * R * row;
@@ -524,7 +529,10 @@ torch::Tensor forward_images_q(torch::Tensor x, torch::Tensor w, torch::Tensor b
     case 2: return forward_images_r<R, 2>(x, w, bias, pad, out);
     case 3: return forward_images_r<R, 3>(x, w, bias, pad, out);
     case 4: return forward_images_r<R, 4>(x, w, bias, pad, out);
-    case 5: return forward_images_r<R, 5>(x, w, bias, pad, out);
+    // LeNet-5's second convolution (6 channels, 5 pooled columns) with its channels fixed: the inner loop's input
+    // addresses are then constant offsets, not 2 x 2QG offsets reloaded from registers that it runs short of
+    case 5: return x.size(2) == 6 ? forward_images_r<R, 5, 6>(x, w, bias, pad, out)
+                                  : forward_images_r<R, 5>(x, w, bias, pad, out);
     default: return forward_images_r<R, 6>(x, w, bias, pad, out);
   }
 }
