@@ -109,7 +109,7 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                 if rows or covers_input(layer, h.shape[-2:]):
                     if not rows:
                         h, rows = _as_rows(h, k), True
-                    h, size = stacked_linear(h, weight.flatten(2), bias, row_form=True), (1, 1)
+                    h, size = _StackedLinear.apply(h, weight.flatten(2), bias), (1, 1)
                 else:
                     bias = None if bias is None else bias.flatten()
                     if isinstance(after, nn.MaxPool2d):
@@ -125,7 +125,7 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                 h = F.relu(h)
             elif isinstance(layer, nn.Linear):
                 weight = next(params)
-                h = stacked_linear(h, weight, next(params) if layer.bias is not None else None, row_form=True)
+                h = _StackedLinear.apply(h, weight, next(params) if layer.bias is not None else None)
             elif not rows:  # the flattening layer
                 h, rows = _as_rows(h, k), True
         loss, grad_out = objective.loss_and_grad_out(h.detach(), y)  # written out: no graph for the loss
@@ -133,6 +133,28 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
         # grad_outputs' shape with torch.fx's symbolic shapes, a slow first import in a run's first round
         (g,) = torch.autograd.grad((h * grad_out).sum(), w)
     return loss.detach(), g
+
+
+class _StackedLinear(torch.autograd.Function):
+    """A stacked step's Linear layer with its backward written out: (K, B, in) rows through each client's (K, out, in)
+    weight and (K, out) bias as ``h @ weight^T + bias``; the weight's gradient ``g^T h`` comes out contiguous (out, in)
+    a client, as the flat gradient lays it out (autograd's backward of the product gives it transposed, copied once
+    more), and the rows' gradient as ``g @ weight``, the form of the product that torch's batched kernel runs fastest
+    on a CPU for a minibatch of a few rows (GIFT's CIFAR cohort: ``python -m fedrun.bench --only lenet5_cifar_100``)."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias):
+        ctx.save_for_backward(h, weight)
+        ctx.has_bias = bias is not None
+        return stacked_linear(h, weight, bias)
+
+    @staticmethod
+    def backward(ctx, g):
+        h, weight = ctx.saved_tensors
+        dh = torch.bmm(g, weight) if ctx.needs_input_grad[0] else None
+        dw = torch.bmm(g.transpose(1, 2), h) if ctx.needs_input_grad[1] else None
+        db = g.sum(1) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return dh, dw, db
 
 
 def side_by_side(x: torch.Tensor) -> torch.Tensor:
@@ -153,17 +175,12 @@ def _as_images(h: torch.Tensor) -> torch.Tensor:
     return h.transpose(0, 1).reshape(h.shape[1], -1, 1, 1)
 
 
-def stacked_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, row_form: bool = False
-                   ) -> torch.Tensor:
-    """(K, B, in) rows through each client's (K, out, in) weight and (K, out) bias: a stacked step's Linear layer.
-    ``row_form``: computed as ``weight @ h^T``, (out x in)(in x B) per client, whose backward under autograd gives the
-    weight's gradient as the contiguous product g^T h, where the column form ``h @ weight^T`` gives it transposed and
-    the flat gradient's assembly copies it once more (GIFT's cohort of 100 CIFAR clients, whose first Linear layer holds
-    most of the parameters: ``python -m fedrun.bench --only lenet5_cifar_100``). A layer of one output (the smooth
-    SVM's) always takes the row form: torch's batched product runs the column form (B x in)(in x 1) several times
-    slower on a CPU (BHerd's SVM cohort, 5 clients, B = 100: ``--only svm_mnist_5``). The same sums in another
-    order."""
-    if row_form or weight.shape[-2] == 1:
+def stacked_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """(K, B, in) rows through each client's (K, out, in) weight and (K, out) bias: a stacked step's Linear layer. A
+    layer of one output (the smooth SVM's) is computed as ``weight @ h^T``: torch's batched product runs the form
+    ``h @ weight^T``, (B x in)(in x 1) per client, several times slower on a CPU (BHerd's SVM cohort, 5 clients,
+    B = 100: ``python -m fedrun.bench --only svm_mnist_5``). The same sums in another order."""
+    if weight.shape[-2] == 1:
         rows_t = h.transpose(1, 2)
         out = weight @ rows_t if bias is None else torch.baddbmm(bias.unsqueeze(2), weight, rows_t)
         return out.transpose(1, 2)

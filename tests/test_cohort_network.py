@@ -126,3 +126,27 @@ def test_a_stacked_linear_layer_gives_each_clients_own_product(outputs, bias):
     got = stacked_linear(h, weight, b)
     assert got.shape == (4, 7, outputs)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("outputs", [1, 3])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_stacked_linear_layers_written_out_backward_equals_autograds(outputs, bias):
+    """The cohort network's Linear layer (``_StackedLinear``): its values and the rows', weights' and biases' gradients
+    equal autograd's through each client's own product to float64 rounding; the weights' gradient contiguous, as the
+    flat gradient lays it out."""
+    from fedrun.cohort_network import _StackedLinear
+
+    torch.manual_seed(1)
+    h = torch.randn(4, 7, 5, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(4, outputs, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, outputs, dtype=torch.float64, requires_grad=True) if bias else None
+    inputs = [h, weight] + ([b] if bias else [])
+    g = torch.randn(4, 7, outputs, dtype=torch.float64)
+    want_out = torch.stack([h[k] @ weight[k].T + (b[k] if bias else 0) for k in range(4)])
+    want = torch.autograd.grad((want_out * g).sum(), inputs)
+    out = _StackedLinear.apply(h, weight, b)
+    got = torch.autograd.grad((out * g).sum(), inputs)
+    torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+    for mine, theirs in zip(got, want):
+        torch.testing.assert_close(mine, theirs, rtol=1e-12, atol=1e-12)
+    assert got[1].is_contiguous()
