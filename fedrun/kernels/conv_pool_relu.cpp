@@ -46,6 +46,12 @@ struct LineAllocator {
   template <class U> bool operator==(const LineAllocator<U>&) const { return true; }
 };
 using Floats = std::vector<float, LineAllocator<float>>;
+// f(k) for each client k, the clients shared among the threads (the weights' layouts and sums, client by client:
+// each client's values in the same order whatever the threads)
+template <class F>
+void each_client(int64_t K, const F& f) {
+  at::parallel_for(0, K, 1, [&](int64_t begin, int64_t end) { for (int64_t k = begin; k < end; ++k) f(k); });
+}
 
 struct Strides {  // a (K, B, C, H, W) view's strides, in elements: where element [k][b][c][y][x] is
   int64_t k, b, c, y, x;
@@ -254,12 +260,13 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
   auto dw = torch::zeros({K, O, C, R, R}, x.options());
   auto db = torch::zeros({K, O}, x.options());
   float* dwp = dw.data_ptr<float>(); float* dbp = db.data_ptr<float>();
-  for (int64_t k = 0; k < K; ++k)
+  each_client(K, [&](int64_t k) {
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const float* src = sums.data() + (k * chunks + chunk) * per;
       for (int64_t e = 0; e < O * taps; ++e) dwp[k * O * taps + e] += src[e];
       for (int64_t o = 0; o < O; ++o) dbp[k * O + o] += src[O * taps + o];
     }
+  });
   return {dw, db};
 }
 
@@ -328,11 +335,12 @@ torch::Tensor forward_images_r(torch::Tensor x, torch::Tensor w, torch::Tensor b
   auto codes = torch::empty({B, K, OC, P, Q, L}, x.options().dtype(torch::kUInt8));
   Floats wt(K * OC * taps * L, 0.f);  // [k][oc][(i * R + j) * C + c][lane]
   const float* wp = w.data_ptr<float>();
-  for (int64_t k = 0; k < K; ++k)
+  each_client(K, [&](int64_t k) {
     for (int64_t o = 0; o < O; ++o)
       for (int64_t c = 0; c < C; ++c)
         for (int64_t t = 0; t < R * R; ++t)
           wt[((k * OC + o / L) * taps + t * C + c) * L + o % L] = wp[((k * O + o) * C + c) * R * R + t];
+  });
   const float* xp = x.data_ptr<float>(); const float* bp = bias.data_ptr<float>();
   float* op = out.data_ptr<float>(); uint8_t* cp = codes.data_ptr<uint8_t>();
   at::parallel_for(0, B * K, 1, [&](int64_t begin, int64_t end) {
@@ -395,12 +403,13 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
   const int64_t chunks = (B + CB - 1) / CB, per = O * R * row + OC * L;  // a chunk's sums: weights', then biases'
   Floats wr(K * O * R * row, 0.f);  // [k][o][i][j * C + c], zero past R * C
   const float* wp = w.data_ptr<float>();
-  for (int64_t k = 0; k < K; ++k)
+  each_client(K, [&](int64_t k) {
     for (int64_t o = 0; o < O; ++o)
       for (int64_t c = 0; c < C; ++c)
         for (int64_t i = 0; i < R; ++i)
           for (int64_t j = 0; j < R; ++j)
             wr[((k * O + o) * R + i) * row + j * C + c] = wp[(((k * O + o) * C + c) * R + i) * R + j];
+  });
   Floats partial(K * chunks * per, 0.f);
   const Images dims(images ? dx : x, R, pad, 0);  // the images' gradient: dx's strides
   const float* xp = x.data_ptr<float>(); const float* gp = grad.data_ptr<float>();
@@ -494,7 +503,7 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
   auto dw = torch::zeros({K, O, C, R, R}, x.options());
   auto db = torch::zeros({K, O}, x.options());
   float* dwp = dw.data_ptr<float>(); float* dbp = db.data_ptr<float>();
-  for (int64_t k = 0; k < K; ++k)
+  each_client(K, [&](int64_t k) {
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const float* src = partial.data() + (k * chunks + chunk) * per;
       for (int64_t o = 0; o < O; ++o) {
@@ -505,6 +514,7 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
         dbp[k * O + o] += src[O * R * row + o];
       }
     }
+  });
   return {dw, db};
 }
 
