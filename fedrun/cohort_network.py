@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import fused_conv
+from . import fused_conv, indexed_rows
 from .models import Flatten, Objective, WindowConv2d, covers_input
 
 
@@ -72,10 +72,14 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
     ``x`` (K, B, C, H, W) and ``y`` (K, B) their minibatches; returns (K,) losses and the (K, d) gradient. ``fused``:
     a convolution, max pooling and ReLU that a compiled kernel fits run as one (fedrun/fused_conv.py): the first
     layer's on the minibatches, a later one's on the images before it."""
-    k = x.shape[0]
+    k, sizes = x.shape[0], [math.prod(s) for s in shapes]
+    grad = torch.empty_like(flat)  # the gradient: a Linear layer's weights' part written in place where ``fused``
+    parts = [part.view(k, *s) for part, s in zip(grad.split_with_sizes(sizes, -1), shapes)]
     with torch.enable_grad():
-        w = flat.detach().requires_grad_(True)
-        params = iter(p.reshape(k, *s) for p, s in zip(w.split_with_sizes([math.prod(s) for s in shapes], -1), shapes))
+        leaves = [p.view(k, *s).requires_grad_(True) for p, s in zip(flat.detach().split_with_sizes(sizes, -1), shapes)]
+        # the compiled row sums, where the compiled convolutions are built (so is a compiler)
+        into = {id(leaf): part for leaf, part in zip(leaves, parts)} if fused and fused_conv.enabled() else {}
+        params = iter(leaves)
         first, rows, size = 0, False, None  # rows: h is (K, B, F), the rows of images of spatial ``size``
         if fused and fused_conv.applies(layers, x):
             weight = next(params)
@@ -109,7 +113,9 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                 if rows or covers_input(layer, h.shape[-2:]):
                     if not rows:
                         h, rows = _as_rows(h, k), True
-                    h, size = _StackedLinear.apply(h, weight.flatten(2), bias), (1, 1)
+                    part = into.get(id(weight))
+                    h = _StackedLinear.apply(h, weight.flatten(2), bias, None if part is None else part.flatten(2))
+                    size = (1, 1)
                 else:
                     bias = None if bias is None else bias.flatten()
                     if isinstance(after, nn.MaxPool2d):
@@ -125,36 +131,59 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                 h = F.relu(h)
             elif isinstance(layer, nn.Linear):
                 weight = next(params)
-                h = _StackedLinear.apply(h, weight, next(params) if layer.bias is not None else None)
+                h = _StackedLinear.apply(h, weight, next(params) if layer.bias is not None else None,
+                                         into.get(id(weight)))
             elif not rows:  # the flattening layer
                 h, rows = _as_rows(h, k), True
         loss, grad_out = objective.loss_and_grad_out(h.detach(), y)  # written out: no graph for the loss
         # backward from the scalar <h, grad_out> (its gradient w.r.t. h is grad_out exactly): autograd checks a given
         # grad_outputs' shape with torch.fx's symbolic shapes, a slow first import in a run's first round
-        (g,) = torch.autograd.grad((h * grad_out).sum(), w)
-    return loss.detach(), g
+        got = torch.autograd.grad((h * grad_out).sum(), leaves, allow_unused=True)
+    for part, g in zip(parts, got):  # the parts not written in place
+        if g is None:
+            part.zero_()
+        elif g.data_ptr() != part.data_ptr():
+            part.copy_(g)
+    return loss.detach(), grad
 
 
 class _StackedLinear(torch.autograd.Function):
     """A stacked step's Linear layer with its backward written out: (K, B, in) rows through each client's (K, out, in)
-    weight and (K, out) bias as ``h @ weight^T + bias``; the weight's gradient ``g^T h`` comes out contiguous (out, in)
-    a client, as the flat gradient lays it out (autograd's backward of the product gives it transposed, copied once
-    more), and the rows' gradient as ``g @ weight``, the form of the product that torch's batched kernel runs fastest
-    on a CPU for a minibatch of a few rows (GIFT's CIFAR cohort: ``python -m fedrun.bench --only lenet5_cifar_100``)."""
+    weight and (K, out) bias as ``h @ weight^T + bias``. The weight's gradient ``g^T h`` goes straight into
+    ``into``, its part of the cohort's flat gradient (rows contiguous, the clients d apart), by fedrun's compiled row
+    sums (``fedrun/kernels/indexed_linear.cpp``: float32 on a CPU), where torch's batched product writes contiguous
+    memory only and the flat gradient's assembly copied it again; without ``into`` or the kernel, that product. The
+    rows' gradient is ``g @ weight``, the form of the product that torch's batched kernel runs fastest on a CPU for a
+    minibatch of a few rows (GIFT's CIFAR cohort: ``python -m fedrun.bench --only lenet5_cifar_100``)."""
 
     @staticmethod
-    def forward(ctx, h, weight, bias):
+    def forward(ctx, h, weight, bias, into):
         ctx.save_for_backward(h, weight)
-        ctx.has_bias = bias is not None
+        ctx.has_bias, ctx.into = bias is not None, into
         return stacked_linear(h, weight, bias)
 
     @staticmethod
     def backward(ctx, g):
         h, weight = ctx.saved_tensors
         dh = torch.bmm(g, weight) if ctx.needs_input_grad[0] else None
-        dw = torch.bmm(g.transpose(1, 2), h) if ctx.needs_input_grad[1] else None
+        dw = None
+        if ctx.needs_input_grad[1]:
+            dw = _weight_grad_into(g, h, ctx.into) if ctx.into is not None else None
+            dw = torch.bmm(g.transpose(1, 2), h) if dw is None else dw
         db = g.sum(1) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return dh, dw, db
+        return dh, dw, db, None
+
+
+def _weight_grad_into(g: torch.Tensor, h: torch.Tensor, into: torch.Tensor) -> torch.Tensor | None:
+    """``g^T h`` written into ``into`` (K, out, in) by the compiled row sums, or None where they do not apply."""
+    kernel = indexed_rows.kernel() if g.dtype == h.dtype == into.dtype == torch.float32 and g.device.type == "cpu" \
+        else None
+    if kernel is None or into.stride(2) != 1 or into.stride(1) != into.shape[2]:
+        return None
+    k, b, width = h.shape
+    index = torch.arange(k * b, device=h.device).view(k, b)
+    kernel.row_sums_into(h.reshape(k * b, width), index, g.contiguous(), into, False)
+    return into
 
 
 def side_by_side(x: torch.Tensor) -> torch.Tensor:

@@ -130,23 +130,32 @@ def test_a_stacked_linear_layer_gives_each_clients_own_product(outputs, bias):
 
 @pytest.mark.parametrize("outputs", [1, 3])
 @pytest.mark.parametrize("bias", [True, False])
-def test_a_stacked_linear_layers_written_out_backward_equals_autograds(outputs, bias):
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_stacked_linear_layers_written_out_backward_equals_autograds(outputs, bias, dtype):
     """The cohort network's Linear layer (``_StackedLinear``): its values and the rows', weights' and biases' gradients
-    equal autograd's through each client's own product to float64 rounding; the weights' gradient contiguous, as the
-    flat gradient lays it out."""
+    equal autograd's through each client's own product (float64: to its rounding; float32, where the weights'
+    gradient is written into its part of a flat gradient by the compiled row sums: to float32's); that part written in
+    place, the clients d apart; without it, the weights' gradient contiguous."""
     from fedrun.cohort_network import _StackedLinear
 
     torch.manual_seed(1)
-    h = torch.randn(4, 7, 5, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(4, outputs, 5, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(4, outputs, dtype=torch.float64, requires_grad=True) if bias else None
+    h = torch.randn(4, 7, 5, dtype=dtype, requires_grad=True)
+    weight = torch.randn(4, outputs, 5, dtype=dtype, requires_grad=True)
+    b = torch.randn(4, outputs, dtype=dtype, requires_grad=True) if bias else None
     inputs = [h, weight] + ([b] if bias else [])
-    g = torch.randn(4, 7, outputs, dtype=torch.float64)
+    g = torch.randn(4, 7, outputs, dtype=dtype)
     want_out = torch.stack([h[k] @ weight[k].T + (b[k] if bias else 0) for k in range(4)])
     want = torch.autograd.grad((want_out * g).sum(), inputs)
-    out = _StackedLinear.apply(h, weight, b)
-    got = torch.autograd.grad((out * g).sum(), inputs)
-    torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
-    for mine, theirs in zip(got, want):
-        torch.testing.assert_close(mine, theirs, rtol=1e-12, atol=1e-12)
-    assert got[1].is_contiguous()
+    flat = torch.full((4, 3 + outputs * 5 + 2), float("nan"), dtype=dtype)  # a flat gradient, d = 5 * outputs + 5
+    into = flat[:, 3 : 3 + outputs * 5].view(4, outputs, 5)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-5)
+    for part in (None, into):
+        out = _StackedLinear.apply(h, weight, b, part)
+        got = torch.autograd.grad((out * g).sum(), inputs)
+        torch.testing.assert_close(out, want_out, **tol)
+        for mine, theirs in zip(got, want):
+            torch.testing.assert_close(mine, theirs, **tol)
+        in_place = part is not None and dtype == torch.float32
+        assert (got[1].data_ptr() == into.data_ptr()) == in_place
+        assert in_place or got[1].is_contiguous()
+    assert flat[:, :3].isnan().all() and flat[:, -2:].isnan().all()  # nothing written outside the part

@@ -200,7 +200,7 @@ class _InPlace:
                                              width, in_place.LOSSES[objective.name])
 
     def add_to(self, weight: torch.Tensor, weighted: torch.Tensor) -> None:
-        in_place.kernel().add_row_sums(self.rows.source, self.rows.index, weighted.contiguous(), weight)
+        in_place.kernel().row_sums_into(self.rows.source, self.rows.index, weighted.contiguous(), weight, True)
 
 
 def _combine(coef: torch.Tensor, starts: list, own: int, out: torch.Tensor, inputs, grads: torch.Tensor,

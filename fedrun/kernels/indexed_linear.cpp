@@ -20,7 +20,7 @@
 // A block of single-sample steps (fedrun/engine/blocked.py: local SGD on the softmax's HOG features, 1000 clients)
 // takes three more calls: block_products (the block's rows' dots with the start weights and with each other, per
 // client in tiles of 4 x 4 dot products, the next client's rows read ahead), block_steps (the steps at the outputs:
-// each client's recurrence over the block, with the losses above) and add_row_sums (the gradient terms added to the
+// each client's recurrence over the block, with the losses above) and row_sums_into (the gradient terms added to the
 // weights, as the weights' gradient above). There a block was a gather of its rows, four batched products reading
 // them again and, per step, some thirty tensor operations on a few numbers per client.
 #include <torch/extension.h>
@@ -321,9 +321,11 @@ torch::Tensor block_products(torch::Tensor x, torch::Tensor idx, std::vector<tor
   return out;
 }
 
-// out[k] += g[k]^T X_k for K clients' S rows X_k = x[idx[k]] and coefficients g (K, S, C): a block's gradient terms
-// added to its clients' weights ``out`` (K, C, d), rows contiguous (a view of their flat parameters), in place
-void add_row_sums(torch::Tensor x, torch::Tensor idx, torch::Tensor g, torch::Tensor out) {
+// out[k] = g[k]^T X_k (or, where ``add``, += ) for K clients' S rows X_k = x[idx[k]] and coefficients g (K, S, C), into
+// ``out`` (K, C, d) of contiguous rows, its clients any distance apart (a view of their flat parameters or gradient):
+// a block's gradient terms added to its clients' weights in place, or a Linear layer's weight gradient written into a
+// cohort's flat gradient (fedrun/cohort_network.py)
+void row_sums_into(torch::Tensor x, torch::Tensor idx, torch::Tensor g, torch::Tensor out, bool add) {
   check_index(x, idx);
   const int64_t K = idx.size(0), S = idx.size(1), d = x.size(1);
   TORCH_CHECK(out.size(0) == K, "indexed_linear: out (K, C, d) for K = ", K);
@@ -331,7 +333,7 @@ void add_row_sums(torch::Tensor x, torch::Tensor idx, torch::Tensor g, torch::Te
   TORCH_CHECK(g.dim() == 3 && g.is_contiguous() && g.scalar_type() == torch::kFloat && g.size(0) == K &&
               g.size(1) == S && g.size(2) == C, "indexed_linear: g (K, S, C) float32");
   row_sums(x.data_ptr<float>(), idx.data_ptr<int64_t>(), g.data_ptr<float>(), K, S, C, d, out.data_ptr<float>(),
-           kstride, d, true);
+           kstride, d, add);
 }
 
 // A block's steps at the outputs (fedrun/engine/blocked.py), for K clients of S = steps x width samples: step s's
@@ -389,5 +391,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("loss_and_grad", &loss_and_grad, "a one-layer model's minibatch losses and flat gradients on indexed rows");
   m.def("block_products", &block_products, "indexed rows' dots with weight stacks and with each other");
   m.def("block_steps", &block_steps, "a block's steps at a one-layer model's outputs");
-  m.def("add_row_sums", &add_row_sums, "indexed rows' sums weighted per output, added to weights in place");
+  m.def("row_sums_into", &row_sums_into, "indexed rows' sums weighted per output, written or added into weights");
 }
