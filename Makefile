@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 setup: $(STAMP)
+	$(PY) -m fedrun.native
 
 # Ray for hydra/launcher=ray_cluster (big; only the slow tests and Ray users need it)
 setup-ray: setup

@@ -76,7 +76,8 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
     grad = torch.empty_like(flat)  # the gradient: a Linear layer's weights' part written in place where ``fused``
     parts = [part.view(k, *s) for part, s in zip(grad.split_with_sizes(sizes, -1), shapes)]
     with torch.enable_grad():
-        leaves = [p.view(k, *s).requires_grad_(True) for p, s in zip(flat.detach().split_with_sizes(sizes, -1), shapes)]
+        leaves = [p.reshape(k, *s).requires_grad_(True)
+                  for p, s in zip(flat.detach().split_with_sizes(sizes, -1), shapes)]
         # the compiled row sums, where the compiled convolutions are built (so is a compiler)
         into = {id(leaf): part for leaf, part in zip(leaves, parts)} if fused and fused_conv.enabled() else {}
         params = iter(leaves)

@@ -108,3 +108,23 @@ def _cpu_signature() -> str:
     except OSError:
         pass
     return f"{platform.machine()} {flags.strip()} torch {torch.__version__}"
+
+
+def build_all() -> dict[str, bool]:
+    """Build every kernel for this CPU now, one process each (they compile at once; a build is cached, so a second
+    call only loads them): ``make setup`` runs this, so that neither a first run nor the test suite waits on the
+    compiler. Returns whether each kernel is there."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(len(SOURCES)) as pool:
+        return dict(zip(SOURCES, pool.map(_built, SOURCES)))
+
+
+def _built(source: str) -> bool:
+    return kernel(source) is not None
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    for source, there in build_all().items():
+        print(f"fedrun kernel {source}: {'built' if there else 'not built (see the warning above)'}")

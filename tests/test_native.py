@@ -32,3 +32,11 @@ def test_a_build_is_named_by_its_source_its_place_and_the_cpu(monkeypatch, tmp_p
     assert native.build_name(copy) not in (name, elsewhere)
     monkeypatch.setattr(native, "_cpu_signature", lambda: "x86_64 flags: avx2 torch 2.14.1")
     assert native.build_name(source) not in (name, elsewhere)
+
+
+def test_building_all_kernels_reports_each_one_and_a_missing_compiler(without_a_compiler):
+    """``python -m fedrun.native`` (``make setup``) builds every kernel at once and says which are there: all of them
+    here, none where the compiler is missing (each build fails as without g++)."""
+    assert native.build_all() == {source: True for source in native.SOURCES}
+    with without_a_compiler():
+        assert native.build_all() == {source: False for source in native.SOURCES}
