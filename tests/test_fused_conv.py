@@ -57,12 +57,14 @@ def test_the_kernel_equals_the_layers_one_by_one(clients, channels, height, widt
     assert all(torch.equal(g, g0) for got in [*grads, again] for g, g0 in zip(got, grads[0]))
 
 
-def test_a_clients_gradient_has_the_same_bits_alone_in_a_cohort_and_on_any_number_of_threads():
-    """The first kernel sums a client's minibatch in chunks of 16 images in a fixed order (here 37 images: three
-    chunks, the last one partial), so a lone client's gradients equal its row of a cohort's bit for bit, whatever the
-    number of threads; and they equal torch's layers' in float64."""
+@pytest.mark.parametrize("images", [37, 10])
+def test_a_clients_gradient_has_the_same_bits_alone_in_a_cohort_and_on_any_number_of_threads(images):
+    """The first kernel sums a client's minibatch in chunks of 16 images in a fixed order (37 images: three chunks,
+    the last one partial; 10: one chunk, whose taps a lone client shares among the threads), so a lone client's
+    gradients equal its row of a cohort's bit for bit, whatever the number of threads; and they equal torch's layers'
+    in float64."""
     torch.manual_seed(2)
-    x = torch.randn(3, 37, 3, 32, 32)
+    x = torch.randn(3, images, 3, 32, 32)
     w = (0.3 * torch.randn(3, 6, 3, 5, 5)).requires_grad_(True)
     b = (0.1 * torch.randn(3, 6)).requires_grad_(True)
     ref = layers_one_by_one(x.double(), w.double(), b.double(), 0)
