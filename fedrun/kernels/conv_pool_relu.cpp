@@ -21,6 +21,7 @@
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <cstring>
+#include <immintrin.h>
 #include <vector>
 
 constexpr int L = 16;   // lanes of a vector: the pooled columns of one output row, computed at once (Q <= L)
@@ -34,6 +35,23 @@ typedef float vfu __attribute__((vector_size(64), aligned(4)));  // at any float
 // typed loads and stores (not memcpy, which may alias anything): the compiler keeps sizes and indices in registers
 static inline vf load(const float* p) { return *reinterpret_cast<const vfu*>(p); }
 static inline void store(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
+// a row's 16 codes (bytes) as ints and back: one instruction each with AVX-512 (GCC widens a byte vector by
+// __builtin_convertvector one byte at a time)
+typedef uint8_t vu8u __attribute__((vector_size(16), aligned(1)));
+static inline vi codes_at(const uint8_t* p) {
+#ifdef __AVX512F__
+  return (vi)_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+  return __builtin_convertvector(*reinterpret_cast<const vu8u*>(p), vi);
+#endif
+}
+static inline void store_codes(uint8_t* p, vi v) {
+#ifdef __AVX512F__
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8((__m512i)v));
+#else
+  *reinterpret_cast<vu8u*>(p) = __builtin_convertvector(v, vu8);
+#endif
+}
 // buffers that start on a cache line: a vector load across two lines costs two loads, and backward's inner loops are
 // bound by their loads
 template <class T>
@@ -62,6 +80,16 @@ struct Strides {  // a (K, B, C, H, W) view's strides, in elements: where elemen
   }
 };
 
+// n floats from ``from`` to ``to`` in vectors (a call to memcpy costs more than the copy of an image row)
+static inline void copy_row(const float* from, int64_t n, float* to) {
+  if (n < L) {
+    for (int64_t x = 0; x < n; ++x) to[x] = from[x];
+    return;
+  }
+  for (int64_t x = 0; x + L <= n; x += L) store(to + x, load(from + x));
+  if (n % L) store(to + n - L, load(from + n - L));
+}
+
 template <int R>
 struct Geo {
   static constexpr int64_t M = L + R;  // a plane's row: the even (or odd) columns of the padded image
@@ -85,7 +113,7 @@ struct Geo {
           std::fill(odd, odd + M, 0.f);
           continue;
         }
-        std::memcpy(row + pad, src + (c * H + sy) * W, W * sizeof(float));
+        copy_row(src + (c * H + sy) * W, W, row + pad);
         for (int64_t m = 0; m < M; ++m) {
           even[m] = row[2 * m];
           odd[m] = row[2 * m + 1];
@@ -103,65 +131,70 @@ torch::Tensor forward_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, in
   auto codes = torch::empty({B, KO, P, L}, x.options().dtype(torch::kUInt8));
   const float* xp = x.data_ptr<float>(); const float* wp = w.data_ptr<float>(); const float* bp = bias.data_ptr<float>();
   float* op = out.data_ptr<float>(); uint8_t* cp = codes.data_ptr<uint8_t>();
-  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-    Floats planes(2 * g.plane()), wt(taps * OG), row(2 * M, 0.f);
+  // the images client by client, so that a thread lays out a client's weights once for its images
+  at::parallel_for(0, K * B, 1, [&](int64_t begin, int64_t end) {
+    Floats planes(2 * g.plane()), wt((O + OG - 1) / OG * taps * OG), row(2 * M, 0.f);
     alignas(64) float outs[OG][L];
-    for (int64_t b = begin; b < end; ++b)
-      for (int64_t k = 0; k < K; ++k) {
-        g.split(xp + (k * B + b) * C * g.H * g.W, planes.data(), row.data());
-        for (int64_t o0 = 0; o0 < O; o0 += OG) {
-          const int64_t og = std::min<int64_t>(OG, O - o0);
+    for (int64_t item = begin, laid = -1; item < end; ++item) {
+      const int64_t k = item / B, b = item % B;
+      if (k != laid) {  // wt[o0 / OG][t][o]: the weights of output channel o0 + o at tap t, zero past O
+        for (int64_t o0 = 0; o0 < O; o0 += OG)
           for (int64_t t = 0; t < taps; ++t)
-            for (int o = 0; o < OG; ++o) wt[t * OG + o] = o < og ? wp[(k * O + o0 + o) * taps + t] : 0.f;
-          for (int64_t p = 0; p < P; ++p) {
-            // the four candidates of the row's windows at once: each broadcast weight serves four vectors, and the
-            // 4 x OG sums are independent (the multiply-adds overlap)
-            vf acc[4][OG] = {};
-            const float* wc = wt.data();
-            for (int64_t c = 0; c < C; ++c) {
-              const float* at = planes.data() + (c * rows + 2 * p) * M;
-              #pragma GCC unroll 8
-              for (int i = 0; i < R; ++i)
-                #pragma GCC unroll 8
-                for (int j = 0; j < R; ++j, wc += OG) {
-                  vf v[4];
-                  #pragma GCC unroll 4
-                  for (int win = 0; win < 4; ++win) {
-                    const int dy = win >> 1, dx = win & 1;
-                    v[win] = load(at + ((dx + j) & 1) * g.plane() + (i + dy) * M + ((dx + j) >> 1));
-                  }
-                  #pragma GCC unroll 8
-                  for (int o = 0; o < OG; ++o) {
-                    const float wo = wc[o];
-                    #pragma GCC unroll 4
-                    for (int win = 0; win < 4; ++win) acc[win][o] += wo * v[win];
-                  }
-                }
-            }
-            vf best[OG]; vi code[OG];
+            for (int o = 0; o < OG; ++o)
+              wt[o0 * taps + t * OG + o] = o0 + o < O ? wp[(k * O + o0 + o) * taps + t] : 0.f;
+        laid = k;
+      }
+      g.split(xp + (k * B + b) * C * g.H * g.W, planes.data(), row.data());
+      for (int64_t o0 = 0; o0 < O; o0 += OG) {
+        const int64_t og = std::min<int64_t>(OG, O - o0);
+        for (int64_t p = 0; p < P; ++p) {
+          // the four candidates of the row's windows at once: each broadcast weight serves four vectors, and the
+          // 4 x OG sums are independent (the multiply-adds overlap)
+          vf acc[4][OG] = {};
+          const float* wc = wt.data() + o0 * taps;
+          for (int64_t c = 0; c < C; ++c) {
+            const float* at = planes.data() + (c * rows + 2 * p) * M;
             #pragma GCC unroll 8
-            for (int o = 0; o < OG; ++o) {
-              best[o] = acc[0][o]; code[o] = vi{};
-              #pragma GCC unroll 4
-              for (int win = 1; win < 4; ++win) {
-                const vi more = acc[win][o] > best[o];
-                best[o] = more ? acc[win][o] : best[o];
-                code[o] = more ? vi{} + win : code[o];
+            for (int i = 0; i < R; ++i)
+              #pragma GCC unroll 8
+              for (int j = 0; j < R; ++j, wc += OG) {
+                vf v[4];
+                #pragma GCC unroll 4
+                for (int win = 0; win < 4; ++win) {
+                  const int dy = win >> 1, dx = win & 1;
+                  v[win] = load(at + ((dx + j) & 1) * g.plane() + (i + dy) * M + ((dx + j) >> 1));
+                }
+                #pragma GCC unroll 8
+                for (int o = 0; o < OG; ++o) {
+                  const float wo = wc[o];
+                  #pragma GCC unroll 4
+                  for (int win = 0; win < 4; ++win) acc[win][o] += wo * v[win];
+                }
               }
-            }
-            for (int64_t o = 0; o < og; ++o) {
-              const int64_t ko = k * O + o0 + o;
-              const vf v = best[o] + bp[ko];
-              const vi on = v > 0.f;
-              store(outs[o], on ? v : vf{});
-              const vu8 c8 = __builtin_convertvector(on ? code[o] : vi{} + 4, vu8);
-              std::memcpy(cp + ((b * KO + ko) * P + p) * L, &c8, L);
-            }
-            for (int64_t o = 0; o < og; ++o)
-              for (int64_t q = 0; q < Q; ++q) op[so.at(k, b, o0 + o, p, q)] = outs[o][q];
           }
+          vf best[OG]; vi code[OG];
+          #pragma GCC unroll 8
+          for (int o = 0; o < OG; ++o) {
+            best[o] = acc[0][o]; code[o] = vi{};
+            #pragma GCC unroll 4
+            for (int win = 1; win < 4; ++win) {
+              const vi more = acc[win][o] > best[o];
+              best[o] = more ? acc[win][o] : best[o];
+              code[o] = more ? vi{} + win : code[o];
+            }
+          }
+          for (int64_t o = 0; o < og; ++o) {
+            const int64_t ko = k * O + o0 + o;
+            const vf v = best[o] + bp[ko];
+            const vi on = v > 0.f;
+            store(outs[o], on ? v : vf{});
+            store_codes(cp + ((b * KO + ko) * P + p) * L, on ? code[o] : vi{} + 4);
+          }
+          for (int64_t o = 0; o < og; ++o)
+            for (int64_t q = 0; q < Q; ++q) op[so.at(k, b, o0 + o, p, q)] = outs[o][q];
         }
       }
+    }
   });
   return codes;
 }
@@ -209,8 +242,7 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
             const int64_t ko = k * O + o0 + o;
             vf sum = {};
             for (int64_t p = 0; p < P; ++p) {
-              vu8 c8; std::memcpy(&c8, cp + ((b * KO + ko) * P + p) * L, L);
-              const vi cv = __builtin_convertvector(c8, vi);
+              const vi cv = codes_at(cp + ((b * KO + ko) * P + p) * L);
               const vf gv = cv < 4 ? load(gch.data() + (p * O + o0 + o) * L) : vf{};
               sum += gv;
               for (int win = 0; win < 4; ++win)
@@ -304,7 +336,7 @@ struct Images {
     const bool rows = st.c == 1 && st.x == C;
     for (int64_t y = 0; y < H; ++y) {
       float* to = img + ((y + pad) * Wb + pad) * C;
-      if (rows) { std::memcpy(to, x + y * st.y, W * C * sizeof(float)); continue; }
+      if (rows) { copy_row(x + y * st.y, W * C, to); continue; }
       for (int64_t xx = 0; xx < W; ++xx)
         for (int64_t c = 0; c < C; ++c) to[xx * C + c] = x[c * st.c + y * st.y + xx * st.x];
     }
@@ -316,7 +348,7 @@ struct Images {
     const bool rows = st.c == 1 && st.x == C;
     for (int64_t y = 0; y < H; ++y) {
       const float* from = img + ((y + pad) * Wb + pad) * C;
-      if (rows) { std::memcpy(x + y * st.y, from, W * C * sizeof(float)); continue; }
+      if (rows) { copy_row(from, W * C, x + y * st.y); continue; }
       for (int64_t xx = 0; xx < W; ++xx)
         for (int64_t c = 0; c < C; ++c) x[c * st.c + y * st.y + xx * st.x] = from[xx * C + c];
     }
@@ -380,8 +412,7 @@ torch::Tensor forward_images_r(torch::Tensor x, torch::Tensor w, torch::Tensor b
               const vf v = best + bv;
               const vi on = v > 0.f;
               const vf r = on ? v : vf{};
-              const vu8 c8 = __builtin_convertvector(on ? code : vi{} + 4, vu8);
-              std::memcpy(cp + ((((b * K + k) * OC + oc) * P + p) * Q + q0 + n) * L, &c8, L);
+              store_codes(cp + ((((b * K + k) * OC + oc) * P + p) * Q + q0 + n) * L, on ? code : vi{} + 4);
               float* to = op + so.at(k, b, oc * L, p, q0 + n);
               for (int64_t o = 0; o < og; ++o) to[o * so.c] = r[o];
             }
@@ -441,8 +472,7 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
               vf g = {};
               const float* from = gp + sg.at(k, b, oc * L, p, q);
               for (int64_t o = 0; o < og; ++o) g[o] = from[o * sg.c];
-              vu8 c8; std::memcpy(&c8, cs.data() + pq * L, L);
-              g = __builtin_convertvector(c8, vi) < 4 ? g : vf{};
+              g = codes_at(cs.data() + pq * L) < 4 ? g : vf{};
               sum += g;
               store(gs.data() + pq * L, g);
             }
@@ -450,8 +480,7 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
           store(db, load(db) + sum);
           for (int64_t p = 0; p < P; ++p)  // where each window's winner starts in the image, channel by channel
             for (int64_t q = 0; q < Q; ++q) {
-              vu8 c8; std::memcpy(&c8, cs.data() + (p * Q + q) * L, L);
-              const vi cv = __builtin_convertvector(c8, vi);
+              const vi cv = codes_at(cs.data() + (p * Q + q) * L);
               const vi at = (int)((2 * p * Wb + 2 * q) * C) + ((cv >> 1) & 1) * (int)(Wb * C) + (cv & 1) * (int)C;
               std::memcpy(spot.data() + (p * Q + q) * L, &at, sizeof(at));
             }
