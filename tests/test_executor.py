@@ -524,30 +524,52 @@ def test_clients_finishing_one_by_one_give_the_vmapped_rounds(cfg_factory, famil
 @pytest.mark.parametrize("model", ["mlp", "cnn3"])
 @pytest.mark.parametrize("algo,more", [("fedavg", ["fl.momentum=0.9", "fl.weight_decay=0.01"]),
                                        ("fedprox", []), ("bherd", []), ("fednova", ["algo.local.mu=0.1"])])
-def test_a_batchable_rule_on_a_stacking_model_steps_without_vmap_and_gives_the_loops_rounds(cfg_factory, algo, more,
-                                                                                            model):
+def test_a_batchable_rule_on_a_stacking_model_steps_without_vmap_and_gives_the_loops_rounds(cfg_factory, monkeypatch,
+                                                                                            algo, more, model):
     """Local SGD (FedAvg, FedProx, FedNova's local part, BHerd's steps) on a model with a by-hand gradient (mlp) or
     a Sequential CNN (cnn3: the cohort as one network) steps the stacked clients as one batch (no vmap): the
     rounds (client states, FedNova's a_i, herded steps) equal the loop's to float64 rounding, also with clients of
-    several lengths dropping out of the stack. A rule built on it that adds its own terms (SCAFFOLD, FedDecorr) is
-    not stacked."""
+    several lengths dropping out of the stack, the stack's w updated in place (ctx.in_place; the loop's steps make
+    new tensors). A rule built on it that adds its own terms (SCAFFOLD, FedDecorr) is not stacked."""
+    from fedrun.algorithms.base import LocalRule
     from fedrun.engine.executor import steps_natively
 
     common = ["data=digits", f"model={model}", f"algo={algo}", *more, "fl.clients_per_round=4", "fl.batch_size=16",
               "hardware.dtype=float64", "partition=dirichlet", "partition.alpha=0.3", "hardware.device=cpu"]
+    descend, in_place = LocalRule.descend, {}
     states = {}
     for executor in ("loop", "vmap"):
+        monkeypatch.setattr(LocalRule, "descend", staticmethod(
+            lambda ctx, state, d: (in_place.setdefault(executor, set()).add(ctx.in_place), descend(ctx, state, d))))
         sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
         for rnd in (1, 2):
             sim.run_round(rnd)
         states[executor] = vars(sim.state)
     assert steps_natively(sim.algo.local, sim.model)
+    assert in_place == {"loop": {False}, "vmap": {True}}
     assert_close_tree(states["vmap"], states["loop"])
     for other in ("scaffold", "feddecorr"):
         sim = Simulation(cfg_factory("data=digits", f"model={model}", f"algo={other}"))
         assert not steps_natively(sim.algo.local, sim.model)
     sim = Simulation(cfg_factory(*common, "hardware.cohort_network=false", "hardware.gradient=autograd"))
     assert not steps_natively(sim.algo.local, sim.model)
+
+
+def test_a_step_descends_in_place_only_where_the_executor_allows_it():
+    """LocalRule.descend: w - eta * d into w's own memory with ctx.in_place, the same values as a new tensor
+    without it, which leaves the given w (possibly shared: a loop client's start) as it was."""
+    from fedrun.algorithms.base import ClientContext, LocalRule
+
+    w, d = torch.randn(3, 5), torch.randn(3, 5)
+    out = {}
+    for in_place in (False, True):
+        state = {"w": w.clone()}
+        given = state["w"]
+        LocalRule.descend(ClientContext(1, torch.zeros(5), {}, lr=0.3, in_place=in_place), state, d)
+        assert state["direction"] is d and (state["w"] is given) == in_place
+        assert torch.equal(given, state["w"] if in_place else w)
+        out[in_place] = state["w"]
+    assert torch.equal(out[True], out[False]) and torch.equal(out[False], torch.add(w, d, alpha=-0.3))
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn3"])

@@ -28,6 +28,9 @@ class ClientContext:
     momentum: float = 0.0
     weight_decay: float = 0.0
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # server quantities a rule needs
+    # the executor made the step state's tensors for this round (a stack of the clients' states) and keeps no other
+    # reference to them: a step may update them in place (``LocalRule.descend``)
+    in_place: bool = False
 
 
 class StatefulPart:
@@ -104,9 +107,12 @@ class LocalRule:
 
     @staticmethod
     def descend(ctx: ClientContext, state: State, direction: torch.Tensor) -> None:
-        """w <- w - eta * direction, keeping the direction (what a step selector such as BHerd herds)."""
+        """w <- w - eta * direction, keeping the direction (what a step selector such as BHerd herds). In place where
+        the executor allows it (``ctx.in_place``): a cohort's w is then read and written once, not copied into new
+        memory (GIFT's CIFAR cohort on a CPU: ``python -m fedrun.bench --only lenet5_cifar_100``)."""
         state["direction"] = direction
-        state["w"] = torch.add(state["w"], direction, alpha=-ctx.lr)
+        w = state["w"]
+        state["w"] = w.add_(direction, alpha=-ctx.lr) if ctx.in_place else torch.add(w, direction, alpha=-ctx.lr)
 
     def client_step(self, model: FunctionalModel, ctx: ClientContext, state: State, x: torch.Tensor,
                     y: torch.Tensor) -> tuple[State, torch.Tensor]:

@@ -29,7 +29,7 @@ import shutil
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -216,6 +216,7 @@ class VmapExecutor:
         native = steps_natively(rule, model) and not self.compile
         step = (lambda c, s, xb, yb: rule.client_step(model, c, s, xb, yb)) if native else \
             self._vmapped_step(rule, model)
+        step_ctx = replace(ctx, in_place=True) if native else ctx  # a native step's state: the stack made above
         inputs = step_inputs(rule, model, x) if native else functools.partial(minibatch, x)  # vmap takes tensors
         # a native step has no vmap overhead to save, but a lone client's plain step skips the stack's slicing and
         # batched products (most of a natural partition's round: its largest client steps alone)
@@ -225,8 +226,8 @@ class VmapExecutor:
             if record is not None else None
         batches = torch.nn.utils.rnn.pad_sequence([p.batches for p in plans], batch_first=True)  # (K, tau_1, b)
         # each client's state as it ends, in its row, copied there once when it finishes: while every client steps,
-        # the last step's whole stack is that holder (a step makes new tensors, and finished rows step no more), but a
-        # compiled step's whole stack steps on, so it keeps a holder of its own
+        # the last step's whole stack is that holder (a step makes new tensors or updates its active rows in place,
+        # and finished rows step no more), but a compiled step's whole stack steps on, so it keeps a holder of its own
         finished = tree.tree_map(torch.empty_like, current) if self.compile else current
         live, k_before = k_all, k_all  # rows of the last step's stack; its first k_before were active
         for t in range(taus[0]):
@@ -243,7 +244,7 @@ class VmapExecutor:
                 break
             width = k_all if self.compile else k
             active = current if width == live else tree.tree_map(lambda a: a[:width], current)
-            current, loss = step(ctx, active, inputs(batches[:width, t], t), rows(y, batches[:width, t]))
+            current, loss = step(step_ctx, active, inputs(batches[:width, t], t), rows(y, batches[:width, t]))
             live, k_before = width, k
             loss_sum[:k] += loss[:k].detach()
             if record is not None:
@@ -259,6 +260,7 @@ class VmapExecutor:
         for all, is made whole first)."""
         stacked = tree.tree_map(lambda a: a.contiguous(), stacked)
         inputs = step_inputs(rule, model, x)
+        ctx = replace(ctx, in_place=True)  # each client's state below: a copy of its row
         for i, plan in enumerate(plans):
             state = tree.tree_map(lambda a: a[i].clone(), stacked)
             for s in range(t, plan.tau):
