@@ -69,10 +69,14 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                           flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, fused: bool = False
                           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each client's minibatch loss and gradient: ``flat`` (K, d) the clients' parameters (in ``shapes``' order),
-    ``x`` (K, B, C, H, W) and ``y`` (K, B) their minibatches; returns (K,) losses and the (K, d) gradient. ``fused``:
-    a convolution, max pooling and ReLU that a compiled kernel fits run as one (fedrun/fused_conv.py): the first
-    layer's on the minibatches, a later one's on the images before it."""
+    ``x`` (K, B, C, H, W) (or read in place: ``indexed_rows.IndexedRows``) and ``y`` (K, B) their minibatches;
+    returns (K,) losses and the (K, d) gradient. ``fused``: a convolution, max pooling and ReLU that a compiled kernel
+    fits run as one (fedrun/fused_conv.py): the first layer's on the minibatches, read in place, a later one's on the
+    images before it."""
     k, sizes = x.shape[0], [math.prod(s) for s in shapes]
+    first_kernel = fused and fused_conv.applies(layers, x)
+    if isinstance(x, indexed_rows.IndexedRows) and not first_kernel:
+        x = x.gathered()
     grad = torch.empty_like(flat)  # the gradient: a Linear layer's weights' part written in place where ``fused``
     parts = [part.view(k, *s) for part, s in zip(grad.split_with_sizes(sizes, -1), shapes)]
     with torch.enable_grad():
@@ -82,7 +86,7 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
         into = {id(leaf): part for leaf, part in zip(leaves, parts)} if fused and fused_conv.enabled() else {}
         params = iter(leaves)
         first, rows, size = 0, False, None  # rows: h is (K, B, F), the rows of images of spatial ``size``
-        if fused and fused_conv.applies(layers, x):
+        if first_kernel:
             weight = next(params)
             bias = next(params) if layers[0].bias is not None else None
             layout = fused_conv.layout_for(layers, 3, size := fused_conv.pooled_size(layers[0], x))

@@ -21,7 +21,7 @@ from torch.func import functional_call, grad_and_value
 from .cohort_network import cohort_layers, stacked_linear, stacked_loss_and_grad
 from . import indexed_rows as in_place
 from .fused_conv import (applies as kernel_applies, conv_pool_relu, conv_pool_relu_images, enabled as kernel_enabled,
-                         fits_images)
+                         fits_images, reads_images)
 from .models import Objective
 
 
@@ -209,10 +209,12 @@ class FunctionalModel:
         return self.chain is not None or self.cohort is not None
 
     def reads_rows(self, x: torch.Tensor) -> bool:
-        """Whether a training step's minibatch of the inputs ``x`` comes as ``indexed_rows.IndexedRows`` (the
-        kernel's step reads it in place; the kernel is built now if it was not) rather than gathered: ``indexed_rows``
-        is on and the kernel fits the model and ``x``."""
-        return self.indexed_rows and in_place.fits(self.chain, self.objective, x) and in_place.enabled()
+        """Whether a training step's minibatch of the inputs ``x`` comes as ``indexed_rows.IndexedRows`` (a kernel
+        reads it in place; the kernel is built now if it was not) rather than gathered: ``indexed_rows`` is on and
+        its kernel fits the model (a one-layer one) and ``x``, or the first convolution's kernel (``fused_conv``) reads
+        the cohort's images of ``x`` (``fused_conv.reads_images``)."""
+        return (self.indexed_rows and in_place.fits(self.chain, self.objective, x) and in_place.enabled()
+                or self.fused_conv and self.cohort is not None and reads_images(self.cohort, x))
 
     # -- parameters as one vector -------------------------------------------------------------------------------
     def init_params(self) -> torch.Tensor:
@@ -318,11 +320,14 @@ class FunctionalModel:
             return self._loss_and_grad_by_hand(flat, x, y)
         if self.cohort is not None and flat.dim() == 2 and feature_penalty is None:
             return stacked_loss_and_grad(self.cohort, self.objective, self.shapes, flat, x, y, self.fused_conv)
-        if (self.fused_conv and flat.dim() == 1 and feature_penalty is None and maybe_current_level() is None
-                and kernel_applies(self.cohort, x[None])):
-            loss, g = stacked_loss_and_grad(self.cohort, self.objective, self.shapes, flat[None], x[None], y[None],
-                                            fused=True)
-            return loss[0], g[0]
+        if self.fused_conv and flat.dim() == 1 and feature_penalty is None and maybe_current_level() is None:
+            one = x.stacked() if isinstance(x, in_place.IndexedRows) else x[None]  # a cohort of one
+            if kernel_applies(self.cohort, one):
+                loss, g = stacked_loss_and_grad(self.cohort, self.objective, self.shapes, flat[None], one, y[None],
+                                                fused=True)
+                return loss[0], g[0]
+        if isinstance(x, in_place.IndexedRows):
+            x = x.gathered()
         if maybe_current_level() is not None:  # inside a torch.func transform (the vmap executor)
             g, loss = self.grad_and_loss(flat, buffers, x, y, feature_penalty)
             return loss, g

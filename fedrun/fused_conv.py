@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from . import native
+from .indexed_rows import IndexedRows
 from .models import Flatten, covers_input
 
 SOURCE = "conv_pool_relu.cpp"
@@ -24,12 +25,21 @@ LANES = 16  # the kernel computes one row of up to 16 pooled columns at once
 KERNEL_SIZES = (3, 5)
 
 
-def fits(conv: nn.Module, pool: nn.Module, after: nn.Module | None, x: torch.Tensor) -> bool:
-    """Whether the kernel computes ``after(pool(conv(x)))`` for a cohort's images ``x`` (K, B, C, H, W): a plain
-    square 3x3 or 5x5 convolution (stride 1, symmetric zero padding), a 2x2 max pooling of stride 2, then a ReLU;
-    float32 on a CPU; at most 16 pooled columns."""
+def fits(conv: nn.Module, pool: nn.Module, after: nn.Module | None, x: torch.Tensor | IndexedRows) -> bool:
+    """Whether the kernel computes ``after(pool(conv(x)))`` for a cohort's images ``x`` (K, B, C, H, W), gathered or
+    read in place (``IndexedRows``, of contiguous training images): a plain square 3x3 or 5x5 convolution (stride 1,
+    symmetric zero padding), a 2x2 max pooling of stride 2, then a ReLU; float32 on a CPU; at most 16 pooled
+    columns."""
     return (_layers_fit(conv, pool, after) and x.dim() == 5 and x.shape[2] == conv.in_channels
-            and pooled_size(conv, x)[1] <= LANES and _input_fits(conv, x))
+            and pooled_size(conv, x)[1] <= LANES and _input_fits(conv, x)
+            and (not isinstance(x, IndexedRows) or x.source.is_contiguous()))
+
+
+def reads_images(layers: list[nn.Module], x: torch.Tensor) -> bool:
+    """Whether a cohort's minibatches of the training images ``x`` (N, C, H, W) reach the first kernel as their
+    index into ``x`` (``IndexedRows``: each image read where it lies, no minibatch gathered): ``x`` one plain
+    contiguous tensor (not augmented on the fly) that the kernel ``applies`` to."""
+    return type(x) is torch.Tensor and x.dim() == 4 and x.is_contiguous() and applies(layers, x[:1][None])
 
 
 def fits_images(conv: nn.Module, pool: nn.Module, after: nn.Module | None, h: torch.Tensor) -> bool:
@@ -107,30 +117,35 @@ def _pooled(x: torch.Tensor, r: int, padding: int) -> tuple[int, int]:
     return (x.shape[-2] + 2 * padding - r + 1) // 2, (x.shape[-1] + 2 * padding - r + 1) // 2
 
 
-def conv_pool_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding: int,
+def conv_pool_relu(x: torch.Tensor | IndexedRows, weight: torch.Tensor, bias: torch.Tensor | None, padding: int,
                    layout: str = "cohort") -> torch.Tensor:
-    """relu(maxpool2x2(conv(x, weight, padding)) + bias) for K clients: ``x`` (K, B, C, H, W), ``weight``
-    (K, O, C, R, R), ``bias`` (K, O) or None; returns (K, B, O, P, Q) in memory of ``layout`` (``LAYOUTS``).
-    Differentiable in the weights and the bias."""
-    return _ConvPoolReLU.apply(x, weight, bias, padding, layout)
+    """relu(maxpool2x2(conv(x, weight, padding)) + bias) for K clients: ``x`` (K, B, C, H, W), or read in place
+    (``IndexedRows``: an index (K, B) into the training images (N, C, H, W)), ``weight`` (K, O, C, R, R), ``bias``
+    (K, O) or None; returns (K, B, O, P, Q) in memory of ``layout`` (``LAYOUTS``). Differentiable in the weights and
+    the bias."""
+    if isinstance(x, IndexedRows):
+        images, index = x.source, x.index
+    else:
+        k, b = x.shape[:2]
+        images, index = x.reshape(k * b, *x.shape[2:]).contiguous(), torch.arange(k * b, device=x.device).view(k, b)
+    return _ConvPoolReLU.apply(images, index, weight, bias, padding, layout)
 
 
 class _ConvPoolReLU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, padding, layout):
-        x = x.contiguous()
+    def forward(ctx, images, index, weight, bias, padding, layout):
         b = bias.contiguous() if bias is not None else weight.new_zeros(weight.shape[:2])
-        out = _empty_output(x, *x.shape[:2], weight.shape[1], *_pooled(x, weight.shape[-1], padding), layout)
-        codes = kernel().forward(x, weight.contiguous(), b, padding, out)
-        ctx.save_for_backward(x, codes)
+        out = _empty_output(images, *index.shape, weight.shape[1], *_pooled(images, weight.shape[-1], padding), layout)
+        codes = kernel().forward(images, index, weight.contiguous(), b, padding, out)
+        ctx.save_for_backward(images, index, codes)
         ctx.padding, ctx.size, ctx.has_bias = padding, weight.shape[-1], bias is not None
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        x, codes = ctx.saved_tensors
-        dw, db = kernel().backward(grad, codes, x, ctx.size, ctx.padding)
-        return None, dw, db if ctx.has_bias else None, None, None
+        images, index, codes = ctx.saved_tensors
+        dw, db = kernel().backward(grad, codes, images, index, ctx.size, ctx.padding)
+        return None, None, dw, db if ctx.has_bias else None, None, None
 
 
 def conv_pool_relu_images(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding: int,
@@ -161,9 +176,9 @@ class _ConvPoolReLUImages(torch.autograd.Function):
         return dh, dw, db if ctx.has_bias else None, None, None
 
 
-def applies(layers: list[nn.Module], x: torch.Tensor) -> bool:
-    """Whether the kernel runs a network's first three layers on the cohort's images ``x`` (K, B, C, H, W): they
-    ``fits`` and the kernel is built (built now if it was not)."""
+def applies(layers: list[nn.Module], x: torch.Tensor | IndexedRows) -> bool:
+    """Whether the kernel runs a network's first three layers on the cohort's images ``x`` (K, B, C, H, W, gathered
+    or read in place): they ``fits`` and the kernel is built (built now if it was not)."""
     return len(layers) > 2 and fits(*layers[:3], x) and enabled()
 
 

@@ -32,11 +32,41 @@ LOSSES = {"squared_hinge_parity": 0, "cross_entropy": 1}  # the objectives the k
 
 @dataclass(frozen=True)
 class IndexedRows:
-    """The minibatch ``source[index]``, not gathered: ``source`` (N, d) the training inputs as rows, ``index`` (K, B)
-    (a cohort's minibatches) or (B,) (one client's)."""
+    """The minibatch ``source[index]``, not gathered: ``source`` (N, ...) the training inputs, ``index`` (K, B) (a
+    cohort's minibatches) or (B,) (one client's). Read in place by this kernel (a one-layer model's step) and by the
+    first convolution's kernel of a CNN's cohort (``fedrun/fused_conv.py``); the minibatch's shape, dtype and device
+    are the gathered one's."""
 
     source: torch.Tensor
     index: torch.Tensor
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((*self.index.shape, *self.source.shape[1:]))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.source.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.source.device
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def source_rows(self) -> torch.Tensor:
+        """The training inputs as (N, d) rows."""
+        return self.source.view(len(self.source), -1)
+
+    def gathered(self) -> torch.Tensor:
+        """The minibatch itself, ``source[index]``."""
+        return self.source.index_select(0, self.index.reshape(-1)).view(self.shape)
+
+    def stacked(self) -> IndexedRows:
+        """One client's minibatch as a cohort of one (index (1, B))."""
+        return IndexedRows(self.source, self.index[None])
 
 
 def fits(chain: list[nn.Module], objective: Objective, x: torch.Tensor) -> bool:
@@ -54,7 +84,7 @@ def fits(chain: list[nn.Module], objective: Objective, x: torch.Tensor) -> bool:
 
 def of(x: torch.Tensor, index: torch.Tensor) -> IndexedRows:
     """The minibatch ``x[index]`` (an index of any shape whose last axis is the minibatch's), in place."""
-    return IndexedRows(x.view(len(x), -1), index.contiguous())
+    return IndexedRows(x, index.contiguous())
 
 
 def loss_and_grad(rows: IndexedRows, flat: torch.Tensor, y: torch.Tensor, layer: nn.Linear, objective: Objective
@@ -64,7 +94,7 @@ def loss_and_grad(rows: IndexedRows, flat: torch.Tensor, y: torch.Tensor, layer:
     a cohort's ((K, P), (K, B)): a loss (K,) and a gradient (K, P)."""
     lead = flat.shape[:-1]
     k = lead.numel()
-    loss, grad = kernel().loss_and_grad(rows.source, rows.index.view(k, -1), y.reshape(k, -1).contiguous(),
+    loss, grad = kernel().loss_and_grad(rows.source_rows, rows.index.view(k, -1), y.reshape(k, -1).contiguous(),
                                         flat.reshape(k, -1).contiguous(), layer.out_features, layer.bias is not None,
                                         LOSSES[objective.name])
     return loss.view(lead), grad.view(*lead, -1)

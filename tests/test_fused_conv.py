@@ -12,6 +12,7 @@ from torch import nn
 from fedrun import fused_conv
 from fedrun.cohort_network import cohort_layers
 from fedrun.functional import FunctionalModel
+from fedrun.indexed_rows import IndexedRows
 from fedrun.models import IGNORE, build_model
 
 pytestmark = pytest.mark.skipif(not fused_conv.enabled(), reason="the kernel cannot be built here (no g++ or ninja)")
@@ -85,6 +86,39 @@ def test_a_clients_gradient_has_the_same_bits_alone_in_a_cohort_and_on_any_numbe
         torch.testing.assert_close(g.double(), want.to(g.dtype).double(), rtol=1e-4, atol=1e-4)
     assert all(torch.equal(g, g0) for got in results for g, g0 in zip(got, results[0]))
     assert all(torch.equal(m, g[2:]) for m, g in zip(mine, results[0]))
+
+
+def test_the_first_kernel_reads_a_cohorts_images_in_place_as_it_reads_them_gathered():
+    """Given as an index into the training images (``indexed_rows.IndexedRows``: out of order, repeated, shared
+    among clients), the first kernel's output and gradients have the gathered minibatch's bits; an index outside
+    the images is refused with its value."""
+    torch.manual_seed(4)
+    images = torch.randn(40, 3, 32, 32)
+    index = torch.tensor([[7, 3, 3, 39, 0], [12, 7, 25, 1, 30]])
+    rows = IndexedRows(images, index)
+    assert rows.shape == (2, 5, 3, 32, 32) and torch.equal(rows.gathered(), images[index])
+    w = (0.3 * torch.randn(2, 6, 3, 5, 5)).requires_grad_(True)
+    b = (0.1 * torch.randn(2, 6)).requires_grad_(True)
+    results = []
+    for x in (images[index], rows):
+        assert fused_conv.fits(nn.Conv2d(3, 6, 5), nn.MaxPool2d(2), nn.ReLU(), x)
+        out = fused_conv.conv_pool_relu(x, w, b, 0, "clients")
+        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(5))
+        results.append((out, *torch.autograd.grad((out * grad).sum(), [w, b])))
+    assert all(torch.equal(got, want) for got, want in zip(results[1], results[0]))
+    with pytest.raises(RuntimeError, match="image 40 of 40"):
+        fused_conv.conv_pool_relu(IndexedRows(images, index + 1), w, b, 0)
+
+
+def test_a_cohorts_images_reach_the_first_kernel_in_place_only_as_one_plain_float32_tensor():
+    """``fused_conv.reads_images``: the training images as one contiguous float32 tensor that the first layers fit;
+    not in float64, not strided, not images the kernel does not fit (a model without the kernel's layers)."""
+    layers = cohort_layers(*lenet5((3, 32, 32)))
+    images = torch.randn(8, 3, 32, 32)
+    assert fused_conv.reads_images(layers, images)
+    assert not fused_conv.reads_images(layers, images.double())
+    assert not fused_conv.reads_images(layers, images.transpose(2, 3))
+    assert not fused_conv.reads_images(layers, torch.randn(8, 1, 28, 28))  # one channel: not LeNet-5 on CIFAR's
 
 
 def in_layout(out, layout):
@@ -203,6 +237,15 @@ def test_a_cohorts_and_a_lone_clients_step_equal_theirs_without_the_kernel(name,
         assert loss.shape == want_loss.shape and grad.shape == want_grad.shape
         torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(grad, want_grad, rtol=1e-4, atol=1e-5)
+    # the minibatches read in place from the training images (as the executors hand them over): the same bits
+    source, index = torch.randn(60, *shape), torch.randperm(60)[: k * b].view(k, b)
+    assert fused.reads_rows(source) and not plain.reads_rows(source)
+    for rows, gathered in [((flat, {}, IndexedRows(source, index), y), (flat, {}, source[index], y)),
+                           ((flat[1], {}, IndexedRows(source, index[1]), y[1]), (flat[1], {}, source[index[1]], y[1]))]:
+        assert all(torch.equal(got, want) for got, want in zip(fused.loss_and_grad(*rows),
+                                                               fused.loss_and_grad(*gathered)))
+        assert all(torch.equal(got, want) for got, want in zip(plain.loss_and_grad(*rows),
+                                                               plain.loss_and_grad(*gathered)))
 
 
 def test_it_fits_a_plain_convolution_pooling_and_relu_in_float32_only():

@@ -184,7 +184,7 @@ class _InPlace:
 
     def products(self, starts: list, shape) -> tuple[list, torch.Tensor]:
         present = [_split(flat, shape) for flat in starts if flat is not None]
-        dots = in_place.kernel().block_products(self.rows.source, self.rows.index,
+        dots = in_place.kernel().block_products(self.rows.source_rows, self.rows.index,
                                                 [w if w.dim() == 3 else w[None] for w, _ in present])
         classes, bias = shape[0], shape[2]
         found = iter(dots[..., i * classes : (i + 1) * classes] + (b.unsqueeze(-2) if bias else 0.0)
@@ -200,7 +200,7 @@ class _InPlace:
                                              width, in_place.LOSSES[objective.name])
 
     def add_to(self, weight: torch.Tensor, weighted: torch.Tensor) -> None:
-        in_place.kernel().row_sums_into(self.rows.source, self.rows.index, weighted.contiguous(), weight, True)
+        in_place.kernel().row_sums_into(self.rows.source_rows, self.rows.index, weighted.contiguous(), weight, True)
 
 
 def _combine(coef: torch.Tensor, starts: list, own: int, out: torch.Tensor, inputs, grads: torch.Tensor,

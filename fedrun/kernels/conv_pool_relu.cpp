@@ -1,6 +1,7 @@
 // A convolution with its 2x2 max pooling and ReLU as one CPU kernel, forward and backward (issue #27):
 // fedrun/fused_conv.py builds it once per CPU and says when it applies. Two kernels: a first layer's, on K clients'
-// minibatches x (K, B, C, H, W) (forward, backward below), and a later layer's, on the images before it
+// minibatches x (K, B, C, H, W), given as the training images (N, C, H, W) and an index (K, B) into them, each image
+// read where it lies (forward, backward below: no minibatch gathered), and a later layer's, on the images before it
 // (forward_images, backward_images further down). For weights w (K, O, C, R, R) and biases (K, O), forward writes
 // relu(maxpool2x2(conv(x, w, padding pad)) + bias) into ``out``, a (K, B, O, P, Q) view whose strides give the memory
 // that the layer after it reads (fused_conv.py: LAYOUTS), and returns each pooled value's winning position in its
@@ -94,12 +95,21 @@ template <int R>
 struct Geo {
   static constexpr int64_t M = L + R;  // a plane's row: the even (or odd) columns of the padded image
   int64_t K, B, C, H, W, O, pad, P, Q, rows;
-  Geo(const torch::Tensor& x, int64_t O_, int64_t pad_)
-      : K(x.size(0)), B(x.size(1)), C(x.size(2)), H(x.size(3)), W(x.size(4)), O(O_), pad(pad_) {
+  Geo(const torch::Tensor& images, const torch::Tensor& index, int64_t O_, int64_t pad_)
+      : K(index.size(0)), B(index.size(1)), C(images.size(1)), H(images.size(2)), W(images.size(3)), O(O_), pad(pad_) {
+    TORCH_CHECK(images.dim() == 4 && images.is_contiguous() && index.dim() == 2 && index.is_contiguous() &&
+                index.scalar_type() == torch::kLong, "conv_pool_relu: images (N, C, H, W), index (K, B)");
+    const int64_t* ip = index.data_ptr<int64_t>();
+    for (int64_t r = 0; r < index.numel(); ++r)
+      TORCH_CHECK(ip[r] >= 0 && ip[r] < images.size(0), "conv_pool_relu: image ", ip[r], " of ", images.size(0));
     P = (H + 2 * pad - R + 1) / 2; Q = (W + 2 * pad - R + 1) / 2; rows = 2 * P + R - 1;
     TORCH_CHECK(P >= 1 && Q >= 1 && Q <= L, "conv_pool_relu: ", Q, " pooled columns (1 to 16 fit)");
   }
   int64_t plane() const { return C * rows * M; }
+  // client k's image b: images[index[k, b]]
+  const float* image(const float* images, const int64_t* index, int64_t k, int64_t b) const {
+    return images + index[k * B + b] * C * H * W;
+  }
   // the zero-padded image in two planes, planes[par][c][y][m] = padded[c][y][2m + par], by way of one padded row
   // (``row``: 2M floats, zero but where an image row goes)
   void split(const float* src, float* planes, float* row) const {
@@ -123,13 +133,15 @@ struct Geo {
 };
 
 template <int R>
-torch::Tensor forward_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad, torch::Tensor out) {
-  const Geo<R> g(x, w.size(1), pad);
+torch::Tensor forward_r(torch::Tensor x, torch::Tensor index, torch::Tensor w, torch::Tensor bias, int64_t pad,
+                        torch::Tensor out) {
+  const Geo<R> g(x, index, w.size(1), pad);
   constexpr int64_t M = Geo<R>::M;
   const int64_t K = g.K, B = g.B, C = g.C, O = g.O, P = g.P, Q = g.Q, rows = g.rows, KO = K * O, taps = C * R * R;
   const Strides so(out);
   auto codes = torch::empty({B, KO, P, L}, x.options().dtype(torch::kUInt8));
   const float* xp = x.data_ptr<float>(); const float* wp = w.data_ptr<float>(); const float* bp = bias.data_ptr<float>();
+  const int64_t* ip = index.data_ptr<int64_t>();
   float* op = out.data_ptr<float>(); uint8_t* cp = codes.data_ptr<uint8_t>();
   // the images client by client, so that a thread lays out a client's weights once for its images
   at::parallel_for(0, K * B, 1, [&](int64_t begin, int64_t end) {
@@ -144,7 +156,7 @@ torch::Tensor forward_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, in
               wt[o0 * taps + t * OG + o] = o0 + o < O ? wp[(k * O + o0 + o) * taps + t] : 0.f;
         laid = k;
       }
-      g.split(xp + (k * B + b) * C * g.H * g.W, planes.data(), row.data());
+      g.split(g.image(xp, ip, k, b), planes.data(), row.data());
       for (int64_t o0 = 0; o0 < O; o0 += OG) {
         const int64_t og = std::min<int64_t>(OG, O - o0);
         for (int64_t p = 0; p < P; ++p) {
@@ -200,14 +212,16 @@ torch::Tensor forward_r(torch::Tensor x, torch::Tensor w, torch::Tensor bias, in
 }
 
 template <int R>
-std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, int64_t pad) {
+std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor index,
+                                      int64_t pad) {
   const int64_t KO = codes.size(1);
-  const Geo<R> g(x, KO / x.size(0), pad);
+  const Geo<R> g(x, index, KO / index.size(0), pad);
   constexpr int64_t M = Geo<R>::M;
   const int64_t K = g.K, B = g.B, C = g.C, O = g.O, P = g.P, Q = g.Q, rows = g.rows, taps = C * R * R, YL = 2 * P;
   const int64_t chunks = (B + CB - 1) / CB, per = O * taps + O;  // a chunk's sums: every weight's, then every bias's
   Floats sums(K * chunks * per);
   const float* xp = x.data_ptr<float>(); const float* gp = grad.data_ptr<float>();
+  const int64_t* ip = index.data_ptr<int64_t>();
   const Strides sg(grad);
   const uint8_t* cp = codes.data_ptr<uint8_t>();
   const int64_t tp = (taps + TG - 1) / TG * TG;  // taps rounded up to whole groups (the extra ones: tap 0 again)
@@ -232,7 +246,7 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
         for (int64_t o = 0; o < O; ++o)
           for (int64_t p = 0; p < P; ++p)
             for (int64_t q = 0; q < Q; ++q) gch[(p * O + o) * L + q] = gp[sg.at(k, b, o, p, q)];
-        g.split(xp + (k * B + b) * C * g.H * g.W, planes.data(), row.data());
+        g.split(g.image(xp, ip, k, b), planes.data(), row.data());
         for (int64_t o0 = 0; o0 < O; o0 += OG) {
           const int64_t og = std::min<int64_t>(OG, O - o0);
           // G[y][dx][o][q]: the output gradient before the pooling, at row y and column 2q + dx (every entry of the
@@ -548,15 +562,20 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
 }
 
 // the entry points: forward writes into ``out``, a (K, B, O, P, Q) view of any strides, and returns the winners' codes
-torch::Tensor forward(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad, torch::Tensor out) {
+torch::Tensor forward(torch::Tensor x, torch::Tensor index, torch::Tensor w, torch::Tensor bias, int64_t pad,
+                      torch::Tensor out) {
   switch (w.size(3)) {
-    case 3: return forward_r<3>(x, w, bias, pad, out);
-    case 5: return forward_r<5>(x, w, bias, pad, out);
+    case 3: return forward_r<3>(x, index, w, bias, pad, out);
+    case 5: return forward_r<5>(x, index, w, bias, pad, out);
   }
   TORCH_CHECK(false, "kernel size ", w.size(3));
 }
-std::vector<torch::Tensor> backward(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, int64_t R, int64_t pad) {
-  switch (R) { case 3: return backward_r<3>(grad, codes, x, pad); case 5: return backward_r<5>(grad, codes, x, pad); }
+std::vector<torch::Tensor> backward(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor index,
+                                    int64_t R, int64_t pad) {
+  switch (R) {
+    case 3: return backward_r<3>(grad, codes, x, index, pad);
+    case 5: return backward_r<5>(grad, codes, x, index, pad);
+  }
   TORCH_CHECK(false, "kernel size ", R);
 }
 
