@@ -270,10 +270,11 @@ def run_workload(w: Workload, device: torch.device, repeats: int, peak: float, c
         executors["unfused"] = VmapExecutor()  # the first convolution runs as one kernel here: also timed without
         models["unfused"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last,
                                             cohort_network=True)
-    if model.reads_rows(x):  # one-layer steps (or blocks of steps) read their rows in place: also timed gathered
+    if model.reads_rows(x):  # steps (or blocks of steps) read their rows in place: also timed gathered
         executors["gathered"] = VmapExecutor()
         models["gathered"] = FunctionalModel(model.module, model.objective, channels_last=model.channels_last,
-                                             cohort_network=model.cohort is not None, onednn=model.onednn)
+                                             cohort_network=model.cohort is not None, onednn=model.onednn,
+                                             fused_conv=model.fused_conv)
     seconds, memory, warmup = time_rounds(executors, rule, model, ctx, plans, x, y, repeats, models, w.name)
     seconds.setdefault("threads", seconds["loop"])
     seconds.setdefault("blocked" if in_blocks else "stepwise", seconds["vmap"])  # the vmap executor's way
@@ -447,8 +448,9 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
                    f"{r['in_place_speedup']:.2f}x"],
         "rows in place = a one-layer model's step (or block of single-sample steps) in a kernel compiled for this CPU "
         "that reads the minibatch's rows where they lie in the training inputs (hardware.indexed_rows=true, the "
-        "default: fedrun/indexed_rows.py); its time is the vmap column above; gathered = hardware.indexed_rows=false "
-        "(the rows gathered, then torch's products and the loss in tensor operations).")
+        "default: fedrun/indexed_rows.py), or LeNet-5's first kernel reading the cohort's images so "
+        "(fedrun/fused_conv.py); its time is the vmap column above; gathered = hardware.indexed_rows=false (the "
+        "minibatch gathered, then a one-layer model's products and loss in tensor operations, LeNet-5's same step).")
     compiled += side_table(
         records, "whole_s", ["workload", "clients", "clients per chunk", "vmap, whole cohort s", "vmap, chunks s",
                              "speed-up"],

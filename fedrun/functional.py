@@ -163,7 +163,8 @@ class FunctionalModel:
         a training step's first convolution, max pooling and ReLU run as one compiled kernel where it fits
         (``fedrun/fused_conv.py``), a lone client's step too (as a cohort of one). ``indexed_rows``: a dense
         chain of one Linear layer takes a training step on its minibatch in place, the rows of the training inputs
-        that its index picks, in one compiled kernel where it fits (``reads_rows``, ``fedrun/indexed_rows.py``)."""
+        that its index picks, in one compiled kernel where it fits (``reads_rows``, ``fedrun/indexed_rows.py``); so
+        does the first kernel of ``fused_conv`` (a cohort's images read where they lie)."""
         self.module = module
         self.objective = objective
         self.by_hand = by_hand
@@ -174,7 +175,7 @@ class FunctionalModel:
         self.channels_last = channels_last
         self.onednn = onednn
         self.fused_conv = fused_conv and self.cohort is not None
-        self.indexed_rows = indexed_rows and self.chain is not None
+        self.indexed_rows = indexed_rows and (self.chain is not None or self.fused_conv)
         named = list(module.named_parameters())
         self.names = [n for n, _ in named]
         self.shapes = [tuple(p.shape) for _, p in named]  # tuples: torch's view parses them faster than a Size
@@ -210,11 +211,14 @@ class FunctionalModel:
 
     def reads_rows(self, x: torch.Tensor) -> bool:
         """Whether a training step's minibatch of the inputs ``x`` comes as ``indexed_rows.IndexedRows`` (a kernel
-        reads it in place; the kernel is built now if it was not) rather than gathered: ``indexed_rows`` is on and
-        its kernel fits the model (a one-layer one) and ``x``, or the first convolution's kernel (``fused_conv``) reads
-        the cohort's images of ``x`` (``fused_conv.reads_images``)."""
-        return (self.indexed_rows and in_place.fits(self.chain, self.objective, x) and in_place.enabled()
-                or self.fused_conv and self.cohort is not None and reads_images(self.cohort, x))
+        reads it in place; the kernel is built now if it was not) rather than gathered: ``indexed_rows`` is on and its
+        kernel fits the model (a one-layer one) and ``x``, or the first convolution's kernel (``fused_conv``) reads
+        the images of ``x`` (``fused_conv.reads_images``)."""
+        if not self.indexed_rows:
+            return False
+        if self.chain is not None:
+            return in_place.fits(self.chain, self.objective, x) and in_place.enabled()
+        return reads_images(self.cohort, x)
 
     # -- parameters as one vector -------------------------------------------------------------------------------
     def init_params(self) -> torch.Tensor:

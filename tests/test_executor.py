@@ -284,6 +284,8 @@ def test_bench_records_are_consistent(tmp_path):
         assert lenet["fused_speedup"] == pytest.approx(lenet["unfused_s"] / lenet["vmap_s"])
         assert f"| lenet5_mnist_10 | 64 | {lenet['unfused_s']:.3f} | {lenet['vmap_s']:.3f} |" in (tmp_path / "b.md"
                                                                                                    ).read_text()
+        # which reads the minibatches' images in place: timed with them gathered beside it
+        assert lenet["in_place_speedup"] == pytest.approx(lenet["gathered_s"] / lenet["vmap_s"])
     assert all("unfused_s" not in r for r in records)
     assert lenet["machine"]["convolution_peak_gflops"] > 0  # the peak's product through oneDNN, on a CPU
     for r in records:

@@ -221,11 +221,12 @@ def test_a_cohorts_and_a_lone_clients_step_equal_theirs_without_the_kernel(name,
     """LeNet-5's (K, d) stacked step and a single client's step with the kernels give the losses and gradients of
     the same steps without them (oneDNN's convolutions, torch's pooling), to float32 rounding; so does cnn3's, whose
     second convolution (32 input channels, 3x3) no kernel takes: oneDNN's, on the first kernel's images side by
-    side."""
+    side. Minibatches given as an index into the training images give the gathered ones' bits, with the kernels
+    (read in place, under hardware.indexed_rows) and without (gathered first)."""
     torch.manual_seed(1)
     module, objective = build_model(OmegaConf.load(f"conf/model/{name}.yaml"), "image", shape, 10, "test")
-    fused = FunctionalModel(module, objective, cohort_network=True, fused_conv=True)
-    plain = FunctionalModel(module, objective, cohort_network=True)
+    fused = FunctionalModel(module, objective, cohort_network=True, fused_conv=True, indexed_rows=True)
+    plain = FunctionalModel(module, objective, cohort_network=True, indexed_rows=True)
     assert fused.fused_conv and not plain.fused_conv
     k, b = 3, 16
     flat = fused.init_params() + 0.05 * torch.randn(k, fused.dim)
@@ -240,6 +241,7 @@ def test_a_cohorts_and_a_lone_clients_step_equal_theirs_without_the_kernel(name,
     # the minibatches read in place from the training images (as the executors hand them over): the same bits
     source, index = torch.randn(60, *shape), torch.randperm(60)[: k * b].view(k, b)
     assert fused.reads_rows(source) and not plain.reads_rows(source)
+    assert not FunctionalModel(module, objective, cohort_network=True, fused_conv=True).reads_rows(source)
     for rows, gathered in [((flat, {}, IndexedRows(source, index), y), (flat, {}, source[index], y)),
                            ((flat[1], {}, IndexedRows(source, index[1]), y[1]), (flat[1], {}, source[index[1]], y[1]))]:
         assert all(torch.equal(got, want) for got, want in zip(fused.loss_and_grad(*rows),
