@@ -289,11 +289,11 @@ class VmapExecutor:
 def initial_states(rule: LocalRule, ctx: ClientContext, client_states: list[State | None]) -> State:
     """A chunk's initial client states, stacked along a client axis. Clients without a state of their own (all of
     FedAvg's, SCAFFOLD's in their first round) start alike, since a rule's ``client_init`` is a function of the
-    context and the client's state: one init, stacked as every row, where the clients' own would make every state
+    context and the client's state: one init, copied into every row, where the clients' own would make every state
     first (a 1000-client softmax round's start: ``python -m fedrun.bench``'s softmax576_1000)."""
     if any(cs is not None for cs in client_states):
         return tree.stack([rule.client_init(ctx, cs) for cs in client_states])
-    return tree.stack([rule.client_init(ctx, None)] * len(client_states))
+    return tree.repeat(rule.client_init(ctx, None), len(client_states))
 
 
 def client_results(rule: LocalRule, ctx: ClientContext, stacked: State, client_states: list[State | None],

@@ -19,6 +19,13 @@ def stack(trees: list):
     return torch.stack(trees)
 
 
+def repeat(tree, n: int):
+    """``stack([tree] * n)``, the same values: each leaf copied into its n rows by one parallel copy (torch.stack
+    copies its n inputs one by one on one thread)."""
+    return tree_map(lambda t: torch.empty((n, *t.shape), dtype=t.dtype, device=t.device).copy_(t.expand(n, *t.shape)),
+                    tree)
+
+
 def unstack(tree, n: int) -> list:
     return [tree_map(lambda t: t[i], tree) for i in range(n)]
 
