@@ -81,6 +81,20 @@ struct Strides {  // a (K, B, C, H, W) view's strides, in elements: where elemen
   }
 };
 
+// from[l * stride] for the first n lanes l (zero above): one gather instruction with AVX-512
+static inline vf gather(const float* from, int64_t stride, int64_t n) {
+#ifdef __AVX512F__
+  if (stride * (L - 1) <= INT32_MAX) {
+    const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(int(stride)));
+    return (vf)_mm512_mask_i32gather_ps(_mm512_setzero_ps(), __mmask16((1u << n) - 1), at, from, 4);
+  }
+#endif
+  vf v = {};
+  for (int64_t l = 0; l < n; ++l) v[l] = from[l * stride];
+  return v;
+}
+
 // n floats from ``from`` to ``to`` in vectors (a call to memcpy costs more than the copy of an image row)
 static inline void copy_row(const float* from, int64_t n, float* to) {
   if (n < L) {
@@ -244,8 +258,7 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
       std::fill(lanes.begin(), lanes.end(), 0.f);
       for (int64_t b = chunk * CB; b < std::min(B, (chunk + 1) * CB); ++b) {
         for (int64_t o = 0; o < O; ++o)
-          for (int64_t p = 0; p < P; ++p)
-            for (int64_t q = 0; q < Q; ++q) gch[(p * O + o) * L + q] = gp[sg.at(k, b, o, p, q)];
+          for (int64_t p = 0; p < P; ++p) store(gch.data() + (p * O + o) * L, gather(gp + sg.at(k, b, o, p, 0), sg.x, Q));
         g.split(g.image(xp, ip, k, b), planes.data(), row.data());
         for (int64_t o0 = 0; o0 < O; o0 += OG) {
           const int64_t og = std::min<int64_t>(OG, O - o0);
@@ -483,9 +496,8 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
           vf sum = {};
           for (int64_t p = 0, pq = 0; p < P; ++p)
             for (int64_t q = 0; q < Q; ++q, ++pq) {
-              vf g = {};
               const float* from = gp + sg.at(k, b, oc * L, p, q);
-              for (int64_t o = 0; o < og; ++o) g[o] = from[o * sg.c];
+              vf g = gather(from, sg.c, og);
               g = codes_at(cs.data() + pq * L) < 4 ? g : vf{};
               sum += g;
               store(gs.data() + pq * L, g);
