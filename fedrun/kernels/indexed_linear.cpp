@@ -168,6 +168,11 @@ static void row_sums(const float* xp, const int64_t* ip, const float* gp, int64_
       for (int64_t c = 0; c < C;) {
         float* out = op + k * kstride + c * stride;
         const int64_t m = std::min<int64_t>(4, C - c) == 3 ? 2 : std::min<int64_t>(4, C - c);
+        // the next outputs' rows of this block fetched for writing while these are summed: a cohort's weight gradient
+        // (GIFT's CIFAR cohort: 19 MB a step) lies in memory the caches no longer hold, whose lines each write would
+        // otherwise wait for
+        for (int64_t r = 4; r < 8 && c + r < C; ++r)
+          for (int64_t j = j0; j < j1; j += L) __builtin_prefetch(out + r * stride + j, 1, 3);
         int64_t j = j0;
         while (j + 2 * L <= j1) {  // eight vectors of columns at a time for one output, else two
           if (m == 1 && j + BLOCK <= j1) {
