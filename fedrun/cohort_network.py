@@ -77,12 +77,13 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
     first_kernel = fused and fused_conv.applies(layers, x)
     if isinstance(x, indexed_rows.IndexedRows) and not first_kernel:
         x = x.gathered()
-    grad = torch.empty_like(flat)  # the gradient: a Linear layer's weights' part written in place where ``fused``
+    grad = torch.empty_like(flat)  # the gradient: the kernels' and Linear layers' weights' parts written in place
     parts = [part.view(k, *s) for part, s in zip(grad.split_with_sizes(sizes, -1), shapes)]
     with torch.enable_grad():
         leaves = [p.reshape(k, *s).requires_grad_(True)
                   for p, s in zip(flat.detach().split_with_sizes(sizes, -1), shapes)]
-        # the compiled row sums, where the compiled convolutions are built (so is a compiler)
+        # the weights' gradients written into their parts by the compiled kernels and row sums, where the compiled
+        # convolutions are built (so is a compiler)
         into = {id(leaf): part for leaf, part in zip(leaves, parts)} if fused and fused_conv.enabled() else {}
         params = iter(leaves)
         first, rows, size = 0, False, None  # rows: h is (K, B, F), the rows of images of spatial ``size``
@@ -90,7 +91,8 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
             weight = next(params)
             bias = next(params) if layers[0].bias is not None else None
             layout = fused_conv.layout_for(layers, 3, size := fused_conv.pooled_size(layers[0], x))
-            h = fused_conv.images(fused_conv.conv_pool_relu(x, weight, bias, layers[0].padding[0], layout), layout)
+            h = fused_conv.images(fused_conv.conv_pool_relu(x, weight, bias, layers[0].padding[0], layout,
+                                                            into.get(id(weight))), layout)
             first, rows = 3, layout == "rows"
         else:
             h = side_by_side(x)
@@ -108,7 +110,8 @@ def stacked_loss_and_grad(layers: list[nn.Module], objective: Objective, shapes:
                     images = h if h.dim() == 5 else h.unflatten(1, (k, -1)).transpose(0, 1)  # (K, B, C, H, W)
                     if fused_conv.fits_images(layer, after, then, images) and fused_conv.enabled():
                         layout = fused_conv.layout_for(layers, i + 3, size := fused_conv.pooled_size(layer, images))
-                        out = fused_conv.conv_pool_relu_images(images, weight, bias, layer.padding[0], layout)
+                        out = fused_conv.conv_pool_relu_images(images, weight, bias, layer.padding[0], layout,
+                                                               into.get(id(weight)))
                         h, rows, skip = fused_conv.images(out, layout), layout == "rows", 2
                         continue
                 if h.dim() == 5:  # a kernel's output in the layout of a next kernel that does not fit after all

@@ -118,62 +118,72 @@ def _pooled(x: torch.Tensor, r: int, padding: int) -> tuple[int, int]:
 
 
 def conv_pool_relu(x: torch.Tensor | IndexedRows, weight: torch.Tensor, bias: torch.Tensor | None, padding: int,
-                   layout: str = "cohort") -> torch.Tensor:
+                   layout: str = "cohort", into: torch.Tensor | None = None) -> torch.Tensor:
     """relu(maxpool2x2(conv(x, weight, padding)) + bias) for K clients: ``x`` (K, B, C, H, W), or read in place
     (``IndexedRows``: an index (K, B) into the training images (N, C, H, W)), ``weight`` (K, O, C, R, R), ``bias``
     (K, O) or None; returns (K, B, O, P, Q) in memory of ``layout`` (``LAYOUTS``). Differentiable in the weights and
-    the bias."""
+    the bias; the weights' gradient is written into ``into`` where given (a view of the cohort's flat gradient of
+    their shape: ``_client_blocks``) and is then that view."""
     if isinstance(x, IndexedRows):
         images, index = x.source, x.index
     else:
         k, b = x.shape[:2]
         images, index = x.reshape(k * b, *x.shape[2:]).contiguous(), torch.arange(k * b, device=x.device).view(k, b)
-    return _ConvPoolReLU.apply(images, index, weight, bias, padding, layout)
+    return _ConvPoolReLU.apply(images, index, weight, bias, padding, layout, into)
+
+
+def _client_blocks(weight: torch.Tensor) -> torch.Tensor:
+    """A (K, O, C, R, R) weight stack as the kernels read it, each client's block contiguous (any distance apart): a
+    view of the cohort's flat parameters as it is, else a copy."""
+    block = weight[0]
+    return weight if block.is_contiguous() and (len(weight) == 1 or weight.stride(0) >= block.numel()) \
+        else weight.contiguous()
 
 
 class _ConvPoolReLU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, images, index, weight, bias, padding, layout):
+    def forward(ctx, images, index, weight, bias, padding, layout, into):
         b = bias.contiguous() if bias is not None else weight.new_zeros(weight.shape[:2])
         out = _empty_output(images, *index.shape, weight.shape[1], *_pooled(images, weight.shape[-1], padding), layout)
-        codes = kernel().forward(images, index, weight.contiguous(), b, padding, out)
+        codes = kernel().forward(images, index, _client_blocks(weight), b, padding, out)
         ctx.save_for_backward(images, index, codes)
-        ctx.padding, ctx.size, ctx.has_bias = padding, weight.shape[-1], bias is not None
+        ctx.padding, ctx.size, ctx.has_bias, ctx.into = padding, weight.shape[-1], bias is not None, into
         return out
 
     @staticmethod
     def backward(ctx, grad):
         images, index, codes = ctx.saved_tensors
-        dw, db = kernel().backward(grad, codes, images, index, ctx.size, ctx.padding)
-        return None, None, dw, db if ctx.has_bias else None, None, None
+        dw, db = kernel().backward(grad, codes, images, index, ctx.size, ctx.padding, ctx.into)
+        return None, None, dw, db if ctx.has_bias else None, None, None, None
 
 
 def conv_pool_relu_images(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding: int,
-                          layout: str = "cohort") -> torch.Tensor:
+                          layout: str = "cohort", into: torch.Tensor | None = None) -> torch.Tensor:
     """relu(maxpool2x2(conv(h, weight, padding)) + bias) for K clients' images ``h`` (K, B, C, H, W) of any strides
     (a view of the cohort's images side by side, or a kernel's "clients" output), with ``weight`` (K, O, C, R, R) and
     ``bias`` (K, O) or None; returns (K, B, O, P, Q) in memory of ``layout``, as ``conv_pool_relu``. Differentiable in
-    the images, weights and bias (the images' gradient in the images' strides)."""
-    return _ConvPoolReLUImages.apply(h, weight, bias, padding, layout)
+    the images, weights and bias (the images' gradient in the images' strides; the weights' into ``into`` where
+    given, as ``conv_pool_relu``)."""
+    return _ConvPoolReLUImages.apply(h, weight, bias, padding, layout, into)
 
 
 class _ConvPoolReLUImages(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, bias, padding, layout):
+    def forward(ctx, h, weight, bias, padding, layout, into):
         b = bias.contiguous() if bias is not None else weight.new_zeros(weight.shape[:2])
-        weight = weight.contiguous()
+        weight = _client_blocks(weight)
         out = _empty_output(h, *h.shape[:2], weight.shape[1], *_pooled(h, weight.shape[-1], padding), layout)
         codes = kernel().forward_images(h, weight, b, padding, out)
         ctx.save_for_backward(h, weight, codes)
-        ctx.padding, ctx.has_bias = padding, bias is not None
+        ctx.padding, ctx.has_bias, ctx.into = padding, bias is not None, into
         return out
 
     @staticmethod
     def backward(ctx, grad):
         h, weight, codes = ctx.saved_tensors
         dh = torch.empty_like(h) if ctx.needs_input_grad[0] else None  # the images' strides, where they are dense
-        dw, db = kernel().backward_images(grad, codes, h, weight, ctx.padding, dh)
-        return dh, dw, db if ctx.has_bias else None, None, None
+        dw, db = kernel().backward_images(grad, codes, h, weight, ctx.padding, dh, ctx.into)
+        return dh, dw, db if ctx.has_bias else None, None, None, None
 
 
 def applies(layers: list[nn.Module], x: torch.Tensor | IndexedRows) -> bool:

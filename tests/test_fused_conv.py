@@ -110,6 +110,33 @@ def test_the_first_kernel_reads_a_cohorts_images_in_place_as_it_reads_them_gathe
         fused_conv.conv_pool_relu(IndexedRows(images, index + 1), w, b, 0)
 
 
+@pytest.mark.parametrize("later", [False, True])
+def test_the_kernels_read_weights_and_write_their_gradient_in_a_cohorts_flat_vectors(later):
+    """Given weights that are a view of the cohort's flat parameters (each client's block contiguous, the clients d
+    apart) and ``into``, the same view of the flat gradient, a kernel reads the weights in place and writes their
+    gradient there (returned as that view), nothing else in the flat gradient; the same bits as with contiguous
+    weights and a new gradient."""
+    torch.manual_seed(6)
+    k, outputs, channels = 3, (16 if later else 6), (6 if later else 3)
+    x = torch.randn(k, 4, channels, 14 if later else 32, 14 if later else 32)
+    d = 5 + outputs * channels * 25 + 3
+    flat = torch.randn(k, d)
+    weight = flat[:, 5 : d - 3].view(k, outputs, channels, 5, 5)
+    b = torch.randn(k, outputs)
+    run = fused_conv.conv_pool_relu_images if later else fused_conv.conv_pool_relu
+    grads, gradient = [], torch.full_like(flat, float("nan"))
+    for w, into in [(weight.contiguous(), None), (weight, gradient[:, 5 : d - 3])]:
+        w = w.requires_grad_(True) if into is None else w.detach().requires_grad_(True)
+        part = None if into is None else into.view(k, outputs, channels, 5, 5)
+        out = run(x, w, b, 0, "rows", part)
+        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(7))
+        (dw,) = torch.autograd.grad((out * grad).sum(), [w])
+        assert part is None or dw.data_ptr() == part.data_ptr()
+        grads.append((out, dw))
+    assert all(torch.equal(got, want) for got, want in zip(grads[1], grads[0]))
+    assert gradient[:, :5].isnan().all() and gradient[:, d - 3 :].isnan().all()
+
+
 def test_a_cohorts_images_reach_the_first_kernel_in_place_only_as_one_plain_float32_tensor():
     """``fused_conv.reads_images``: the training images as one contiguous float32 tensor that the first layers fit;
     not in float64, not strided, not images the kernel does not fit (a model without the kernel's layers)."""

@@ -2,7 +2,8 @@
 // fedrun/fused_conv.py builds it once per CPU and says when it applies. Two kernels: a first layer's, on K clients'
 // minibatches x (K, B, C, H, W), given as the training images (N, C, H, W) and an index (K, B) into them, each image
 // read where it lies (forward, backward below: no minibatch gathered), and a later layer's, on the images before it
-// (forward_images, backward_images further down). For weights w (K, O, C, R, R) and biases (K, O), forward writes
+// (forward_images, backward_images further down). For weights w (K, O, C, R, R) (each client's contiguous, any distance
+// apart: a view of the cohort's flat parameters) and biases (K, O), forward writes
 // relu(maxpool2x2(conv(x, w, padding pad)) + bias) into ``out``, a (K, B, O, P, Q) view whose strides give the memory
 // that the layer after it reads (fused_conv.py: LAYOUTS), and returns each pooled value's winning position in its
 // window (0..3 in row-major order, the first of equal values as torch's max_pool2d; 4: the ReLU is off and no gradient
@@ -70,6 +71,25 @@ using Floats = std::vector<float, LineAllocator<float>>;
 template <class F>
 void each_client(int64_t K, const F& f) {
   at::parallel_for(0, K, 1, [&](int64_t begin, int64_t end) { for (int64_t k = begin; k < end; ++k) f(k); });
+}
+
+// a (K, O, C, R, R) weight stack whose clients' blocks are each contiguous, any distance apart (a view of a cohort's
+// flat parameters or gradient): the distance between them
+static int64_t client_stride(const torch::Tensor& w) {
+  TORCH_CHECK(w.dim() == 5 && w.scalar_type() == torch::kFloat && w.stride(4) == 1 && w.stride(3) == w.size(4) &&
+              w.stride(2) == w.size(3) * w.size(4) && w.stride(1) == w.size(2) * w.stride(2),
+              "conv_pool_relu: weights (K, O, C, R, R) float32, each client's contiguous");
+  return w.size(0) == 1 ? w.size(1) * w.stride(1) : w.stride(0);
+}
+// the weights' gradient: ``into`` (zeroed; a view of the cohort's flat gradient, each client's block contiguous) where
+// given, else new zeros
+static torch::Tensor gradient_into(const c10::optional<torch::Tensor>& into, at::IntArrayRef sizes,
+                                   const torch::TensorOptions& options) {
+  if (!into.has_value()) return torch::zeros(sizes, options);
+  TORCH_CHECK(into->sizes() == sizes, "conv_pool_relu: the weights' gradient into a view of their shape");
+  client_stride(*into);
+  into->zero_();
+  return *into;
 }
 
 struct Strides {  // a (K, B, C, H, W) view's strides, in elements: where element [k][b][c][y][x] is
@@ -155,7 +175,7 @@ torch::Tensor forward_r(torch::Tensor x, torch::Tensor index, torch::Tensor w, t
   const Strides so(out);
   auto codes = torch::empty({B, KO, P, L}, x.options().dtype(torch::kUInt8));
   const float* xp = x.data_ptr<float>(); const float* wp = w.data_ptr<float>(); const float* bp = bias.data_ptr<float>();
-  const int64_t* ip = index.data_ptr<int64_t>();
+  const int64_t* ip = index.data_ptr<int64_t>(), ws = client_stride(w);
   float* op = out.data_ptr<float>(); uint8_t* cp = codes.data_ptr<uint8_t>();
   // the images client by client, so that a thread lays out a client's weights once for its images
   at::parallel_for(0, K * B, 1, [&](int64_t begin, int64_t end) {
@@ -167,7 +187,7 @@ torch::Tensor forward_r(torch::Tensor x, torch::Tensor index, torch::Tensor w, t
         for (int64_t o0 = 0; o0 < O; o0 += OG)
           for (int64_t t = 0; t < taps; ++t)
             for (int o = 0; o < OG; ++o)
-              wt[o0 * taps + t * OG + o] = o0 + o < O ? wp[(k * O + o0 + o) * taps + t] : 0.f;
+              wt[o0 * taps + t * OG + o] = o0 + o < O ? wp[k * ws + (o0 + o) * taps + t] : 0.f;
         laid = k;
       }
       g.split(g.image(xp, ip, k, b), planes.data(), row.data());
@@ -227,7 +247,7 @@ torch::Tensor forward_r(torch::Tensor x, torch::Tensor index, torch::Tensor w, t
 
 template <int R>
 std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor index,
-                                      int64_t pad) {
+                                      int64_t pad, const c10::optional<torch::Tensor>& dw_into) {
   const int64_t KO = codes.size(1);
   const Geo<R> g(x, index, KO / index.size(0), pad);
   constexpr int64_t M = Geo<R>::M;
@@ -258,7 +278,8 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
       std::fill(lanes.begin(), lanes.end(), 0.f);
       for (int64_t b = chunk * CB; b < std::min(B, (chunk + 1) * CB); ++b) {
         for (int64_t o = 0; o < O; ++o)
-          for (int64_t p = 0; p < P; ++p) store(gch.data() + (p * O + o) * L, gather(gp + sg.at(k, b, o, p, 0), sg.x, Q));
+          for (int64_t p = 0; p < P; ++p)
+            store(gch.data() + (p * O + o) * L, gather(gp + sg.at(k, b, o, p, 0), sg.x, Q));
         g.split(g.image(xp, ip, k, b), planes.data(), row.data());
         for (int64_t o0 = 0; o0 < O; o0 += OG) {
           const int64_t og = std::min<int64_t>(OG, O - o0);
@@ -316,13 +337,14 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
       }
     }
   });
-  auto dw = torch::zeros({K, O, C, R, R}, x.options());
+  auto dw = gradient_into(dw_into, {K, O, C, R, R}, x.options());
   auto db = torch::zeros({K, O}, x.options());
   float* dwp = dw.data_ptr<float>(); float* dbp = db.data_ptr<float>();
+  const int64_t dws = client_stride(dw);
   each_client(K, [&](int64_t k) {
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const float* src = sums.data() + (k * chunks + chunk) * per;
-      for (int64_t e = 0; e < O * taps; ++e) dwp[k * O * taps + e] += src[e];
+      for (int64_t e = 0; e < O * taps; ++e) dwp[k * dws + e] += src[e];
       for (int64_t o = 0; o < O; ++o) dbp[k * O + o] += src[O * taps + o];
     }
   });
@@ -394,11 +416,12 @@ torch::Tensor forward_images_r(torch::Tensor x, torch::Tensor w, torch::Tensor b
   auto codes = torch::empty({B, K, OC, P, Q, L}, x.options().dtype(torch::kUInt8));
   Floats wt(K * OC * taps * L, 0.f);  // [k][oc][(i * R + j) * C + c][lane]
   const float* wp = w.data_ptr<float>();
+  const int64_t ws = client_stride(w);
   each_client(K, [&](int64_t k) {
     for (int64_t o = 0; o < O; ++o)
       for (int64_t c = 0; c < C; ++c)
         for (int64_t t = 0; t < R * R; ++t)
-          wt[((k * OC + o / L) * taps + t * C + c) * L + o % L] = wp[((k * O + o) * C + c) * R * R + t];
+          wt[((k * OC + o / L) * taps + t * C + c) * L + o % L] = wp[k * ws + (o * C + c) * R * R + t];
   });
   const float* xp = x.data_ptr<float>(); const float* bp = bias.data_ptr<float>();
   float* op = out.data_ptr<float>(); uint8_t* cp = codes.data_ptr<uint8_t>();
@@ -452,7 +475,8 @@ torch::Tensor forward_images_r(torch::Tensor x, torch::Tensor w, torch::Tensor b
 
 template <int R, int V>
 std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor w,
-                                             int64_t pad, torch::Tensor dx) {
+                                             int64_t pad, torch::Tensor dx,
+                                             const c10::optional<torch::Tensor>& dw_into) {
   const int64_t K = w.size(0), O = w.size(1), OC = (O + L - 1) / L;
   const Images im(x, R, pad, 0);
   const int64_t B = im.B, C = im.C, P = im.P, Q = im.Q, Wb = im.Wb, row = V * L, size = im.size;
@@ -461,12 +485,13 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
   const int64_t chunks = (B + CB - 1) / CB, per = O * R * row + OC * L;  // a chunk's sums: weights', then biases'
   Floats wr(K * O * R * row, 0.f);  // [k][o][i][j * C + c], zero past R * C
   const float* wp = w.data_ptr<float>();
+  const int64_t ws = client_stride(w);
   each_client(K, [&](int64_t k) {
     for (int64_t o = 0; o < O; ++o)
       for (int64_t c = 0; c < C; ++c)
         for (int64_t i = 0; i < R; ++i)
           for (int64_t j = 0; j < R; ++j)
-            wr[((k * O + o) * R + i) * row + j * C + c] = wp[(((k * O + o) * C + c) * R + i) * R + j];
+            wr[((k * O + o) * R + i) * row + j * C + c] = wp[k * ws + ((o * C + c) * R + i) * R + j];
   });
   Floats partial(K * chunks * per, 0.f);
   const Images dims(images ? dx : x, R, pad, 0);  // the images' gradient: dx's strides
@@ -555,9 +580,10 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
         if (images) dims.copy_out(dimg.data(), k, b, dxp);
       }
   });
-  auto dw = torch::zeros({K, O, C, R, R}, x.options());
+  auto dw = gradient_into(dw_into, w.sizes(), w.options());
   auto db = torch::zeros({K, O}, x.options());
   float* dwp = dw.data_ptr<float>(); float* dbp = db.data_ptr<float>();
+  const int64_t dws = client_stride(dw);
   each_client(K, [&](int64_t k) {
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const float* src = partial.data() + (k * chunks + chunk) * per;
@@ -565,7 +591,7 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
         for (int64_t c = 0; c < C; ++c)
           for (int64_t i = 0; i < R; ++i)
             for (int64_t j = 0; j < R; ++j)
-              dwp[(((k * O + o) * C + c) * R + i) * R + j] += src[(o * R + i) * row + j * C + c];
+              dwp[k * dws + ((o * C + c) * R + i) * R + j] += src[(o * R + i) * row + j * C + c];
         dbp[k * O + o] += src[O * R * row + o];
       }
     }
@@ -573,7 +599,8 @@ std::vector<torch::Tensor> backward_images_r(torch::Tensor grad, torch::Tensor c
   return {dw, db};
 }
 
-// the entry points: forward writes into ``out``, a (K, B, O, P, Q) view of any strides, and returns the winners' codes
+// the entry points: forward writes into ``out``, a (K, B, O, P, Q) view of any strides, and returns the winners' codes;
+// backward writes the weights' gradient into ``dw`` where given (a view of the cohort's flat gradient: no copy)
 torch::Tensor forward(torch::Tensor x, torch::Tensor index, torch::Tensor w, torch::Tensor bias, int64_t pad,
                       torch::Tensor out) {
   switch (w.size(3)) {
@@ -583,10 +610,10 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor index, torch::Tensor w, tor
   TORCH_CHECK(false, "kernel size ", w.size(3));
 }
 std::vector<torch::Tensor> backward(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor index,
-                                    int64_t R, int64_t pad) {
+                                    int64_t R, int64_t pad, c10::optional<torch::Tensor> dw) {
   switch (R) {
-    case 3: return backward_r<3>(grad, codes, x, index, pad);
-    case 5: return backward_r<5>(grad, codes, x, index, pad);
+    case 3: return backward_r<3>(grad, codes, x, index, pad, dw);
+    case 5: return backward_r<5>(grad, codes, x, index, pad, dw);
   }
   TORCH_CHECK(false, "kernel size ", R);
 }
@@ -614,26 +641,27 @@ torch::Tensor forward_images(torch::Tensor x, torch::Tensor w, torch::Tensor bia
   TORCH_CHECK(false, "kernel size ", w.size(3));
 }
 
-// backward of the later kernel: the weights' and biases' gradients; the images' into ``dx`` (a view of the images'
-// sizes, any strides) where it is defined
+// backward of the later kernel: the weights' and biases' gradients (the weights' into ``dw`` where given, as the first
+// kernel's); the images' into ``dx`` (a view of the images' sizes, any strides) where it is defined
 template <int R>
 std::vector<torch::Tensor> backward_images_v(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor w,
-                                             int64_t pad, torch::Tensor dx) {
+                                             int64_t pad, torch::Tensor dx, const c10::optional<torch::Tensor>& dw) {
   switch ((R * w.size(2) + L - 1) / L) {  // vectors of a window row's R * C values
-    case 1: return backward_images_r<R, 1>(grad, codes, x, w, pad, dx);
-    case 2: return backward_images_r<R, 2>(grad, codes, x, w, pad, dx);
-    case 3: return backward_images_r<R, 3>(grad, codes, x, w, pad, dx);
-    case 4: return backward_images_r<R, 4>(grad, codes, x, w, pad, dx);
+    case 1: return backward_images_r<R, 1>(grad, codes, x, w, pad, dx, dw);
+    case 2: return backward_images_r<R, 2>(grad, codes, x, w, pad, dx, dw);
+    case 3: return backward_images_r<R, 3>(grad, codes, x, w, pad, dx, dw);
+    case 4: return backward_images_r<R, 4>(grad, codes, x, w, pad, dx, dw);
   }
   TORCH_CHECK(false, "conv_pool_relu: ", w.size(2), " input channels of a ", R, "x", R, " kernel (at most ",
               4 * L / R, ")");
 }
 std::vector<torch::Tensor> backward_images(torch::Tensor grad, torch::Tensor codes, torch::Tensor x, torch::Tensor w,
-                                           int64_t pad, std::optional<torch::Tensor> dx) {
+                                           int64_t pad, std::optional<torch::Tensor> dx,
+                                           c10::optional<torch::Tensor> dw) {
   const torch::Tensor into = dx.has_value() ? *dx : torch::Tensor();
   switch (w.size(3)) {
-    case 3: return backward_images_v<3>(grad, codes, x, w, pad, into);
-    case 5: return backward_images_v<5>(grad, codes, x, w, pad, into);
+    case 3: return backward_images_v<3>(grad, codes, x, w, pad, into, dw);
+    case 5: return backward_images_v<5>(grad, codes, x, w, pad, into, dw);
   }
   TORCH_CHECK(false, "kernel size ", w.size(3));
 }
