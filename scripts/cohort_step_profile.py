@@ -91,8 +91,9 @@ def profile(k: int, steps: int, fused: bool = True) -> tuple[float, list[tuple[s
     for e in events:
         if e.key == "aten::convolution_backward":
             forward_out[tuple(e.input_shapes[2])] = e.input_shapes[0]
-        elif e.key == "_ConvPoolReLU":
-            fused_per_step += fused_flops(e.input_shapes[0], e.input_shapes[1], step.padding) * e.count / steps
+        elif e.key == "_ConvPoolReLU":  # the images, the minibatches' index into them (K, B), the weights, ...
+            images, index, weight = e.input_shapes[:3]
+            fused_per_step += fused_flops([*index, *images[1:]], weight, step.padding) * e.count / steps
         elif e.key == "_ConvPoolReLUImages":
             later_per_step += fused_flops(e.input_shapes[0], e.input_shapes[1], step.later_padding) * e.count / steps
     for e in events:
