@@ -308,14 +308,21 @@ std::vector<torch::Tensor> backward_r(torch::Tensor grad, torch::Tensor codes, t
               const float* py = planes.data() + y * M;
               #pragma GCC unroll 2
               for (int dx = 0; dx < 2; ++dx) {
-                vf gv[OG];
-                #pragma GCC unroll 8
-                for (int o = 0; o < OG; ++o) gv[o] = load(gy + (dx * OG + o) * L);
+                // G's six vectors in registers for the TG taps, as named variables (an array indexed in a loop
+                // stays in memory until the loop is unrolled, after the compiler decides what lives in registers:
+                // each multiply-add then loaded its G again, and the loop waited on its loads)
+                static_assert(OG == 6, "six named vectors of G");
+                const float* gd = gy + dx * OG * L;
+                vf g0 = load(gd), g1 = load(gd + L), g2 = load(gd + 2 * L), g3 = load(gd + 3 * L),
+                   g4 = load(gd + 4 * L), g5 = load(gd + 5 * L);
+#ifdef __AVX512F__
+                asm("" : "+v"(g0), "+v"(g1), "+v"(g2), "+v"(g3), "+v"(g4), "+v"(g5));  // loaded once, here
+#endif
                 #pragma GCC unroll 8
                 for (int t = 0; t < TG; ++t) {
                   const vf v = load(py + offsets[dx * tp + t0 + t]);
-                  #pragma GCC unroll 8
-                  for (int o = 0; o < OG; ++o) acc[t][o] += gv[o] * v;
+                  acc[t][0] += g0 * v; acc[t][1] += g1 * v; acc[t][2] += g2 * v;
+                  acc[t][3] += g3 * v; acc[t][4] += g4 * v; acc[t][5] += g5 * v;
                 }
               }
             }
