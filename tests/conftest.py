@@ -4,6 +4,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +18,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def without_a_compiler():
-    """A context in which fedrun's compiled kernels are built as on a machine without a C++ compiler (each build
-    fails as a missing g++ makes it fail), forgotten on entry and exit so that the kernels load again after it."""
+    """A context in which fedrun's compiled kernels are built as on a machine without a C++ compiler and without
+    earlier builds (each build fails as a missing g++ makes it fail), forgotten on entry and exit so that the kernels
+    load again after it."""
     from torch.utils import cpp_extension
 
     from fedrun import native
@@ -28,8 +30,10 @@ def without_a_compiler():
 
     @contextlib.contextmanager
     def context():
-        with pytest.MonkeyPatch.context() as patch:
+        with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as empty:
             patch.setattr(cpp_extension, "load", no_compiler)
+            patch.setenv("TORCH_EXTENSIONS_DIR", empty)  # no build of an earlier run to import
+            patch.setenv("CXX", "/nonexistent/g++")  # a build in another process fails too
             native.forget()
             try:
                 yield

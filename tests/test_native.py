@@ -14,24 +14,99 @@ def test_a_failed_builds_reason_is_the_line_that_says_why():
     assert native.build_failure(OSError("ninja is required")) == "ninja is required"
 
 
-def test_a_build_is_named_by_its_source_its_place_and_the_cpu(monkeypatch, tmp_path):
-    """One build per source text, checkout (torch's build files name the source's path) and CPU: a copy of the
-    source elsewhere or another CPU's instruction sets get a build of their own, the same ones the same name; each
-    kernel its own."""
+def test_a_build_is_named_by_its_source_its_compiler_and_the_cpu_not_by_its_place(monkeypatch, tmp_path):
+    """One build per source text, compiler and CPU: a copy of the source in another checkout shares it (a second
+    clone compiles nothing); an edited source, another compiler version or another CPU's instruction sets get a build
+    of their own; each kernel its own."""
     source = native.KERNELS / "conv_pool_relu.cpp"
     name = native.build_name(source)
     assert name == native.build_name(source) and name.startswith("fedrun_conv_pool_relu_")
     assert native.build_name(native.KERNELS / "indexed_linear.cpp").startswith("fedrun_indexed_linear_")
     assert set(native.SOURCES) == {p.name for p in native.KERNELS.glob("*.cpp")}  # each kernel says what it is
-    copy = tmp_path / "kernels" / source.name
-    copy.parent.mkdir()
+    copy = tmp_path / "another-clone" / "fedrun" / "kernels" / source.name
+    copy.parent.mkdir(parents=True)
     copy.write_bytes(source.read_bytes())
-    elsewhere = native.build_name(copy)
-    assert elsewhere != name
+    assert native.build_name(copy) == name
     copy.write_text(copy.read_text() + "\n// edited\n")
-    assert native.build_name(copy) not in (name, elsewhere)
+    assert native.build_name(copy) != name
+    monkeypatch.setattr(native, "compiler", lambda: "c++: g++ (Debian 13.1.0-1) 13.1.0")
+    other_compiler = native.build_name(source)
+    assert other_compiler != name
     monkeypatch.setattr(native, "_cpu_signature", lambda: "x86_64 flags: avx2 torch 2.14.1")
-    assert native.build_name(source) not in (name, elsewhere)
+    assert native.build_name(source) not in (name, other_compiler)
+
+
+def test_a_built_kernel_loads_whatever_the_path_without_ninja_or_a_compiler(monkeypatch):
+    """A kernel built once is imported as it is: with another PATH (an activated venv first, whose ninja differs from
+    the system's, or the system's folders alone), nothing is compiled (a build here would fail: torch's loader is
+    replaced by one that raises)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from torch.utils import cpp_extension
+
+    assert native.build_all() == {source: True for source in native.SOURCES}  # built (make setup did it)
+
+    def compile_again(*args, **kwargs):
+        raise AssertionError("a kernel was built again")
+
+    for path in (f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "/usr/bin:/bin"):
+        native.forget()
+        with monkeypatch.context() as patch:
+            patch.setattr(cpp_extension, "load", compile_again)
+            patch.setenv("PATH", path)
+            for source in native.SOURCES:
+                assert native.is_built(source)
+                assert native.kernel(source) is not None
+    native.forget()
+
+
+def test_a_build_uses_the_ninja_of_fedruns_dependencies_first():
+    """Two ninjas of different versions read each other's build logs as invalid and rebuild: a build puts the pip
+    package's first on the PATH, and leaves the PATH as it was after."""
+    import os
+    import shutil
+
+    import ninja
+
+    before = os.environ["PATH"]
+    with native.fedrun_ninja():
+        assert os.path.dirname(shutil.which("ninja")) == str(ninja.BIN_DIR)
+    assert os.environ["PATH"] == before
+
+
+def test_a_run_builds_its_missing_kernels_before_its_first_round_and_says_how_long(monkeypatch, tmp_path, caplog):
+    """On a CPU, a run whose kernels are not built yet builds them before round 1, at once in one process, after a
+    warning with the time it takes (the longest an earlier build here took, else the typical time); built ones, a
+    GPU or switches that are off build nothing."""
+    import logging
+
+    from omegaconf import OmegaConf
+
+    calls = []
+    monkeypatch.setattr(native, "build_in_a_fresh_process", calls.append)
+    hardware = OmegaConf.create({"device": "cpu", "fused_conv": True, "indexed_rows": True})
+    native.prepare(hardware)
+    assert calls == []  # built here already
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="fedrun"):
+        native.prepare(hardware)
+    assert calls == [list(native.SOURCES)]
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "before the first round" in said and f"{max(native.TYPICAL_BUILD_S.values()):.0f} s" in said
+    calls.clear()
+    native.prepare(OmegaConf.create({"device": "cpu", "fused_conv": False, "indexed_rows": True}))
+    assert calls == [["indexed_linear.cpp"]]
+    calls.clear()
+    native.prepare(OmegaConf.create({"device": "cuda", "fused_conv": True, "indexed_rows": True}))
+    assert calls == []
+    record = tmp_path / native.library("indexed_linear.cpp").parent.relative_to(tmp_path).parent / \
+        "fedrun_indexed_linear_000000000000" / native.BUILD_TIME_FILE
+    record.parent.mkdir(parents=True)
+    record.write_text("130.0\n")  # an earlier build of another source text took this long here
+    assert native.expected_build_s("indexed_linear.cpp") == 130.0
+    assert native.in_words(130.0) == "2.2 minutes"
 
 
 def test_building_all_kernels_reports_each_one_and_a_missing_compiler(without_a_compiler):
