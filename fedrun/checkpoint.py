@@ -20,21 +20,26 @@ import yaml
 from omegaconf import OmegaConf
 
 from .errors import ConfigError
-from .results import EXECUTION_SETTINGS, config_differences
+from .results import EXECUTION_SETTINGS, changes_results, config_differences
 
 log = logging.getLogger("fedrun")
 PREFIX = "checkpoint_"
 # keys that may differ between a run and its resumption: how it runs, not what it computes (the top-level
-# EXECUTION_SETTINGS; data.root stays in the hash, so that checkpoints already written keep their fingerprints)
+# EXECUTION_SETTINGS less the settings among them that change results; data.root stays in the hash, so that
+# checkpoints already written keep their fingerprints)
 _NOT_COMPARED = tuple(key for key in EXECUTION_SETTINGS if "." not in key)
 
 
 def config_fingerprint(cfg, rounds: int | None = None) -> str:
     """Hash of the resolved config without the keys a resumed run may change (resume, progress, checkpoint,
-    hardware, logger); with ``rounds``, hashed as if ``fl.rounds`` were ``rounds``."""
+    logger, the hardware settings that do not change results); with ``rounds``, hashed as if ``fl.rounds`` were
+    ``rounds``."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     for key in _NOT_COMPARED:
-        plain.pop(key, None)
+        section = plain.pop(key, None)
+        kept = {k: v for k, v in section.items() if changes_results(f"{key}.{k}")} if isinstance(section, dict) else {}
+        if kept:
+            plain[key] = kept
     if rounds is not None:
         plain["fl"]["rounds"] = rounds
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
+import shlex
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -28,7 +27,9 @@ from .compose import CONF_DIR
 from .errors import ConfigError, FedrunError, OverwriteError, StaleRunError
 from .overrides import check_overrides, check_sweep_jobs
 from .quick_exit import ends_process
-from .results import CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, write_json
+from .resume import choose_run_dir
+from .results import (CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, move_aside,
+                      write_json)
 from .startup import hold_collector
 from .sweeps import FAILED_JOBS
 
@@ -80,7 +81,9 @@ def _main(cfg: DictConfig) -> float | None:
         log.debug("%s", traceback.format_exc())
         return None
     if summary["status"] == "interrupted":  # Ctrl-C / SIGTERM stops the sweep, not just this job
-        log.warning("sweep stopped at job %s (checkpointed); resubmit it with resume=true to continue", hc.job.num)
+        again = [a for a in sys.argv[1:] if a.split("=", 1)[0].lstrip("+~") not in ("resume", "hydra.sweep.dir")]
+        log.warning("sweep stopped at job %s (checkpointed); continue it with:\n  %s", hc.job.num,
+                    shlex.join(["fedrun", *again, f"hydra.sweep.dir={hc.sweep.dir}", "resume=true"]))
         sys.exit(128 + int(summary["signal"]))
     return summary.get("final_test_acc")
 
@@ -99,7 +102,8 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
     interrupted or killed run (status running), or any run with checkpoints, is refused (OverwriteError, exit 2)
     unless ``resume=true`` (continue or extend it) or ``overwrite=true`` (start over: the earlier files move to a
     sibling folder ``<dir>.previous-<time>``, never deleted). A failed run without checkpoints is moved aside the
-    same way and the new run starts."""
+    same way and the new run starts, and so is a run that ``resume=true`` cannot continue because it wrote no
+    checkpoint (killed before its first)."""
     from .checkpoint import checkpoints
 
     summary_file = run_dir / SUMMARY_FILE
@@ -107,9 +111,15 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
     held = checkpoints(run_dir)
     if summary is None and not held:
         return
-    if cfg.resume:
-        return
     status = (summary or {}).get("status", "unknown")
+    if cfg.resume:
+        if held:
+            return  # continued (or, when none of its checkpoints can be read, refused) by run_experiment
+        aside = move_aside(run_dir)
+        log.warning("resume=true: the %s run in %s wrote no checkpoint (it stopped before round checkpoint.every="
+                    "%s), so there is nothing to continue: the run starts over at round 1; its files were moved to "
+                    "%s", status, run_dir, cfg.checkpoint.every, aside)
+        return
     if not cfg.overwrite and (held or status != "failed"):
         what = {"running": "a run that was killed (status running)", "interrupted": "an interrupted run"}.get(
             status, f"a {status} run")
@@ -117,12 +127,7 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
         raise OverwriteError(f"{run_dir} holds {what}{saved}. Add resume=true to continue it (with more fl.rounds, "
                              f"to extend it), or overwrite=true to start over (its files are kept in "
                              f"{run_dir.name}.previous-<time>/ beside it), or choose another hydra.run.dir")
-    aside = run_dir.with_name(f"{run_dir.name}.previous-{time.strftime('%Y%m%d-%H%M%S')}")
-    aside.mkdir()
-    for path in sorted(run_dir.iterdir()):
-        if path.name in (".hydra",) or path.suffix == ".log":  # Hydra's own files of this invocation
-            continue
-        shutil.move(str(path), aside / path.name)
+    aside = move_aside(run_dir)
     log.warning("the earlier %s run in %s was moved to %s", status, run_dir, aside)
 
 
@@ -159,6 +164,11 @@ def main() -> None:
     problems = check_overrides(sys.argv[1:], CONF_DIR)
     if not problems and {"-m", "--multirun"} & set(sys.argv[1:]):
         problems = check_sweep_jobs(sys.argv[1:], CONF_DIR)  # every job's values, before the first job runs
+    if not problems:
+        try:
+            sys.argv[1:] = choose_run_dir(sys.argv[1:])  # resume=true without a directory: the run it continues
+        except ConfigError as e:
+            problems = e.problems
     if problems:
         print("fedrun: " + str(ConfigError(problems)), file=sys.stderr)
         sys.exit(2)

@@ -102,18 +102,30 @@ def _fmt(v):
     return v
 
 
-# How a run executes or is logged, and where its data files are: not what it computes
+# How a run executes or is logged, and where its data files are: not what it computes...
 EXECUTION_SETTINGS = ("hardware", "progress", "checkpoint", "resume", "overwrite", "logger", "data.root")
+# ...but for these hardware settings, which change the numbers a run computes (float64; TF32's products; the order
+# of a GPU's sums): a run made with another of them is another run
+RESULT_SETTINGS = ("hardware.dtype", "hardware.tf32", "hardware.deterministic")
+
+
+def changes_results(key: str) -> bool:
+    """Whether a setting (a dotted key, or a section holding settings) can change what a run computes: everything but
+    EXECUTION_SETTINGS, and RESULT_SETTINGS among them. The one list that the staleness check, resuming and
+    fedrun-report's grouping share."""
+    if any(r == key or r.startswith(key + ".") for r in RESULT_SETTINGS):
+        return True
+    return not any(key == s or key.startswith(s + ".") for s in EXECUTION_SETTINGS)
 
 
 def config_differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
     """The settings both configs (plain dicts) hold with different values, as ``key: saved there, wanted asked``.
-    A setting only one of them holds (added to fedrun after a run was made) is not compared, nor are
-    EXECUTION_SETTINGS."""
+    A setting only one of them holds (added to fedrun after a run was made) is not compared, nor are those that do
+    not change results (:func:`changes_results`)."""
     out = []
     for key in sorted(saved.keys() & wanted.keys(), key=str):
         name = f"{prefix}{key}"
-        if name in EXECUTION_SETTINGS:
+        if not changes_results(name):
             continue
         a, b = saved[key], wanted[key]
         if isinstance(a, dict) and isinstance(b, dict):
@@ -157,6 +169,21 @@ def finished_summary(run_dir: str | Path, cfg=None) -> dict | None:
                             f"{more}), which would pass for the one asked for.{extend} Otherwise write these runs to "
                             f"another folder (a script's --runs, or hydra.sweep.dir) or delete that one.")
     return summary
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Move the files of the run in ``run_dir`` to a sibling folder ``<dir>.previous-<time>`` (never deleted), so that
+    a new run starts there; Hydra's own files of this invocation stay. Returns the folder they went to."""
+    import shutil
+    import time
+
+    aside = run_dir.with_name(f"{run_dir.name}.previous-{time.strftime('%Y%m%d-%H%M%S')}")
+    aside.mkdir()
+    for path in sorted(run_dir.iterdir()):
+        if path.name in (".hydra",) or path.suffix == ".log":
+            continue
+        shutil.move(str(path), aside / path.name)
+    return aside
 
 
 def base_summary(cfg) -> dict:

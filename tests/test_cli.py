@@ -122,6 +122,39 @@ def test_bad_value_exits_with_the_message_before_any_work(tmp_path):
     assert not (run / "metrics.csv").exists() and not (run / "summary.json").exists()
 
 
+def test_every_problem_is_said_at_once_a_wrong_type_among_them(tmp_path):
+    """A value of the wrong type no longer hides the others' problems: all of them in one message, nothing run."""
+    run = tmp_path / "bad"
+    proc = run_cli("fl.rounds=-1", "partition.alpha=0", "fl.lr=fast", "algo=bherd", "algo.selector.alpha=x",
+                   f"hydra.run.dir={run}", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    problems = [line for line in proc.stderr.splitlines() if line.startswith("  - ")]
+    assert len(problems) == 4, proc.stderr
+    for said in ("fl.lr=fast: Value 'fast'", "algo.selector.alpha=x: Value 'x'", "fl.rounds=-1: must be an integer",
+                 "partition.alpha=0.0: must be > 0"):
+        assert any(p.startswith(f"  - {said}") for p in problems), said
+    assert not run.exists()
+
+
+def test_a_setting_that_changes_results_makes_a_finished_run_stale_and_one_that_does_not_does_not(tmp_path):
+    """A sweep's job over a finished run made with another hardware.dtype (or tf32, deterministic) is another run,
+    refused with the setting named; another thread count, executor or logger is the same run, skipped; resuming it
+    in float64 is refused as another experiment."""
+    from fedrun.compose import compose_config
+    from fedrun.errors import ConfigError, StaleRunError
+    from fedrun.results import finished_summary
+
+    base = ["data=digits", "model=logreg", "fl.rounds=1", "fl.num_clients=2", "fl.clients_per_round=2"]
+    run_experiment(compose_config(base), tmp_path)
+    for other in ("hardware.dtype=float64", "hardware.tf32=true", "hardware.deterministic=true"):
+        with pytest.raises(StaleRunError, match=rf"{other.split('=')[0]}: \S+ there, \S+ asked"):
+            finished_summary(tmp_path, compose_config([*base, other]))
+    same = compose_config([*base, "hardware.num_threads=1", "hardware.executor=loop", "logger=none", "resume=true"])
+    assert finished_summary(tmp_path, same)["status"] == "finished"
+    with pytest.raises(ConfigError, match=r"different experiment: hardware\.dtype: 'float32' there, 'float64' asked"):
+        run_experiment(compose_config([*base, "fl.rounds=2", "hardware.dtype=float64", "resume=true"]), tmp_path)
+
+
 def test_an_unknown_option_exits_2_with_the_choices_and_the_method_names_itself(tmp_path):
     proc = run_cli("algo=fedgs", f"hydra.run.dir={tmp_path / 'x'}", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "Did you mean fedgh?" in proc.stderr and "Config search path" not in proc.stderr

@@ -13,10 +13,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint import check_resumable, config_fingerprint, earlier_work, load_latest, save_checkpoint
+from .. import native
+from ..advice import selected_step_note
+from ..checkpoint import (check_resumable, checkpoints, config_fingerprint, earlier_work, load_latest,
+                          save_checkpoint)
 from ..config import validate
+from ..errors import ConfigError
 from ..loggers import ProgressBar, WandbLogger
-from ..results import RunDirectory, base_summary
+from ..resume import resume_command
+from ..results import RunDirectory, base_summary, move_aside
 from ..startup import release_collector
 from .simulation import Simulation
 
@@ -48,12 +53,18 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
     """Run the experiment of ``cfg`` and write its files to ``run_dir``; returns the summary. With ``resume=true``
     the run continues from the newest readable checkpoint in ``run_dir`` (written every ``checkpoint.every`` rounds
     and at the last) and ends with the metrics.csv an uninterrupted run writes; with more ``fl.rounds`` than the run
-    was started with, this extends a finished run. SIGTERM or Ctrl-C lets the current round finish,
-    writes a checkpoint and ends the run with status ``interrupted``; a second Ctrl-C stops at once."""
+    was started with, this extends a finished run; with no checkpoint to continue from, :func:`nothing_to_resume`.
+    SIGTERM or Ctrl-C lets the current round finish, writes a checkpoint and ends the run with status
+    ``interrupted``, saying the command that continues it; a second Ctrl-C stops at once."""
     validate(cfg)  # before any work (and before the run directory gets files): a bad value costs nothing
+    note = selected_step_note(cfg)
+    if note:
+        log.warning(note)
     run_dir = Path(run_dir)
     fingerprint = config_fingerprint(cfg)
     saved = load_latest(run_dir) if cfg.resume else None
+    if cfg.resume and saved is None:
+        nothing_to_resume(run_dir, cfg)
     started_with = check_resumable(saved, cfg, run_dir) if saved is not None else cfg.fl.rounds
     # the commits that computed the checkpoint's rounds and their wall time, read before summary.json is rewritten
     made_by, earlier_s = earlier_work(saved, run_dir) if saved is not None else ([], 0.0)
@@ -68,6 +79,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
     wandb = None
     stop = _StopRequests()
     try:
+        native.prepare(cfg.hardware)  # a kernel not built yet is built now, said, not in the middle of round 1
         sim = Simulation(cfg)
         release_collector()  # built: the rounds collect as the process did before the command started
         out.save_partition(sim.partition.to_json(sim.labels, sim.label_classes))
@@ -142,8 +154,8 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                 status = {"status": "finished", "rounds_completed": rnd, "stopped_by": "timing.budget_s"}
                 break
             if stop.requested:
-                log.warning("round %d: stopped by signal %d; checkpoint written, continue with resume=true", rnd,
-                            stop.requested)
+                log.warning("round %d: stopped by signal %d; checkpoint written. Continue it with:\n  %s", rnd,
+                            stop.requested, resume_command(run_dir))
                 status = {"status": "interrupted", "rounds_completed": rnd, "signal": stop.requested}
                 break
         bar.close()
@@ -166,6 +178,23 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
              summary.get("final_test_acc", float("nan")), summary.get("best_test_acc", float("nan")),
              summary["rounds_completed"], summary["wall_time_s"], out.path)
     return summary
+
+
+def nothing_to_resume(run_dir: Path, cfg) -> None:
+    """``resume=true`` where no checkpoint can be read: refused (ConfigError) where checkpoints exist but none can be
+    read, unless ``overwrite=true`` (then the run's files are moved aside and it starts over); said where there is
+    none (the run starts at round 1)."""
+    held = checkpoints(run_dir)
+    if held and not cfg.overwrite:
+        raise ConfigError([f"resume=true: none of the {len(held)} checkpoint(s) in {run_dir} can be read (each one's "
+                           f"error is above), so the run cannot continue. Fix: add overwrite=true to start it over "
+                           f"(its files are kept in {run_dir.name}.previous-<time>/ beside it), or put back a "
+                           f"readable checkpoint_<round>.pt"])
+    if held:
+        log.warning("resume=true overwrite=true: no checkpoint in %s can be read; the run starts over at round 1 (its "
+                    "files were moved to %s)", run_dir, move_aside(run_dir))
+    else:
+        log.warning("resume=true: %s holds no checkpoint to continue from; the run starts at round 1", run_dir)
 
 
 class _StopRequests:
