@@ -156,28 +156,44 @@ def _composes(conf_dir: str, overrides: list[str]) -> bool:
 
 
 def wrong_types(composed, choices: list[str], values: list, conf_dir: str) -> list[str]:
-    """A value of the wrong type for its key (a typed part's setting: ``algo.local.mu=abc``), named with the value
-    the composed config has there as the fix; empty when Hydra can compose every override."""
+    """Each value of the wrong type for its key (a typed part's setting: ``algo.local.mu=abc``), named with the value
+    the composed config has there as the fix, and then the other values' problems (their ranges, as a run checks
+    them), so that every problem is said at once; empty when Hydra can compose every override."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import ValidationError
 
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-            compose("config", overrides=[*choices, *(o.input_line for o in values)])
-    except HydraException as e:
-        cause = e.__cause__
-        if not isinstance(cause, ValidationError) or not cause.full_key:
-            return []
-        line = next((o.input_line for o in values if o.key_or_group.lstrip("+") == cause.full_key), cause.full_key)
-        fix = OmegaConf.select(composed, cause.full_key)
-        fix = "null" if fix is None else str(fix).lower() if isinstance(fix, bool) else fix
-        return [f"{line}: {str(cause).splitlines()[0]}. Fix: {cause.full_key}={fix}"]
-    finally:
+    problems, remaining = [], list(values)
+    while True:
         GlobalHydra.instance().clear()
-    return []
+        try:
+            with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+                cfg = compose("config", overrides=[*choices, *(o.input_line for o in remaining)])
+            break
+        except HydraException as e:
+            cause = e.__cause__
+            if not isinstance(cause, ValidationError) or not cause.full_key:
+                return problems
+            bad = next((o for o in remaining if o.key_or_group.lstrip("+") == cause.full_key), None)
+            fix = OmegaConf.select(composed, cause.full_key)
+            fix = "null" if fix is None else str(fix).lower() if isinstance(fix, bool) else fix
+            problems.append(f"{bad.input_line if bad else cause.full_key}: {str(cause).splitlines()[0]}. "
+                            f"Fix: {cause.full_key}={fix}")
+            if bad is None:
+                return problems
+            remaining.remove(bad)  # and compose again: the next value of a wrong type, if any
+        finally:
+            GlobalHydra.instance().clear()
+    if problems:  # the well-typed values: the ranges a run would refuse them for, said now too
+        from .config import validate
+        from .errors import ConfigError
+
+        try:
+            validate(cfg)
+        except ConfigError as e:
+            problems += e.problems
+    return problems
 
 
 def unknown_option(group: str, option: str, groups: dict[str, list[str]]) -> str:
