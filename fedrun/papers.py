@@ -255,6 +255,33 @@ def grid(preset: str, overrides: list[str] = ()) -> dict[str, list[str]]:
 
 
 @lru_cache(maxsize=None)
+def outline(preset: str) -> tuple[dict[str, list[str]], str]:
+    """The preset's grid (as :func:`grid` without overrides) and dataset, read from its YAML and the presets it builds
+    on, without composing it (which takes most of a second a preset): what ``fedrun-table --list`` shows. A preset's
+    own settings come after those of the presets it lists, and Hydra merges the grids key by key; the tests hold this
+    to the composed config for every preset."""
+    from .compose import CONF_DIR
+
+    root = Path(CONF_DIR)
+    node = yaml.safe_load((root / "experiment" / f"{preset}.yaml").read_text()) or {}
+    axes: dict[str, list[str]] = {}
+    data = None
+    for entry in node.get("defaults") or []:
+        if isinstance(entry, str) and entry != "_self_":
+            parent_axes, parent_data = outline(entry.removeprefix("/experiment/"))
+            axes |= parent_axes
+            data = parent_data
+        elif isinstance(entry, dict) and "override /data" in entry:
+            data = entry["override /data"]
+    params = ((node.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    axes |= {str(k): [v.strip() for v in str(vs).split(",")] for k, vs in params.items()}
+    if data is None:
+        top = yaml.safe_load((root / "config.yaml").read_text())
+        data = next(d["data"] for d in top["defaults"] if isinstance(d, dict) and "data" in d)
+    return axes, str(data)
+
+
+@lru_cache(maxsize=None)
 def composed(preset: str):
     """The preset as Hydra composes it (its sweeper's params included), once per process."""
     from .compose import compose_config

@@ -11,8 +11,10 @@ Each preset of the artefact runs as ``fedrun -m experiment=<preset> seed=0,..,K-
 ``<runs>/<artefact>/<preset>/`` (one folder per grid point, named by its values), so ``resume=true``, launchers and
 skipping of finished jobs work as for any sweep. The summary is fedrun-report's (mean ± std over seeds), joined with
 the paper's numbers; rows whose data was absent (a fixture in the dataset's format stood in) or whose runs were
-shortened are marked, and jobs that did not finish are listed under the table. Writes ``<out>/<artefact>.md``,
-``.csv`` and the figure (``.png``) into ``results/<paper>/`` unless ``--out`` says otherwise.
+shortened are marked, and jobs that did not finish are listed under the table. Writes ``<artefact>.md``, ``.csv``
+and the figure (``.png``) beside the runs, into ``<runs>/<artefact>/``, unless ``--out`` says where (the committed
+tables are in ``results/<paper>/``). A committed table (one git tracks) is replaced only by one made with the same
+settings (rounds, seeds, the runs' commits) or with ``--replace``: a 5-round check never passes for a paper's table.
 
 An artefact that is not a training run (a timing of the server's code, a centralised optimum) names the function
 that measures it (fedrun/measures); its ``key=value`` arguments are that function's settings, its rows are kept in
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from . import measures
 from .errors import FedrunError
-from .papers import Artefact, artefacts, grid, is_sweep, override_key, preset_config
+from .papers import Artefact, artefacts, grid, is_sweep, outline, override_key, preset_config
 from .table_summary import FIXTURE_FILE, SUMMARY_FILE, collect, write
 
 
@@ -103,16 +105,51 @@ def listing() -> str:
             continue
         size, data = 0, []
         for preset in a.presets:
+            axes, dataset = outline(preset)  # read, not composed: a listing of every artefact in a second
             n = 1
-            for values in grid(preset).values():
+            for values in axes.values():
                 n *= len(values)
             size += n
-            dataset = preset_config(preset).data.name
             present = DATASETS[dataset].is_present(resolve_root(None))
             data.append(f"{dataset} ({'yes' if present else 'no: a fixture stands in'})")
         shared = f" (the runs of {a.runs_of})" if a.runs_of else ""
         lines.append(f"| {name} | {paper.cite} | {a.source} | {size}{shared} | {', '.join(dict.fromkeys(data))} |")
     return "\n".join(lines)
+
+
+def committed_table_differs(out: Path, name: str, found) -> list[str]:
+    """How the table ``found``'s runs would make differs from the committed one (tracked by git) at
+    ``<out>/<name>.md``: its rounds, seeds and the runs' commits, each as ``what: there, here``; empty when there is
+    no committed table there or it was made with the same settings."""
+    import re
+
+    import pandas as pd
+
+    table = out / f"{name}.md"
+    if not table.exists():
+        return []
+    tracked = subprocess.run(["git", "-C", str(out), "ls-files", "--error-unmatch", table.name], capture_output=True)
+    if tracked.returncode != 0:
+        return []
+    text = table.read_text()
+    seeds = re.search(r"over (?:seeds|repeats) (\[[^\]]*\]|–)", text)
+    commits = re.search(r"made at commit ([^;]+);", text)
+    csv = out / f"{name}.csv"
+    rounds = (sorted({int(r) for r in pd.read_csv(csv)["rounds"].dropna()}) if csv.exists() and "rounds" in
+              pd.read_csv(csv, nrows=0).columns else None)
+    here_seeds = str(sorted({int(v) for v in found["seed"].dropna()}) or "–")
+    here_rounds = sorted({int(r) for r in found["rounds"].dropna()}) if "rounds" in found else None
+    made = {str(c) for summary in found.get("summary", []) if summary
+            for c in summary.get("git_commits") or [summary.get("git_commit")] if c}
+    here_commits = ", ".join(sorted(made)) or "unknown"
+    differences = []
+    if rounds is not None and rounds != here_rounds:
+        differences.append(f"rounds: {rounds} there, {here_rounds} here")
+    if seeds and seeds.group(1) != here_seeds:
+        differences.append(f"seeds: {seeds.group(1)} there, {here_seeds} here")
+    if commits and commits.group(1).strip() != here_commits:
+        differences.append(f"runs' commits: {commits.group(1).strip()} there, {here_commits} here")
+    return differences
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collect-only", action="store_true", help="summarise the runs under --runs; run nothing")
     parser.add_argument("--fixture-rounds", type=int, default=2, help="rounds of a job whose data is absent")
     parser.add_argument("--runs", default="outputs/tables", help="the sweeps' folder (<runs>/<artefact>/<preset>)")
-    parser.add_argument("--out", default=None, help="where the table goes (default: results/<paper>)")
+    parser.add_argument("--out", default=None, help="where the table goes (default: <runs>/<artefact>, beside its "
+                                                     "runs; results/<paper> holds the committed tables)")
+    parser.add_argument("--replace", action="store_true", help="replace a committed table in --out even when it was "
+                                                               "made with other settings (rounds, seeds, commits)")
     args = parser.parse_intermixed_args(argv)  # options and overrides in any order
     if args.list:
         print(listing())
@@ -167,8 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     if found.empty:
         print(f"fedrun-table: no runs of {artefact.name} under {runs / artefact.name}", file=sys.stderr)
         return 2
+    out = Path(args.out) if args.out else runs / artefact.name
+    differs = [] if args.replace else committed_table_differs(out, artefact.name, found)
+    if differs:
+        print(f"fedrun-table: {out / artefact.name}.md is a committed table made with other settings "
+              f"({'; '.join(differs)}); it is left as it is. Write this one elsewhere (--out DIR; by default it goes "
+              f"beside its runs, {runs / artefact.name}), or add --replace to replace it (git keeps the old one)",
+              file=sys.stderr)
+        return 2
     command = "fedrun-table " + " ".join(argv if argv is not None else sys.argv[1:])
-    path = write(paper, artefact, found, Path(args.out or f"results/{paper.key}"), command)
+    path = write(paper, artefact, found, out, command)
     print(path.read_text())
     return 0
 

@@ -313,6 +313,56 @@ def test_a_sweep_that_fedrun_refuses_stops_the_table_with_its_message(tmp_path, 
     assert "fl.lr=-1" in err and "fedrun refused the sweep of bherd_fig8c" in err
 
 
+def test_the_listing_reads_each_presets_grid_and_data_as_hydra_composes_them():
+    """``--list`` reads the presets' YAML (a second for every artefact, where composing each took most of a minute):
+    what it reads is what Hydra composes, for every preset of every artefact."""
+    from fedrun.papers import outline
+
+    presets = {p for _, a in artefacts().values() for p in a.presets}
+    assert len(presets) > 20
+    for preset in sorted(presets):
+        assert outline(preset) == (grid(preset), preset_config(preset).data.name), preset
+
+
+def test_a_table_goes_beside_its_runs_and_never_replaces_a_committed_one_made_otherwise(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """By default a table is written beside its runs (<runs>/<artefact>/), not into results/. Into a folder that
+    holds a committed table, it goes only when made with the same settings (rounds, seeds, the runs' commits), or
+    with --replace; a refusal names what differs and leaves the files as they were."""
+    import subprocess
+
+    _write_paper(tmp_path / "papers")
+    monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
+    runs = tmp_path / "runs"
+    assert main(["tiny_fig", *TINY, "--runs", str(runs)]) == 0
+    made = runs / "tiny_fig" / "tiny_fig.md"
+    assert made.exists() and (runs / "tiny_fig" / "tiny_fig.csv").exists()
+    repo = tmp_path / "repo"
+    committed = repo / "results" / "tiny"
+    committed.mkdir(parents=True)
+    for suffix in (".md", ".csv"):
+        (committed / f"tiny_fig{suffix}").write_bytes(made.with_suffix(suffix).read_bytes())
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "tables"], check=True)
+    collect = ["tiny_fig", "--collect-only", "--runs", str(runs), "--out", str(committed)]
+    assert main(collect) == 0  # the same runs: the same settings, rendered again
+    paper_run = (committed / "tiny_fig.md").read_text().replace("over seeds [0]", "over seeds [0, 1, 2, 3, 4]")
+    (committed / "tiny_fig.md").write_text(paper_run)
+    csv = pd.read_csv(committed / "tiny_fig.csv").assign(rounds=100)
+    csv.to_csv(committed / "tiny_fig.csv", index=False)
+    subprocess.run([*git, "commit", "-qam", "the paper's run"], check=True)
+    capsys.readouterr()
+    assert main(collect) == 2
+    err = capsys.readouterr().err
+    assert "is a committed table made with other settings (rounds: [100] there, [2] here; seeds: [0, 1, 2, 3, 4] " \
+        "there, [0] here)" in err and "--replace" in err
+    assert (committed / "tiny_fig.md").read_text() == paper_run
+    assert main([*collect, "--replace"]) == 0
+    assert "over seeds [0]" in (committed / "tiny_fig.md").read_text()
+
+
 def test_list_names_every_artefact_with_its_jobs_per_seed(capsys):
     assert main(["--list"]) == 0
     out = capsys.readouterr().out
