@@ -4,9 +4,12 @@
     fedrun-report RUN_A RUN_B --by method,fl.local_epochs --out report/
 
 Rows are grouped by the config keys given with --by, or by default by the method (``fedavg+fedgh``, ...) and every
-other key whose value differs between the runs (the seed excepted), so a sweep reports what it swept. Runs that did
-not finish are listed after the table: failed (with the error), diverged (with the round), interrupted
-(checkpointed by SIGTERM/Ctrl-C), running (still going, or killed) and missing (no summary).
+other key whose value differs between the runs and can change results (the seed excepted; not how a run executed,
+was checkpointed or resumed: fedrun.results.changes_results, the list the staleness check uses), so a sweep reports
+what it swept. Means and stds are over the complete runs (finished, or diverged: a run that fails to converge is a
+result); each row says how many runs it has and how many of them finished. Runs that did not finish are listed after
+the table and kept out of the means: failed (with the error), diverged (with the round), interrupted (checkpointed
+by SIGTERM/Ctrl-C: with the command that continues it), running (still going, or killed) and missing (no summary).
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from .results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, changes_results
 
-IGNORED_KEYS = {"seed", "data.root", "progress"}
+IGNORED_KEYS = {"seed"}
+COMPLETE = ("finished", "diverged")  # a run's outcome: what the means are over
 VALUE_COLUMNS = ["final_test_acc", "best_test_acc", "rounds_to_target", "wall_time_s"]
 NAME_KEYS = ("algo.name", "algo.local.name", "algo.selector.name", "algo.harmonizer.name", "algo.aggregator.name",
              "algo.server_opt.name", "algo.schedule.name", "algo.bank.name")  # what ``method`` already says
@@ -93,7 +97,7 @@ def varying_keys(df: pd.DataFrame) -> list[str]:
         skip |= set(NAME_KEYS)
     keys = []
     for col in df.columns:
-        if col in skip or col.startswith("hydra."):
+        if col in skip or col.startswith("hydra.") or not changes_results(col):
             continue
         values = df[col].dropna()  # a key only some runs have (a part's own setting) is not a difference
         if values.astype(str).nunique() > 1:
@@ -102,15 +106,23 @@ def varying_keys(df: pd.DataFrame) -> list[str]:
 
 
 def summarize(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Mean and std over seeds (and any other unlisted key) of each group's results."""
+    """Mean and std over seeds (and any other unlisted key) of each group's complete runs (finished or diverged);
+    ``runs`` counts every run of the group, ``finished`` those that finished, ``seeds`` the seeds of the complete
+    ones. A group none of whose runs is complete has no means."""
     work = df.copy()
     for c in VALUE_COLUMNS:
         work[c] = pd.to_numeric(work[c], errors="coerce")
+    status = work["status"] if "status" in work else pd.Series("finished", index=work.index)
+    complete = status.isin(COMPLETE)
+    work.loc[~complete, VALUE_COLUMNS] = np.nan
+    work["_finished"] = (status == "finished").astype(int)
+    work["_seed"] = work["seed"].where(complete) if "seed" in work else complete.where(complete)
     grouped = work.groupby(by, dropna=False, sort=True) if by else work.assign(group="all runs").groupby("group")
     table = grouped[VALUE_COLUMNS].agg(["mean", "std"])
     table.columns = [f"{a}_{b}" for a, b in table.columns]
     table.insert(0, "runs", grouped.size().astype(int))
-    table.insert(1, "seeds", (grouped["seed"].nunique() if "seed" in work else 1))
+    table.insert(1, "finished", grouped["_finished"].sum().astype(int))
+    table.insert(2, "seeds", grouped["_seed"].nunique().astype(int))
     return table.reset_index()
 
 
@@ -119,7 +131,7 @@ def markdown(table: pd.DataFrame) -> str:
     reached) as a dash."""
     shown = table.copy().astype(object)
     for col in shown.columns:
-        if col in ("runs", "seeds"):
+        if col in ("runs", "finished", "seeds"):
             shown[col] = [str(int(v)) for v in table[col]]
         elif pd.api.types.is_float_dtype(table[col]):
             shown[col] = ["–" if pd.isna(v) else f"{v:.4f}" for v in table[col]]
@@ -134,20 +146,32 @@ def cell(value) -> str:
 
 
 def unfinished(df: pd.DataFrame) -> str:
-    """Markdown list of the runs whose status is not ``finished``, or "" when all finished."""
+    """Markdown list of the runs whose status is not ``finished``, or "" when all finished: diverged runs (counted in
+    the means), and the others (left out of them), each with what to do about it."""
+    from .checkpoint import checkpoints
+    from .resume import resume_command
+
     bad = df[df["status"] != "finished"]
     if bad.empty:
         return ""
-    lines = [f"\n\n## {len(bad)} of {len(df)} runs did not finish\n", "| run | status | detail |", "|---|---|---|"]
+    left_out = int((~bad["status"].isin(COMPLETE)).sum())
+    lines = [f"\n\n## {len(bad)} of {len(df)} runs did not finish ({left_out} left out of the means)\n",
+             "| run | status | detail |", "|---|---|---|"]
     for _, r in bad.iterrows():
-        detail = (f"diverged at round {int(r['diverged_round'])}" if r["status"] == "diverged"
-                  else r["error"] if isinstance(r["error"], str) else
+        held = checkpoints(r["run_dir"])
+        go_on = (f"continue it with `{resume_command(r['run_dir'])}`" if held else
+                 "no checkpoint was written, so it starts over when run again")
+        detail = (f"diverged at round {int(r['diverged_round'])} (counted in the means)" if r["status"] == "diverged"
+                  else r["error"] + (f"; {go_on}" if held else "") if isinstance(r["error"], str) else
                   "no summary.json: killed before it could write one" if r["status"] == "missing" else
-                  f"interrupted after round {int(r['rounds_completed'])}, checkpointed: resume=true continues it"
-                  if r["status"] == "interrupted" else "still running, or killed (resume=true continues from its "
-                  "last checkpoint)")
+                  f"interrupted{_after(r['rounds_completed'])}: {go_on}" if r["status"] == "interrupted" else
+                  f"still running, or killed: {go_on}")
         lines.append(f"| {r['run_dir']} | {r['status']} | {cell(detail)} |")
     return "\n".join(lines) + "\n"
+
+
+def _after(rounds) -> str:
+    return "" if rounds is None or pd.isna(rounds) else f" after round {int(rounds)}"
 
 
 def on_common_grid(curves: list[pd.Series], points: int = 200) -> list[pd.Series]:

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -53,19 +54,29 @@ def test_report_on_a_sweep_with_a_failed_job_and_the_full_method_names(tmp_path,
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines() if line.startswith("| fedavg")]
     assert len(rows) == 6 and len({len(r) for r in rows}) == 1
     header = [c.strip() for c in table.splitlines()[2].split("|")[1:-1]]
-    assert all(r[header.index("runs")] == "1" and r[header.index("seeds")] == "1" for r in rows), "integer counts"
+    ran = [r for r in rows if r[1] == "digits"]
+    assert all(r[header.index("runs")] == "1" for r in rows), "integer counts"
+    assert all(r[header.index("finished")] == r[header.index("seeds")] == ("1" if r in ran else "0") for r in rows)
     assert all(r[header.index("final_test_acc_std")] == "–" for r in rows), "one seed: no std, a dash"
     failed = [line for line in failures.splitlines() if "| failed |" in line]
     assert len(failed) == 3 and all("cifar10" in line and line.count("|") == 4 for line in failed)
 
 
 def test_report_says_how_each_unfinished_run_ended(tmp_path):
+    """Each run that did not finish, with how it ended and what to do: an interrupted or killed run with the whole
+    command that continues it (its own overrides, its folder, resume=true); which of them the means leave out."""
     import json
 
     import pandas as pd
 
     from fedrun.report import unfinished
 
+    for name in "abcdef":
+        (tmp_path / name).mkdir()
+    for name in "bf":
+        (tmp_path / name / ".hydra").mkdir()
+        (tmp_path / name / ".hydra" / "overrides.yaml").write_text("- algo=fedprox\n- resume=true\n- fl.rounds=20\n")
+        (tmp_path / name / "checkpoint_0000007.pt").write_bytes(b"")
     df = pd.DataFrame([
         {"run_dir": "a", "status": "finished", "error": None, "diverged_round": None, "rounds_completed": 10},
         {"run_dir": "b", "status": "interrupted", "error": None, "diverged_round": None, "rounds_completed": 7},
@@ -73,14 +84,54 @@ def test_report_says_how_each_unfinished_run_ended(tmp_path):
         {"run_dir": "d", "status": "missing", "error": None, "diverged_round": None, "rounds_completed": None},
         {"run_dir": "e", "status": "failed", "error": "ValueError: bad", "diverged_round": None,
          "rounds_completed": None},
-    ])
+        {"run_dir": "f", "status": "running", "error": None, "diverged_round": None, "rounds_completed": None},
+    ]).assign(run_dir=lambda d: [str(tmp_path / n) for n in d["run_dir"]])
     text = unfinished(df)
-    assert "4 of 5 runs did not finish" in text
-    lines = {line.split("|")[1].strip(): line for line in text.splitlines()
+    assert "5 of 6 runs did not finish (4 left out of the means)" in text
+    lines = {Path(line.split("|")[1].strip()).name: line for line in text.splitlines()
              if line.startswith("| ") and "run |" not in line}
-    assert "after round 7" in lines["b"] and "resume=true" in lines["b"]
-    assert "diverged at round 3" in lines["c"] and "killed before" in lines["d"] and "ValueError: bad" in lines["e"]
-    assert json.dumps(sorted(lines)) == json.dumps(["b", "c", "d", "e"])
+    for name in "bf":
+        assert f"`fedrun algo=fedprox fl.rounds=20 hydra.run.dir={tmp_path / name} resume=true`" in lines[name]
+    assert "after round 7" in lines["b"] and "killed" in lines["f"]
+    assert "diverged at round 3 (counted in the means)" in lines["c"] and "killed before" in lines["d"]
+    assert lines["e"].split("|")[3].strip() == "ValueError: bad"
+    assert json.dumps(sorted(lines)) == json.dumps(["b", "c", "d", "e", "f"])
+
+
+def test_report_groups_only_on_settings_that_change_results_and_averages_complete_runs(tmp_path, capsys):
+    """Runs that differ in how they ran (resume, hardware.num_threads, the logger) form one group; a setting that
+    changes results (hardware.dtype) splits them. Interrupted and failed runs stay out of the means (listed under
+    the table), and each row says how many runs it has and how many finished."""
+    import yaml
+
+    def fake(name, status, acc, **settings):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        config = {"seed": int(name[-1]), "algo": {"name": "fedavg"}, "fl": {"rounds": 10},
+                  "resume": False, "logger": {"name": "csv"}, "hardware": {"num_threads": None, "dtype": "float32"}}
+        for key, value in settings.items():
+            section, leaf = key.split("__")
+            config[section][leaf] = value
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        (run / "summary.json").write_text(json.dumps({"status": status, "method": "fedavg", "final_test_acc": acc,
+                                                      "best_test_acc": acc, "wall_time_s": 1.0}))
+
+    fake("a0", "finished", 0.90)
+    fake("a1", "finished", 0.80, hardware__num_threads=2, logger__name="wandb")
+    (tmp_path / "runs" / "a1" / "config.yaml").write_text((tmp_path / "runs" / "a1" / "config.yaml").read_text()
+                                                          .replace("resume: false", "resume: true"))
+    fake("a2", "interrupted", 0.10)
+    fake("a3", "failed", None)
+    fake("b4", "finished", 0.70, hardware__dtype="float64")
+    assert report_main([str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "grouped by ['hardware.dtype']" in out
+    header, *rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
+                     if line.startswith("| ") and "float" in line or line.startswith("| hardware.dtype")]
+    float32 = dict(zip(header, next(r for r in rows if r[0] == "float32")))
+    assert (float32["runs"], float32["finished"], float32["seeds"]) == ("4", "2", "2")
+    assert float(float32["final_test_acc_mean"]) == pytest.approx(0.85)
+    assert "2 of 5 runs did not finish (2 left out of the means)" in out
 
 
 def test_more_rounds_extend_a_finished_run_only_when_resuming(tmp_path):
