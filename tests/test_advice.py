@@ -1,0 +1,40 @@
+"""Start-up notes (fedrun/advice.py): BHerd's E/alpha step said in one line where it is likely to surprise."""
+
+from __future__ import annotations
+
+import logging
+
+from fedrun.advice import preset_steps, selected_step_note
+from fedrun.engine.experiment import run_experiment
+
+
+def test_bherds_step_is_said_at_start_for_lenet5_at_the_default_lr_and_not_for_the_papers_settings(cfg_factory):
+    """The card's first command (LeNet-5 at lr 0.1, alpha 0.5: a step of 0.2, twice the largest any preset trains
+    LeNet-5 with) gets the line, naming the step, the paper's setting and results/bherd; BHerd's own presets, FedAvg,
+    alpha = 1 and a smaller lr do not."""
+    note = selected_step_note(cfg_factory("algo=bherd", "data=mnist"))
+    assert note is not None
+    assert "0.1 x 1/0.5 = 0.2" in note and "lenet5" in note and "experiment=bherd_svm_mnist" in note
+    assert "results/bherd/README.md" in note
+    for quiet in (["experiment=bherd_svm_mnist", "algo=bherd"], ["experiment=bherd_cnn_cifar10", "algo=bherd"],
+                  ["experiment=bherd_rnn_imdb", "algo=bherd"], ["algo=fedavg"], ["algo=bherd", "algo.selector.alpha=1"],
+                  ["algo=bherd", "fl.lr=0.05"]):
+        assert selected_step_note(cfg_factory(*quiet)) is None, quiet
+    assert selected_step_note(cfg_factory("algo=fedavg", "algo/selector=random")) is not None  # the same scaling
+    steps = preset_steps()
+    assert steps["lenet5"] == 0.1 and steps["svm"] == 0.05 and steps["cnn_bherd"] == 2 * 2.0e-4
+
+
+def test_a_run_says_it_in_its_log_before_round_one(cfg_factory, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="fedrun"):
+        run_experiment(cfg_factory("data=digits", "model=cnn3", "algo=bherd", "fl.rounds=1", "fl.num_clients=2",
+                                   "fl.clients_per_round=2", "fl.local_epochs=0.1"), tmp_path)
+    said = [r.getMessage() for r in caplog.records if "E/alpha" in r.getMessage()]
+    assert len(said) == 1 and "cnn3" in said[0]
+
+
+def test_help_says_it_beside_algo_bherd():
+    from fedrun.cli import app_help
+
+    text = app_help([])
+    assert "algo=bherd applies the selected steps times E/alpha" in text and "experiment=bherd_svm_mnist" in text
