@@ -1,0 +1,50 @@
+"""The README's generated blocks (scripts/readme_blocks.py) are what conf/ and the committed measurement say, and the
+smoke command the README gives runs."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import REPO, load_script
+
+from fedrun.engine.experiment import run_experiment
+
+
+def test_the_readmes_generated_blocks_are_up_to_date():
+    blocks = load_script("readme_blocks")
+    text = (REPO / "README.md").read_text()
+    assert blocks.render(text) == text, "stale: run python scripts/readme_blocks.py"
+
+
+def test_the_config_groups_block_lists_every_option_of_every_group():
+    from fedrun.compose import CONF_DIR
+    from fedrun.overrides import group_options
+
+    block = load_script("readme_blocks").groups_block()
+    for group, options in group_options(CONF_DIR).items():
+        row = next(line for line in block.splitlines() if line.startswith(f"| `{group}` |"))
+        assert all(f"`{o}`" in row for o in options), group
+    assert "| `data` | `mnist` |" in block and "| `experiment` | none |" in block
+    assert "| `algo/selector` | the algorithm's |" in block
+
+
+def test_the_timings_block_is_the_committed_measurement(tmp_path, monkeypatch):
+    blocks = load_script("readme_blocks")
+    measured = tmp_path / "results" / "newcomer" / "first-commands-cpu.json"
+    measured.parent.mkdir(parents=True)
+    measured.write_text(json.dumps({
+        "commands": {"default": {"seconds": 12.4, "final_test_acc": 0.9819, "args": []},
+                     "smoke": {"seconds": 4.6, "final_test_acc": 0.80, "args": ["experiment=smoke"]}},
+        "repeats": 3, "machine": "a CPU (2 threads)", "commit": "0123456789abcdef", "date": "2026-11-27",
+        "command": "python scripts/readme_blocks.py --measure --repeats 3", "kernel_build_s": 97.0}))
+    monkeypatch.setattr(blocks, "REPO", tmp_path)
+    monkeypatch.setattr(blocks, "MEASURED", measured)
+    text = blocks.timings_block()
+    assert "`make run` (the default experiment): 12 s, test accuracy 98.2%" in text
+    assert "`fedrun experiment=smoke`: 5 s" in text and "commit 0123456" in text and "about 97 s" in text
+
+
+def test_the_smoke_command_runs_the_whole_path_in_seconds(cfg_factory, tmp_path):
+    summary = run_experiment(cfg_factory("experiment=smoke"), tmp_path)
+    assert summary["status"] == "finished" and summary["rounds_completed"] == 5
+    assert summary["final_test_acc"] > 0.5  # digits, an MLP: well past chance (0.1) in 5 rounds
