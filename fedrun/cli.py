@@ -116,9 +116,9 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
         if held:
             return  # continued (or, when none of its checkpoints can be read, refused) by run_experiment
         aside = move_aside(run_dir)
-        log.warning("resume=true: the %s run in %s wrote no checkpoint (it stopped before round checkpoint.every="
-                    "%s), so there is nothing to continue: the run starts over at round 1; its files were moved to "
-                    "%s", status, run_dir, cfg.checkpoint.every, aside)
+        log.warning("resume=true: the %s run in %s wrote no checkpoint to continue from (checkpoint.every=%s), so "
+                    "the run starts over at round 1; its files were moved to %s", status, run_dir,
+                    cfg.checkpoint.every, aside)
         return
     if not cfg.overwrite and (held or status != "failed"):
         what = {"running": "a run that was killed (status running)", "interrupted": "an interrupted run"}.get(

@@ -284,7 +284,10 @@ def test_a_log_softmax_over_few_classes_is_torchs_bit_for_bit_and_a_graph_keeps_
     x = 5 * torch.randn(3, 100, 10)
     for out in (x, x[0], x[0, :8]):
         assert torch.equal(log_softmax_classes(out), out.log_softmax(-1))
-    assert log_softmax_classes(x[0]).stride() == (1, 100)  # over the transposed copy
+    from fedrun.models import _transposed_is_exact
+
+    # over the transposed copy where this CPU's kernels give the same bits that way (AVX-512), else as torch's
+    assert log_softmax_classes(x[0]).stride() == ((1, 100) if _transposed_is_exact(10, x.dtype) else (10, 1))
     assert log_softmax_classes(x[0, :8]).stride() == (10, 1)  # too few rows to pay for the copy
     w = x.clone().requires_grad_(True)
     assert type(log_softmax_classes(w).grad_fn).__name__ == "LogSoftmaxBackward0"  # autograd's training: as ever
