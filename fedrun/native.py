@@ -210,12 +210,24 @@ def _cpu_signature() -> str:
     return f"{platform.machine()} {flags.strip()} torch {torch.__version__}"
 
 
+def has_avx512() -> bool:
+    """Whether this CPU has AVX-512 (its foundation): the vector width the fused convolution kernels are written for."""
+    return " avx512f " in f" {_cpu_signature()} "
+
+
+def fused_conv_on(setting: bool | None) -> bool:
+    """``hardware.fused_conv`` resolved: as set, or with null (the default) where the CPU has AVX-512; on a CPU
+    without it (AVX2) the kernels' 16-float vectors are split in two and they ran slower than oneDNN's layers."""
+    return has_avx512() if setting is None else bool(setting)
+
+
 def wanted(hardware) -> list[str]:
     """The kernels a run with these ``hardware`` settings may use: those whose switch is on, on a CPU."""
     on_cpu = hardware.device == "cpu" or (hardware.device == "auto" and not torch.cuda.is_available())
     if not on_cpu:
         return []
-    return [source for source, (_, _, switch) in SOURCES.items() if hardware.get(switch, False)]
+    switches = {"fused_conv": fused_conv_on(hardware.get("fused_conv")), "indexed_rows": hardware.get("indexed_rows")}
+    return [source for source, (_, _, switch) in SOURCES.items() if switches.get(switch)]
 
 
 def prepare(hardware) -> None:

@@ -167,7 +167,7 @@ class HardwareConfig(Section):
     gradient: str = MISSING
     onednn: bool = MISSING
     cohort_network: bool = MISSING
-    fused_conv: bool = MISSING
+    fused_conv: Optional[bool] = MISSING
     indexed_rows: bool = MISSING
     blocks: bool = MISSING
     layout: str = MISSING

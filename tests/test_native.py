@@ -115,3 +115,22 @@ def test_building_all_kernels_reports_each_one_and_a_missing_compiler(without_a_
     assert native.build_all() == {source: True for source in native.SOURCES}
     with without_a_compiler():
         assert native.build_all() == {source: False for source in native.SOURCES}
+
+
+def test_the_fused_convolution_is_on_by_default_only_where_the_cpu_has_avx512(monkeypatch, cfg_factory):
+    """hardware.fused_conv=null (the default) resolves to the CPU's AVX-512 (the kernels' vector width; on an AVX2
+    CPU they ran slower than oneDNN's layers); true and false are kept as set; a run on such a CPU builds no
+    convolution kernel."""
+    from omegaconf import OmegaConf
+
+    from fedrun.engine.simulation import Simulation
+
+    cnn_on_digits = ["data=digits", "model=cnn3", "fl.rounds=1", "hardware.device=cpu"]
+    for flags, avx512 in (("fpu sse avx2 fma", False), ("fpu sse avx2 avx512f avx512bw", True)):
+        monkeypatch.setattr(native, "_cpu_signature", lambda flags=flags: f"x86_64 flags : {flags} torch x")
+        assert native.has_avx512() is avx512
+        assert native.fused_conv_on(None) is avx512 and native.fused_conv_on(True) and not native.fused_conv_on(False)
+        assert Simulation(cfg_factory(*cnn_on_digits)).model.fused_conv is avx512
+        assert Simulation(cfg_factory(*cnn_on_digits, "hardware.fused_conv=true")).model.fused_conv
+        hardware = OmegaConf.create({"device": "cpu", "fused_conv": None, "indexed_rows": True})
+        assert ("conv_pool_relu.cpp" in native.wanted(hardware)) is avx512

@@ -26,6 +26,7 @@ from ..data import FedDataset, get_spec, load_dataset
 from ..data.augment import AugmentedImages, training_inputs
 from ..functional import FunctionalModel, prefers_channels_last
 from ..models import MODELS, build_model
+from ..native import fused_conv_on, has_avx512
 from ..partition import Partition, held_out, make_partition, refuse_single_sample_batches
 from .accounting import nbytes, simulated_times, tracked_values
 from .cohort import ClientPlan, earliest_reporters, plan_client, report_delays, sample_clients
@@ -92,8 +93,11 @@ class Simulation:
                                      channels_last=layout == "channels_last" or layout == "auto"
                                      and prefers_channels_last(module, self.device),
                                      cohort_network=cfg.hardware.cohort_network and self.device.type == "cpu",
-                                     onednn=cfg.hardware.onednn, fused_conv=cfg.hardware.fused_conv,
+                                     onednn=cfg.hardware.onednn, fused_conv=fused_conv_on(cfg.hardware.fused_conv),
                                      indexed_rows=cfg.hardware.indexed_rows)
+        if cfg.hardware.fused_conv is None and self.model.cohort is not None:  # a CNN's cohort network, on a CPU
+            log.info("hardware.fused_conv=null resolved to %s (this CPU %s AVX-512)",
+                     str(self.model.fused_conv).lower(), "has" if has_avx512() else "has no")
         params, buffers = self.model.init_params(), self.model.init_buffers()
 
         task = objective.task_class(self.labels) if objective.task_class is not None else None
