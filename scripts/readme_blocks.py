@@ -104,6 +104,21 @@ def measure(repeats: int) -> dict:
             "command": f"python scripts/readme_blocks.py --measure --repeats {repeats}", "kernel_build_s": build}
 
 
+def write_measurement(m: dict) -> None:
+    """The measurement as results/newcomer/first-commands-cpu.json (what the README block reads) and .md."""
+    MEASURED.parent.mkdir(parents=True, exist_ok=True)
+    MEASURED.write_text(json.dumps(m, indent=2) + "\n")
+    rows = "\n".join(f"| {COMMANDS[n][0]} | `{' '.join(['fedrun', *t['args']])}` | {t['seconds']:.1f} | "
+                     f"{t['final_test_acc']:.4f} |" for n, t in m["commands"].items())
+    MEASURED.with_suffix(".md").write_text(
+        f"# The first commands, timed\n\nMade by `{m['command']}` at commit {m['commit']} on {m['date']}, on "
+        f"{m['machine']}: whole processes (start-up, data, training, evaluation, files), wall clock, the median of "
+        f"{m['repeats']}, once set up (`make setup`: kernels built, MNIST fetched). Seed 0, the data each command "
+        f"names.\n\n| command | as run | seconds | final test accuracy |\n|---|---|---|---|\n{rows}\n\n"
+        f"`make setup`'s kernel build took {m['kernel_build_s']:.0f} s on this machine (its own record, "
+        f"fedrun/native.py).\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--measure", action="store_true", help="time the first commands here first")
@@ -111,18 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only say whether README.md is up to date")
     args = parser.parse_args(argv)
     if args.measure:
-        m = measure(args.repeats)
-        MEASURED.parent.mkdir(parents=True, exist_ok=True)
-        MEASURED.write_text(json.dumps(m, indent=2) + "\n")
-        rows = "\n".join(f"| {COMMANDS[n][0]} | `fedrun {' '.join(t['args'])}` | {t['seconds']:.1f} | "
-                         f"{t['final_test_acc']:.4f} |" for n, t in m["commands"].items())
-        MEASURED.with_suffix(".md").write_text(
-            f"# The first commands, timed\n\nMade by `{m['command']}` at commit {m['commit']} on {m['date']}, on "
-            f"{m['machine']}: whole processes (start-up, data, training, evaluation, files), wall clock, the median "
-            f"of {m['repeats']}, once set up (`make setup`: kernels built, MNIST fetched). Seed 0, the data each "
-            f"command names.\n\n| command | as run | seconds | final test accuracy |\n|---|---|---|---|\n{rows}\n\n"
-            f"`make setup`'s kernel build took {m['kernel_build_s']:.0f} s on this machine (its own record, "
-            f"fedrun/native.py).\n")
+        write_measurement(measure(args.repeats))
     text = README.read_text()
     new = render(text)
     if args.check:
