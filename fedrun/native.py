@@ -116,8 +116,10 @@ def _load(source: str):
     finally:
         quiet.setLevel(level)
     took = time.perf_counter() - started
+    record = lib.parent / BUILD_TIME_FILE
     with contextlib.suppress(OSError):
-        (lib.parent / BUILD_TIME_FILE).write_text(f"{took:.1f}\n")
+        if not record.exists():  # the first build's time (not a wait on another process's build, nor a relink)
+            record.write_text(f"{took:.1f}\n")
     log.warning("built fedrun's %s in %.0f s", what, took)
     return module
 
