@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup setup-ray data run lint test test-slow bench bench-addons clean
+.PHONY: setup setup-ray data run lint test test-slow bench bench-scale bench-addons clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ WORKLOADS := softmax576_400,softmax576_1000,svm_mnist_5,lenet5_cifar_100,lenet5_
 ADDONS := herd_svm_mnist,herd_cnn_cifar10,harmonize_cnn_k20,harmonize_perceptron_k1000,gift_lenet5_k40
 bench: setup
 	$(PY) -m fedrun.bench --only $(WORKLOADS) --out results/bench/$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
+
+# cohorts of 1000 clients (the GPU's scale; minutes on a CPU): results/bench/scale-<device>.*
+SCALE := lenet5_cifar_1000,mlp_mnist_1000
+bench-scale: setup
+	$(PY) -m fedrun.bench --only $(SCALE) --out results/bench/scale-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 
 bench-addons: setup
 	$(PY) -m fedrun.bench --only $(ADDONS) --repeats 2 --out results/bench/addons-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json

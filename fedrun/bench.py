@@ -72,6 +72,15 @@ WORKLOADS = [
              32, 5.0),
 ]
 
+# Cohorts of a thousand clients, the GPU's scale (issue-sized on a GPU, minutes on a CPU): timed only when named in
+# --only (`make bench-scale`)
+SCALE_WORKLOADS = [
+    Workload("lenet5_cifar_1000", "GIFT's LeNet-5 at 1000 clients (5 steps, B = 10)", "lenet5", "image", (3, 32, 32),
+             10, 1000, 50, 10),
+    Workload("mlp_mnist_1000", "FedAvg's 2NN (McMahan et al.) at 1000 clients (5 steps, B = 10)", "mlp", "vector",
+             (784,), 10, 1000, 50, 10),
+]
+
 ADDON_WORKLOADS = [  # (workload, add-ons timed on its round)
     (Workload("herd_svm_mnist", "BHerd (SVM-MNIST)", "svm", "image", (1, 28, 28), 10, 5, 12000, 100),
      ("herd",)),
@@ -514,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
         host_memory.keep_freed_memory()
     device = torch.device(args.device)
     chosen = lambda w: not args.only or w.name in args.only.split(",")  # noqa: E731
-    workloads = [quick(w) if args.quick else w for w in WORKLOADS if chosen(w)]
+    named = [w for w in SCALE_WORKLOADS if args.only and chosen(w)]
+    workloads = [quick(w) if args.quick else w for w in [*WORKLOADS, *named] if chosen(w)]
     addon_workloads = [(quick(w) if args.quick else w, a) for w, a in ADDON_WORKLOADS if chosen(w)]
     peak = matmul_peak_gflops(device)
     conv_peak = convolution_peak_gflops(device) if device.type == "cpu" else None

@@ -948,9 +948,26 @@ def test_make_bench_and_make_bench_addons_run_every_workload_of_their_kind():
     bench-addons` the add-ons' table, as committed in results/bench/); a workload added to the bench is run by them."""
     from pathlib import Path
 
-    from fedrun.bench import ADDON_WORKLOADS, WORKLOADS
+    from fedrun.bench import ADDON_WORKLOADS, SCALE_WORKLOADS, WORKLOADS
 
     lists = dict(line.split(" := ") for line in (Path(__file__).parents[1] / "Makefile").read_text().splitlines()
-                 if line.startswith(("WORKLOADS := ", "ADDONS := ")))
+                 if line.startswith(("WORKLOADS := ", "ADDONS := ", "SCALE := ")))
     assert lists["WORKLOADS"].split(",") == [w.name for w in WORKLOADS]
     assert lists["ADDONS"].split(",") == [w.name for w, _ in ADDON_WORKLOADS]
+    assert lists["SCALE"].split(",") == [w.name for w in SCALE_WORKLOADS]
+
+
+@pytest.mark.slow  # a 100-client cohort timed under every executor: most of a minute on 2 cores
+def test_the_thousand_client_workloads_run_only_when_named(tmp_path):
+    """``make bench-scale``'s cohorts (1000 clients of 5 steps; a tenth with --quick) are timed when --only names
+    them, never by a bench that names none."""
+    import json
+
+    from fedrun.bench import SCALE_WORKLOADS, main
+
+    assert main(["--quick", "--only", "mlp_mnist_1000", "--repeats", "1", "--device", "cpu", "--out",
+                 str(tmp_path / "b.json")]) == 0
+    (mlp,) = json.loads((tmp_path / "b.json").read_text())
+    assert mlp["workload"] == "mlp_mnist_1000" and mlp["clients"] == 100
+    assert {w.name for w in SCALE_WORKLOADS} == {"lenet5_cifar_1000", "mlp_mnist_1000"}
+    assert all((w.samples // w.batch, w.clients) == (5, 1000) for w in SCALE_WORKLOADS)
