@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .errors import FedrunError
-from .papers import override_key
+from .overrides import override_key
 from .results import finished_summary
 
 

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .compose import CONF_DIR
 from .errors import ConfigError, FedrunError, OverwriteError, StaleRunError
-from .overrides import check_overrides, check_sweep_jobs
+from .overrides import check_overrides, check_sweep_jobs, override_key
 from .quick_exit import ends_process
 from .resume import choose_run_dir
 from .results import (CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, move_aside,
@@ -81,7 +81,7 @@ def _main(cfg: DictConfig) -> float | None:
         log.debug("%s", traceback.format_exc())
         return None
     if summary["status"] == "interrupted":  # Ctrl-C / SIGTERM stops the sweep, not just this job
-        again = [a for a in sys.argv[1:] if a.split("=", 1)[0].lstrip("+~") not in ("resume", "hydra.sweep.dir")]
+        again = [a for a in sys.argv[1:] if override_key(a) not in ("resume", "hydra.sweep.dir")]
         log.warning("sweep stopped at job %s (checkpointed); continue it with:\n  %s", hc.job.num,
                     shlex.join(["fedrun", *again, f"hydra.sweep.dir={hc.sweep.dir}", "resume=true"]))
         sys.exit(128 + int(summary["signal"]))

@@ -58,6 +58,7 @@ def forget() -> None:
     """Forget the kernels loaded or refused so far: the next use tries again (after a compiler is installed)."""
     _load.cache_clear()
     compiler.cache_clear()
+    _cpu_signature.cache_clear()
 
 
 def _extension_tools():
@@ -199,6 +200,7 @@ def build_failure(error: Exception) -> str:
     return (errors or said or lines or [type(error).__name__])[0][:300]
 
 
+@functools.cache
 def _cpu_signature() -> str:
     """What a kernel's machine code depends on besides its source and compiler: the CPU's instruction sets (it is
     compiled with -march=native, so a cache shared by machines of different CPUs keeps one build per CPU) and torch's

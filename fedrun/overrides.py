@@ -78,6 +78,11 @@ def _flat(node: dict, prefix: str = "") -> list[str]:
     return out
 
 
+def override_key(override: str) -> str:
+    """The key an override sets (``+a.b=1``, ``~a.b``: ``a.b``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def nearest(word: str, choices) -> str:
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
     return f" Did you mean {match[0]}?" if match else ""

@@ -18,6 +18,7 @@ import pandas as pd
 import yaml
 
 from .errors import ConfigError
+from .overrides import override_key
 
 PAPER_DIR = Path(__file__).resolve().parent.parent / "paper"  # $FEDRUN_PAPERS names another folder (tests)
 PRESET = "preset"  # the pseudo grid key naming which of an artefact's presets a run belongs to
@@ -303,6 +304,3 @@ def is_sweep(override: str) -> bool:
     key = override.split("=", 1)[0]
     return not key.startswith("hydra") and OverridesParser.create().parse_override(override).is_sweep_override()
 
-
-def override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")

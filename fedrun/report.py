@@ -116,7 +116,7 @@ def summarize(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     complete = status.isin(COMPLETE)
     work.loc[~complete, VALUE_COLUMNS] = np.nan
     work["_finished"] = (status == "finished").astype(int)
-    work["_seed"] = work["seed"].where(complete) if "seed" in work else complete.where(complete)
+    work["_seed"] = work.get("seed", pd.Series(0, index=work.index)).where(complete)  # no seed column: one seed
     grouped = work.groupby(by, dropna=False, sort=True) if by else work.assign(group="all runs").groupby("group")
     table = grouped[VALUE_COLUMNS].agg(["mean", "std"])
     table.columns = [f"{a}_{b}" for a, b in table.columns]

@@ -18,14 +18,11 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
+from .overrides import override_key
 from .results import CONFIG_FILE, SUMMARY_FILE, config_differences
 
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"  # Hydra's record of a run's command-line overrides
 _OWN_KEYS = ("resume", "overwrite", "hydra.run.dir")  # the resume command sets these itself
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def resume_command(run_dir: str | Path) -> str:
@@ -35,7 +32,7 @@ def resume_command(run_dir: str | Path) -> str:
     run_dir = Path(run_dir)
     recorded = run_dir / OVERRIDES_FILE
     overrides = (yaml.safe_load(recorded.read_text()) or []) if recorded.exists() else []
-    kept = [str(o) for o in overrides if _key(str(o)) not in _OWN_KEYS]
+    kept = [str(o) for o in overrides if override_key(str(o)) not in _OWN_KEYS]
     return shlex.join(["fedrun", *kept, f"hydra.run.dir={run_dir}", "resume=true"])
 
 
@@ -99,7 +96,7 @@ def run_dir_root(pattern: str) -> Path | None:
     """The folder a ``hydra.run.dir`` pattern makes run directories in (``outputs`` for ``outputs/${now:...}/...``),
     or None when the pattern names one fixed directory."""
     parts = Path(pattern).parts
-    fixed = [p for p in parts[:next((i for i, p in enumerate(parts) if "${" in p), len(parts))]]
+    fixed = list(parts[:next((i for i, p in enumerate(parts) if "${" in p), len(parts))])
     if len(fixed) == len(parts):
         return None
     return Path(*fixed) if fixed else Path(".")
@@ -115,11 +112,11 @@ def choose_run_dir(args: list[str]) -> list[str]:
     from .errors import ConfigError
 
     words = [a for a in args if "=" in a and not a.startswith("-")]
-    if not any(_key(w) == "resume" for w in words):
+    if not any(override_key(w) == "resume" for w in words):
         return args
     sweep = bool({"-m", "--multirun"} & set(args))
     named = "hydra.sweep.dir" if sweep else "hydra.run.dir"
-    if any(_key(w) == named for w in words):
+    if any(override_key(w) == named for w in words):
         return args
     from hydra.core.override_parser.overrides_parser import OverridesParser
 

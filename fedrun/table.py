@@ -32,7 +32,8 @@ from pathlib import Path
 
 from . import measures
 from .errors import FedrunError
-from .papers import Artefact, artefacts, grid, is_sweep, outline, override_key, preset_config
+from .overrides import override_key
+from .papers import Artefact, artefacts, grid, is_sweep, outline, preset_config
 from .table_summary import FIXTURE_FILE, SUMMARY_FILE, collect, write
 
 
@@ -134,9 +135,8 @@ def committed_table_differs(out: Path, name: str, found) -> list[str]:
     text = table.read_text()
     seeds = re.search(r"over (?:seeds|repeats) (\[[^\]]*\]|–)", text)
     commits = re.search(r"made at commit ([^;]+);", text)
-    csv = out / f"{name}.csv"
-    rounds = (sorted({int(r) for r in pd.read_csv(csv)["rounds"].dropna()}) if csv.exists() and "rounds" in
-              pd.read_csv(csv, nrows=0).columns else None)
+    csv = pd.read_csv(out / f"{name}.csv") if (out / f"{name}.csv").exists() else pd.DataFrame()
+    rounds = sorted({int(r) for r in csv["rounds"].dropna()}) if "rounds" in csv else None
     here_seeds = str(sorted({int(v) for v in found["seed"].dropna()}) or "–")
     here_rounds = sorted({int(r) for r in found["rounds"].dropna()}) if "rounds" in found else None
     made = {str(c) for summary in found.get("summary", []) if summary
