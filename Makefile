@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 setup: $(STAMP)
-	$(PY) -m fedrun.native
+	$(PY) -m fedrun.model.native.build
 
 # Ray for hydra/launcher=ray_cluster (big; only the slow tests and Ray users need it)
 setup-ray: setup
@@ -39,15 +39,15 @@ test-slow: data setup-ray
 WORKLOADS := softmax576_400,softmax576_1000,svm_mnist_5,lenet5_cifar_100,lenet5_mnist_10,cnn_fedgh_20,mlp_synthetic_100
 ADDONS := herd_svm_mnist,herd_cnn_cifar10,harmonize_cnn_k20,harmonize_perceptron_k1000,gift_lenet5_k40
 bench: setup
-	$(PY) -m fedrun.bench --only $(WORKLOADS) --out results/bench/$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
+	$(PY) -m fedrun.bench.workloads --only $(WORKLOADS) --out results/bench/$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 
 # cohorts of 1000 clients (the GPU's scale; minutes on a CPU): results/bench/scale-<device>.*
 SCALE := lenet5_cifar_1000,mlp_mnist_1000
 bench-scale: setup
-	$(PY) -m fedrun.bench --only $(SCALE) --out results/bench/scale-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
+	$(PY) -m fedrun.bench.workloads --only $(SCALE) --out results/bench/scale-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 
 bench-addons: setup
-	$(PY) -m fedrun.bench --only $(ADDONS) --repeats 2 --out results/bench/addons-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
+	$(PY) -m fedrun.bench.workloads --only $(ADDONS) --repeats 2 --out results/bench/addons-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

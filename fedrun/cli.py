@@ -23,22 +23,22 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from .compose import CONF_DIR
-from .errors import ConfigError, FedrunError, OverwriteError, StaleRunError
-from .overrides import check_overrides, check_sweep_jobs, override_key
-from .quick_exit import ends_process
-from .resume import choose_run_dir
-from .results import (CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, move_aside,
-                      write_json)
-from .startup import hold_collector
-from .sweeps import FAILED_JOBS
+from fedrun.config.compose import CONF_DIR
+from fedrun.errors import ConfigError, FedrunError, OverwriteError, StaleRunError
+from fedrun.config.overrides import check_overrides, check_sweep_jobs, override_key
+from fedrun.process.quick_exit import ends_process
+from fedrun.rundir.resume import choose_run_dir
+from fedrun.rundir.files import (CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, move_aside,
+                                 write_json)
+from fedrun.process.startup import hold_collector
+from fedrun.rundir.sweeps import FAILED_JOBS
 
 log = logging.getLogger("fedrun")
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _main(cfg: DictConfig) -> float | None:
-    from .engine.experiment import run_experiment  # torch and the engine: not for --help or a refused override
+    from fedrun.engine.experiment import run_experiment  # torch and the engine: not for --help or a refused override
 
     hold_collector()  # a sweep's next job starts again
     hc = HydraConfig.get()
@@ -104,7 +104,7 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
     sibling folder ``<dir>.previous-<time>``, never deleted). A failed run without checkpoints is moved aside the
     same way and the new run starts, and so is a run that ``resume=true`` cannot continue because it wrote no
     checkpoint (killed before its first)."""
-    from .checkpoint import checkpoints
+    from fedrun.rundir.checkpoint import checkpoints
 
     summary_file = run_dir / SUMMARY_FILE
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
@@ -137,7 +137,7 @@ def app_help(args: list[str]) -> str:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from .overrides import group_options
+    from fedrun.config.overrides import group_options
 
     GlobalHydra.instance().clear()
     try:
@@ -157,7 +157,7 @@ def app_help(args: list[str]) -> str:
 
 
 def main() -> None:
-    hold_collector()  # until the run is built (fedrun/startup.py)
+    hold_collector()  # until the run is built (fedrun/process/startup.py)
     if {"--help", "-h"} & set(sys.argv[1:]):
         print(app_help(sys.argv[1:]))
         return

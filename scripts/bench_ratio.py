@@ -1,7 +1,7 @@
-"""Two runs of ``python -m fedrun.bench`` side by side: each workload's auto executor time and GFLOP/s in both, and
-their ratio, and each add-on's time (BHerd's herding, FedGH, DGT, GIFT's schedule) in both (issue #27's targets are
-ratios over the starting commit, or over another setting such as ``--host-memory system``, which is process-wide
-and so needs a bench run of its own).
+"""Two runs of ``python -m fedrun.bench.workloads`` side by side: each workload's auto executor time and GFLOP/s in
+both, and their ratio, and each add-on's time (BHerd's herding, FedGH, DGT, GIFT's schedule) in both (issue #27's
+targets are ratios over the starting commit, or over another setting such as ``--host-memory system``, which is
+process-wide and so needs a bench run of its own).
 
     python scripts/bench_ratio.py BASE.json THIS.json [--base-label L] [--this-label L] [--out FILE.md]
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for path in (args.base, args.this):
         if not path.exists():
-            parser.error(f"{path}: no such bench output; make one with `python -m fedrun.bench --out {path}`")
+            parser.error(f"{path}: no such bench output; make one with `python -m fedrun.bench.workloads --out {path}`")
     base, this = load(args.base), load(args.this)
     base_addons, this_addons = load_addons(args.base), load_addons(args.this)
     shared, shared_addons = set(base) & set(this), set(base_addons) & set(this_addons)
@@ -77,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     command = "python scripts/bench_ratio.py " + " ".join(argv if argv is not None else sys.argv[1:])
     tables = ([table(base, this, args.base_label, args.this_label)] if shared else []) + (
         [addon_table(base_addons, this_addons, args.base_label, args.this_label)] if shared_addons else [])
-    text = (f"# fedrun.bench: {args.this_label} against {args.base_label}\n\nMade by `{command}` from two bench runs "
-            f"taken back to back on one machine:\n\n- {args.base_label}: {describe(base or base_addons, args.base)}\n"
+    text = (f"# fedrun.bench.workloads: {args.this_label} against {args.base_label}\n\nMade by `{command}` "
+            f"from two bench runs taken back to back on one machine:\n\n"
+            f"- {args.base_label}: {describe(base or base_addons, args.base)}\n"
             f"- {args.this_label}: {describe(this or this_addons, args.this)}\n\n" + "\n".join(tables))
     print(text)
     if args.out:

@@ -37,9 +37,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from fedrun.checkpoint import load_latest  # noqa: E402
-from fedrun import batch  # noqa: E402
-from fedrun.table_summary import provenance  # noqa: E402
+from fedrun.rundir.checkpoint import load_latest  # noqa: E402
+from fedrun.papers import job_lists as batch  # noqa: E402
+from fedrun.papers.table_summary import provenance  # noqa: E402
 
 READINGS = {  # name -> (overrides, what it is)
     "case1": (["partition=case1"], "Case 1: IID"),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedrun import batch
-from fedrun.table_summary import provenance
+from fedrun.papers import job_lists as batch
+from fedrun.papers.table_summary import provenance
 
 VARIANTS = {  # name -> (overrides, what it changes)
     "preset": ([], "the preset: prototype-system SVM, pixels in [0, 1]"),

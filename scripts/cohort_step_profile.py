@@ -3,12 +3,12 @@
     python scripts/cohort_step_profile.py [--clients 1,10] [--steps 30] [--unfused] [--out results/bench/X.md]
 
 For each cohort size K it builds the default experiment's model (``make run``: LeNet-5 on MNIST-shaped images,
-B = 64) as a run does, times the vmap executor's step (the cohort network, fedrun/cohort_network.py; K = 1: the
+B = 64) as a run does, times the vmap executor's step (the cohort network, fedrun/model/cohort_network.py; K = 1: the
 step a lone client takes at a cohort's tail) by the wall clock, then runs the same steps under ``torch.profiler``
 and sums each operator's own CPU time (its children left out) per step. A convolution's rows carry its GFLOP/s
 (forward, or what its backward computes: the input gradient, the weight gradient or both), the FLOPs from its
-shapes; so do the fused first layer's (fedrun/fused_conv.py: its convolution at every output position, and the
-weight gradient). ``--unfused``: with ``hardware.fused_conv=false`` (a lone client then takes the plain step). The
+shapes; so do the fused first layer's (fedrun/model/native/fused_conv.py: its convolution at every output position, and
+the weight gradient). ``--unfused``: with ``hardware.fused_conv=false`` (a lone client then takes the plain step). The
 profiler's own overhead makes the operators' sum exceed the step's wall time; the shares are of that sum. Random
 images and labels; the weights as the run initialises them.
 """
@@ -21,7 +21,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from fedrun.results import git_commit
+from fedrun.rundir.files import git_commit
 from step_costs import best_us
 
 B = 64
@@ -51,7 +51,7 @@ def lenet5_step(k: int, fused: bool = True):
 
     from fedrun.algorithms.base import ClientContext
     from fedrun.algorithms.schema import make
-    from fedrun.compose import compose_config
+    from fedrun.config.compose import compose_config
     from fedrun.engine import tree
     from fedrun.engine.simulation import Simulation
 
@@ -126,7 +126,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from fedrun.bench import device_name
+    from fedrun.bench.workloads import device_name
 
     lines = ["# Where a LeNet-5 cohort step's time goes (issue #27)", "",
              f"Made by `python scripts/cohort_step_profile.py --clients {args.clients} --steps {args.steps}"

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrun import batch
-from fedrun.table_summary import provenance
+from fedrun.papers import job_lists as batch
+from fedrun.papers.table_summary import provenance
 
 VARIANTS = {"base": ["algo/harmonizer=none"], "DGT": ["algo/harmonizer=dgt"],
             "control": ["algo/harmonizer=dgt", "algo.harmonizer.mode=norm_only"]}

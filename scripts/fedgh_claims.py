@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrun.papers import papers  # noqa: E402
-from fedrun import batch  # noqa: E402
-from fedrun.table_summary import provenance  # noqa: E402
+from fedrun.papers.artefacts import papers  # noqa: E402
+from fedrun.papers import job_lists as batch  # noqa: E402
+from fedrun.papers.table_summary import provenance  # noqa: E402
 
 
 

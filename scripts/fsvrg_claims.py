@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrun import batch
-from fedrun.table_summary import provenance
+from fedrun.papers import job_lists as batch
+from fedrun.papers.table_summary import provenance
 
 METHODS = {  # name -> overrides of experiment=fsvrg_mnist
     "MA-FSVRG (eq. 64 as printed)": ["algo=mafsvrg", "algo.bank.form=paper"],

@@ -47,8 +47,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from fedrun import batch  # noqa: E402
-from fedrun.table_summary import provenance  # noqa: E402
+from fedrun.papers import job_lists as batch  # noqa: E402
+from fedrun.papers.table_summary import provenance  # noqa: E402
 
 STAGNATION = "gift_stagnation_lenet5_fashion_mnist"
 TWO_CLIENTS = "gift_stagnation_two_clients_mnist"

@@ -3,9 +3,10 @@
     python scripts/indexed_rows_shapes.py [--repeats 5] [--out results/bench/X.md]
 
 For each shape (a model of one Linear layer, its input width and classes, the cohort, the minibatch) it builds the
-workload as ``python -m fedrun.bench`` does (random inputs and labels from seed 0; one round of local SGD, E = 1)
-and times the vmap executor's round with ``hardware.indexed_rows`` on (the compiled kernel, fedrun/indexed_rows.py)
-and off (the minibatch gathered), interleaved as the bench interleaves its executors: each one's best round.
+workload as ``python -m fedrun.bench.workloads`` does (random inputs and labels from seed 0; one round of local SGD, E =
+1) and times the vmap executor's round with ``hardware.indexed_rows`` on (the compiled kernel,
+fedrun/model/native/indexed_rows.py) and off (the minibatch gathered), interleaved as the bench interleaves its
+executors: each one's best round.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from fedrun.results import git_commit
+from fedrun.rundir.files import git_commit
 
 SHAPES = [  # (name, model, input shape, classes, clients, samples per client, minibatch, why)
     ("svm_mnist_5", "svm", (1, 28, 28), 10, 5, 12000, 100, "BHerd's SVM cohort (the bench's workload)"),
@@ -36,9 +37,9 @@ def time_shape(name, model_name, shape, classes, clients, samples, batch, repeat
     import torch
 
     from fedrun.algorithms.schema import make
-    from fedrun.bench import Workload, setup, time_rounds
+    from fedrun.bench.workloads import Workload, setup, time_rounds
     from fedrun.engine.executor import VmapExecutor
-    from fedrun.functional import FunctionalModel
+    from fedrun.model.functional import FunctionalModel
 
     w = Workload(name, "", model_name, "vector" if len(shape) == 1 else "image", shape, classes, clients, samples,
                  batch)
@@ -59,13 +60,14 @@ def main(argv: list[str] | None = None) -> None:
     command = "python scripts/indexed_rows_shapes.py " + " ".join(argv if argv is not None else sys.argv[1:])
     import torch
 
-    from fedrun.bench import device_name
+    from fedrun.bench.workloads import device_name
 
     lines = ["# A one-layer model's step on its rows in place, across shapes (issue #27)", "",
              f"Made by `{command.strip()}` at commit {git_commit()} on "
              f"{time.strftime('%Y-%m-%d', time.gmtime())} on {device_name(torch.device('cpu'))}: one round of local "
              "SGD (E = 1) on random inputs and labels from seed 0, under the vmap executor, with "
-             "hardware.indexed_rows=true (rows in place: fedrun/indexed_rows.py) and false (the minibatch gathered), "
+             "hardware.indexed_rows=true (rows in place: fedrun/model/native/indexed_rows.py) and false (the minibatch "
+             "gathered), "
              "interleaved; each one's best round.", "",
              "| shape | what | model | inputs | classes | clients | B | gathered s | in place s | speed-up |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -159,7 +159,7 @@ def data_overrides(root: Path, features: int, classes: int) -> list[str]:
 def warm_cache(root: Path, features: int, classes: int) -> None:
     """fedrun parses LEAF JSON once and keeps the arrays (``<root>/leaf/synthetic/data/cache``): done here, before
     the pairs, as FL-bench's generator partitions once before its runs."""
-    from fedrun.compose import compose_config
+    from fedrun.config.compose import compose_config
     from fedrun.data import load_dataset
 
     load_dataset(compose_config(data_overrides(root, features, classes)).data)
@@ -167,7 +167,7 @@ def warm_cache(root: Path, features: int, classes: int) -> None:
 
 def sampling_stream(clients: int, rounds: int, seed: int) -> list[list[int]]:
     """fedrun's client-sampling sequence (rounds 1..R), which FL-bench is handed."""
-    from fedrun.engine.cohort import sample_clients
+    from fedrun.engine.sampling import sample_clients
 
     per_round = max(1, int(clients * FRACTION))
     return [sample_clients(clients, per_round, seed, r).tolist() for r in range(1, rounds + 1)]
@@ -216,7 +216,7 @@ def final_accuracy(tool: str, record: dict, out: Path) -> float:
 
 
 def markdown(results: dict, args, command: str) -> str:
-    from fedrun.results import git_commit
+    from fedrun.rundir.files import git_commit
 
     rows = ["| clients | tool | whole process (s) | per round, training (s) | per round with evaluation (s) | "
             "final accuracy % | peak memory (MB) |", "|---|---|---|---|---|---|---|"]

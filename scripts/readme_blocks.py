@@ -35,8 +35,8 @@ COMMANDS = {  # name: (what the README calls it, the fedrun arguments)
 
 def groups_block() -> str:
     """Every config group, its default and its options, as ``fedrun --help`` lists them (conf/)."""
-    from fedrun.compose import CONF_DIR
-    from fedrun.overrides import group_options
+    from fedrun.config.compose import CONF_DIR
+    from fedrun.config.overrides import group_options
 
     top = yaml.safe_load((Path(CONF_DIR) / "config.yaml").read_text())
     defaults = {k: v for d in top["defaults"] if isinstance(d, dict) for k, v in d.items()}
@@ -82,9 +82,9 @@ def render(text: str) -> str:
 def measure(repeats: int) -> dict:
     import torch
 
-    from fedrun import native
-    from fedrun.bench import device_name
-    from fedrun.results import git_commit
+    from fedrun.model.native import build as native
+    from fedrun.bench.workloads import device_name
+    from fedrun.rundir.files import git_commit
 
     out = {}
     with tempfile.TemporaryDirectory() as work:
@@ -116,7 +116,7 @@ def write_measurement(m: dict) -> None:
         f"{m['repeats']}, once set up (`make setup`: kernels built, MNIST fetched). Seed 0, the data each command "
         f"names.\n\n| command | as run | seconds | final test accuracy |\n|---|---|---|---|\n{rows}\n\n"
         f"`make setup`'s kernel build took {m['kernel_build_s']:.0f} s on this machine (its own record, "
-        f"fedrun/native.py).\n")
+        f"fedrun/model/native/build.py).\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from fedrun.results import git_commit
+from fedrun.rundir.files import git_commit
 from startup_bench import REPO
 
 COMMON = ["data=digits", "fl.num_clients=6", "fl.clients_per_round=4", "fl.rounds=4", "progress=false",

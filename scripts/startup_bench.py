@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fedrun.results import git_commit
+from fedrun.rundir.files import git_commit
 
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = {

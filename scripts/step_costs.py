@@ -54,8 +54,8 @@ def two_nn():
     """The 2NN as fedrun builds it (``model=mlp`` with two hidden layers of 200), as a FunctionalModel."""
     import torch
 
-    from fedrun.functional import FunctionalModel
-    from fedrun.models import CROSS_ENTROPY, Flatten
+    from fedrun.model.functional import FunctionalModel
+    from fedrun.model.zoo import CROSS_ENTROPY, Flatten
 
     layers = [Flatten()]
     for a, b in zip(TWO_NN[:-2], TWO_NN[1:-1]):
@@ -100,9 +100,9 @@ def worker(mode: str) -> dict[str, float]:
         from fedrun.engine.host_memory import keep_freed_memory
 
         assert keep_freed_memory(), "glibc's mallopt is needed for host_memory=keep"
-    from fedrun.compose import option
-    from fedrun.functional import FunctionalModel
-    from fedrun.models import build_model
+    from fedrun.config.compose import option
+    from fedrun.model.functional import FunctionalModel
+    from fedrun.model.zoo import build_model
 
     out = {}
     model = two_nn()
@@ -146,9 +146,9 @@ def grouped(x, weights):
 def cohort_costs() -> dict[str, float]:
     import torch
 
-    from fedrun.compose import option
-    from fedrun.functional import FunctionalModel
-    from fedrun.models import build_model
+    from fedrun.config.compose import option
+    from fedrun.model.functional import FunctionalModel
+    from fedrun.model.zoo import build_model
 
     out = {}
     for name, (c, o, hw) in {"conv1 (3 -> 6, 32x32)": (3, 6, 32), "conv2 (6 -> 16, 14x14)": (6, 16, 14)}.items():
@@ -189,7 +189,7 @@ def layer_costs(module, images) -> dict[str, float]:
     channels-last strides: forward, and forward and backward."""
     import torch
 
-    from fedrun.functional import channels_last
+    from fedrun.model.functional import channels_last
 
     out, h = {}, channels_last(images)
     for i, layer in enumerate(module):
@@ -211,7 +211,7 @@ def layer_costs(module, images) -> dict[str, float]:
 
 
 def markdown(runs: dict[str, list[dict]], command: str, pairs: int) -> str:
-    from fedrun.results import git_commit
+    from fedrun.rundir.files import git_commit
 
     rows = ["| measure | host_memory=system | host_memory=keep | system / keep |", "|---|---|---|---|"]
     for key in runs["system"][0]:

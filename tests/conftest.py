@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fedrun.compose import compose_config
+from fedrun.config.compose import compose_config
 from fedrun.data import DATASETS, DatasetSpec, FedDataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ def without_a_compiler():
     load again after it."""
     from torch.utils import cpp_extension
 
-    from fedrun import native
+    from fedrun.model.native import build as native
 
     def no_compiler(*args, **kwargs):
         raise RuntimeError("Error building extension: g++: command not found")

@@ -1,10 +1,10 @@
-"""Start-up notes (fedrun/advice.py): BHerd's E/alpha step said in one line where it is likely to surprise."""
+"""Start-up notes (fedrun/config/advice.py): BHerd's E/alpha step said in one line where it is likely to surprise."""
 
 from __future__ import annotations
 
 import logging
 
-from fedrun.advice import preset_steps, selected_step_note
+from fedrun.config.advice import preset_steps, selected_step_note
 from fedrun.engine.experiment import run_experiment
 
 

@@ -5,16 +5,9 @@ import torch
 from omegaconf import OmegaConf
 from torchvision.transforms import AutoAugment
 
-from fedrun.config import validate
-from fedrun.data.augment import (
-    POLICIES,
-    AugmentedImages,
-    AutoAugmentBatch,
-    hash32,
-    minibatch,
-    step_key,
-    torchvision_policy,
-)
+from fedrun.config.checks import validate
+from fedrun.data.augment import (POLICIES, AugmentedImages, AutoAugmentBatch, hash32, minibatch, step_key,
+                                 torchvision_policy)
 from fedrun.data.base import scale_images
 from fedrun.data.fixtures import write_cifar
 from fedrun.errors import ConfigError

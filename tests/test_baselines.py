@@ -9,12 +9,12 @@ from fedrun.algorithms import build_algorithm
 from fedrun.algorithms.base import ClientContext
 from fedrun.algorithms.local_sgd import decorrelation_loss
 from fedrun.algorithms.schema import make
-from fedrun.compose import option
-from fedrun.config import validate
+from fedrun.config.compose import option
+from fedrun.config.checks import validate
 from fedrun.engine.simulation import Simulation
 from fedrun.errors import ConfigError
-from fedrun.functional import FunctionalModel
-from fedrun.models import build_model
+from fedrun.model.functional import FunctionalModel
+from fedrun.model.zoo import build_model
 
 SMALL = ["data=digits", "model=mlp", "fl.clients_per_round=4", "fl.batch_size=32", "hardware.executor=loop"]
 PRESETS = ["fedavg", "centralized", "fedprox", "scaffold", "feddyn", "fednova", "fedavgm", "fedadam", "fedyogi",

@@ -1,5 +1,5 @@
-"""A script's runs as ``fedrun -m`` sweeps (fedrun/batch.py): the grids cover the jobs exactly once, each job lands in
-the folder the script reads it from, finished runs are reused and never passed off for another config."""
+"""A script's runs as ``fedrun -m`` sweeps (fedrun/papers/job_lists.py): the grids cover the jobs exactly once, each job
+lands in the folder the script reads it from, finished runs are reused and never passed off for another config."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedrun import batch
+from fedrun.papers import job_lists as batch
 from fedrun.errors import FedrunError, StaleRunError
 
 BASE = ["data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=2"]

@@ -11,7 +11,7 @@ from conftest import load_script
 
 def _records(path: Path, times: dict[str, float], commit: str) -> Path:
     path.write_text(json.dumps([{"workload": w, "auto_s": t, "gflops": 1 / t, "matmul_peak_gflops": 200.0,
-                                 "command": "python -m fedrun.bench", "machine": {"git_commit": commit}}
+                                 "command": "python -m fedrun.bench.workloads", "machine": {"git_commit": commit}}
                                 for w, t in times.items()] + [{"workload": "addon", "train_s": 1.0}]))
     return path
 
@@ -33,7 +33,7 @@ def test_a_missing_run_is_refused_with_how_to_make_it(tmp_path, capsys):
     ratio = load_script("bench_ratio")
     with pytest.raises(SystemExit):
         ratio.main([str(tmp_path / "nope.json"), str(tmp_path / "nope2.json")])
-    assert "python -m fedrun.bench --out" in capsys.readouterr().err
+    assert "python -m fedrun.bench.workloads --out" in capsys.readouterr().err
 
 
 def test_add_on_times_are_joined_by_workload_and_add_on(tmp_path):
@@ -43,7 +43,7 @@ def test_add_on_times_are_joined_by_workload_and_add_on(tmp_path):
 
     def addons(path: Path, fedgh: float, commit: str) -> Path:
         path.write_text(json.dumps([{"workload": "harmonize_k1000", "addons": ["fedgh", "dgt"], "train_s": 0.012,
-                                     "fedgh_s": fedgh, "dgt_s": 0.01, "command": "python -m fedrun.bench",
+                                     "fedgh_s": fedgh, "dgt_s": 0.01, "command": "python -m fedrun.bench.workloads",
                                      "machine": {"git_commit": commit}}]))
         return path
 

@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 import torch
 
-import fedrun.results
+import fedrun.rundir.files
 from fedrun.algorithms import PARTS
-from fedrun.checkpoint import checkpoints, load_latest, save_checkpoint
+from fedrun.rundir.checkpoint import checkpoints, load_latest, save_checkpoint
 from fedrun.engine.experiment import run_experiment
 from fedrun.errors import ConfigError
-from fedrun.table_summary import provenance
-from fedrun.results import finished_summary
+from fedrun.papers.table_summary import provenance
+from fedrun.rundir.files import finished_summary
 
 ALGOS = {
     "fedavg": ["algo=fedavg"],
@@ -152,7 +152,7 @@ def test_a_resumed_runs_summary_names_every_commit_that_computed_it_and_their_ti
     """A run extended at another commit says both (results tables cite them); its total wall time adds the earlier
     rounds' time. Checkpoints written before they recorded commits take them from the run's summary.json."""
     def run(commit: str, rounds: int, run_dir: Path, *extra: str) -> dict:
-        monkeypatch.setattr(fedrun.results, "git_commit", lambda: commit)
+        monkeypatch.setattr(fedrun.rundir.files, "git_commit", lambda: commit)
         return run_experiment(cfg_factory(*BASE, f"fl.rounds={rounds}", *extra), run_dir)
 
     first = run("aaa", 5, tmp_path / "new")
@@ -211,10 +211,11 @@ def test_resume_refuses_a_checkpoint_of_another_experiment(tmp_path, cfg_factory
 def test_resume_accepts_a_run_made_before_a_setting_existed(tmp_path, cfg_factory, monkeypatch):
     """A setting fedrun adds after a run was made changes the config's fingerprint but nothing the run computed."""
     run_experiment(cfg_factory(*BASE, "fl.rounds=3"), tmp_path)
-    import fedrun.checkpoint
+    import fedrun.rundir.checkpoint
 
-    real = fedrun.checkpoint.config_fingerprint
-    monkeypatch.setattr(fedrun.checkpoint, "config_fingerprint", lambda cfg, rounds=None: "new" + real(cfg, rounds))
+    real = fedrun.rundir.checkpoint.config_fingerprint
+    monkeypatch.setattr(fedrun.rundir.checkpoint, "config_fingerprint",
+                        lambda cfg, rounds=None: "new" + real(cfg, rounds))
     summary = run_experiment(cfg_factory(*BASE, "fl.rounds=5", "resume=true"), tmp_path)
     assert summary["status"] == "finished" and summary["extended_from_rounds"] == 3
 

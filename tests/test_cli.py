@@ -11,7 +11,7 @@ import wandb_reader
 from conftest import REPO, run_cli
 
 from fedrun.engine.experiment import run_experiment
-from fedrun.results import BASE_COLUMNS
+from fedrun.rundir.files import BASE_COLUMNS
 
 SMALL = ["data=digits", "model=logreg", "fl.rounds=3", "progress=false"]
 
@@ -105,7 +105,7 @@ def test_sweep_records_a_failed_job_goes_on_and_a_resubmission_runs_only_what_is
     again = run_cli(*args, cwd=tmp_path, check=False)
     assert (sweep / "0" / "summary.json").stat().st_mtime_ns == finished_at  # not run again
     assert "already holds a finished run; skipped" in again.stdout + again.stderr and again.returncode == 1
-    from fedrun.report import main as report_main
+    from fedrun.rundir.report import main as report_main
 
     assert report_main([str(sweep), "--out", str(tmp_path / "report")]) == 0
     report = (tmp_path / "report" / "report.md").read_text()
@@ -140,9 +140,9 @@ def test_a_setting_that_changes_results_makes_a_finished_run_stale_and_one_that_
     """A sweep's job over a finished run made with another hardware.dtype (or tf32, deterministic) is another run,
     refused with the setting named; another thread count, executor or logger is the same run, skipped; resuming it
     in float64 is refused as another experiment."""
-    from fedrun.compose import compose_config
+    from fedrun.config.compose import compose_config
     from fedrun.errors import ConfigError, StaleRunError
-    from fedrun.results import finished_summary
+    from fedrun.rundir.files import finished_summary
 
     base = ["data=digits", "model=logreg", "fl.rounds=1", "fl.num_clients=2", "fl.clients_per_round=2"]
     run_experiment(compose_config(base), tmp_path)
@@ -256,8 +256,8 @@ def test_help_and_refused_overrides_import_neither_torch_nor_scikit_learn():
     import subprocess
     import sys
 
-    code = ("import sys; from fedrun.cli import app_help; from fedrun.compose import CONF_DIR; "
-            "from fedrun.overrides import check_overrides; app_help(['algo=bherd']); "
+    code = ("import sys; from fedrun.cli import app_help; from fedrun.config.compose import CONF_DIR; "
+            "from fedrun.config.overrides import check_overrides; app_help(['algo=bherd']); "
             "assert check_overrides(['fl.rond=3'], CONF_DIR); "
             "assert not {'torch', 'numpy'} & set(sys.modules), 'imported'; "
             "from fedrun.data.digits import load; load(None, None); assert 'sklearn' not in sys.modules, 'sklearn'")
@@ -305,7 +305,7 @@ def test_a_source_tree_copied_without_git_records_the_commit_its_sender_names(tm
     import sys
 
     shutil.copytree(REPO / "fedrun", tmp_path / "fedrun", ignore=shutil.ignore_patterns("__pycache__"))
-    ask = [sys.executable, "-c", "from fedrun.results import git_commit; print(git_commit())"]
+    ask = [sys.executable, "-c", "from fedrun.rundir.files import git_commit; print(git_commit())"]
 
     def commit(where, named):
         env = {k: v for k, v in os.environ.items() if k != "FEDRUN_COMMIT"} | {"PYTHONPATH": str(where)}
@@ -323,7 +323,7 @@ def test_a_commit_is_dirty_for_changed_code_not_for_rewritten_results(tmp_path):
     the commit's, so no ``-dirty``; a changed source file is."""
     import subprocess
 
-    from fedrun.results import git_commit
+    from fedrun.rundir.files import git_commit
 
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,

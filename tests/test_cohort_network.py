@@ -1,4 +1,4 @@
-"""A Sequential CNN's cohort as one network (fedrun/cohort_network.py): each client's loss and gradient as its own
+"""A Sequential CNN's cohort as one network (fedrun/model/cohort_network.py): each client's loss and gradient as its own
 step gives them, and which models qualify."""
 
 import subprocess
@@ -10,9 +10,9 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from fedrun.cohort_network import cohort_layers, side_by_side, stacked_linear
-from fedrun.functional import FunctionalModel
-from fedrun.models import CROSS_ENTROPY, IGNORE, Flatten, build_model
+from fedrun.model.cohort_network import cohort_layers, side_by_side, stacked_linear
+from fedrun.model.functional import FunctionalModel
+from fedrun.model.zoo import CROSS_ENTROPY, IGNORE, Flatten, build_model
 
 
 
@@ -103,8 +103,8 @@ def test_a_convolutions_bias_before_a_max_pooling_is_added_after_it(monkeypatch)
 def test_the_cohorts_backward_does_not_import_torchs_symbolic_shapes():
     """Autograd checks a given output gradient's shape with torch.fx's symbolic shapes, whose first import costs
     a part of a run's first round; the cohort's backward starts from a scalar instead."""
-    code = ("import sys, torch; from omegaconf import OmegaConf; from fedrun.models import build_model; "
-            "from fedrun.functional import FunctionalModel; "
+    code = ("import sys, torch; from omegaconf import OmegaConf; from fedrun.model.zoo import build_model; "
+            "from fedrun.model.functional import FunctionalModel; "
             "m, o = build_model(OmegaConf.create({'name': 'lenet5'}), 'image', (1, 28, 28), 10); "
             "fm = FunctionalModel(m, o, cohort_network=True); w = fm.init_params().repeat(2, 1); "
             "loss, g = fm.loss_and_grad(w, {}, torch.rand(2, 4, 1, 28, 28), torch.randint(0, 10, (2, 4))); "
@@ -136,7 +136,7 @@ def test_a_stacked_linear_layers_written_out_backward_equals_autograds(outputs, 
     equal autograd's through each client's own product (float64: to its rounding; float32, where the weights'
     gradient is written into its part of a flat gradient by the compiled row sums: to float32's); that part written in
     place, the clients d apart; without it, the weights' gradient contiguous."""
-    from fedrun.cohort_network import _StackedLinear
+    from fedrun.model.cohort_network import _StackedLinear
 
     torch.manual_seed(1)
     h = torch.randn(4, 7, 5, dtype=dtype, requires_grad=True)

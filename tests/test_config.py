@@ -2,7 +2,7 @@
 
 import pytest
 
-from fedrun.config import validate
+from fedrun.config.checks import validate
 from fedrun.engine.simulation import Simulation
 from fedrun.errors import ConfigError
 
@@ -73,7 +73,7 @@ def test_defaults_are_valid_and_presets_compose(cfg_factory):
     (["+fl.lr=3"], ["+fl.lr: the key exists", "Fix: fl.lr=3"]),
     (["algo.harmonizer.mode=norm_only"], ["algo/harmonizer=none has no such setting", "algo/harmonizer=dgt"]),
     (["-m", "algo=fedavg,fedgs"], ["algo=fedgs", "Did you mean fedgh?"]),
-    # the run's own sections are typed (fedrun/settings.py): a value of the wrong type is refused while composing
+    # the run's own sections are typed (fedrun/config/schema.py): a value of the wrong type is refused while composing
     (["fl.lr=fast"], ["fl.lr=fast: Value 'fast' of type 'str' could not be converted to Float", "Fix: fl.lr=0.1"]),
     (["fl.rounds=1.5"], ["fl.rounds=1.5", "Fix: fl.rounds=10"]),
     (["overwrite=maybe"], ["overwrite=maybe", "Fix: overwrite=false"]),
@@ -81,7 +81,7 @@ def test_defaults_are_valid_and_presets_compose(cfg_factory):
 ])
 def test_overrides_hydra_cannot_compose_are_refused_with_the_valid_choices(overrides, expected):
     from fedrun.cli import CONF_DIR
-    from fedrun.overrides import check_overrides
+    from fedrun.config.overrides import check_overrides
 
     problems = check_overrides(overrides, CONF_DIR)
     assert len(problems) == 1
@@ -91,7 +91,7 @@ def test_overrides_hydra_cannot_compose_are_refused_with_the_valid_choices(overr
 
 def test_overrides_that_compose_pass_the_check():
     from fedrun.cli import CONF_DIR
-    from fedrun.overrides import check_overrides
+    from fedrun.config.overrides import check_overrides
 
     for ok in (["algo=fedgh", "fl.lr=0.2"], ["-m", "algo=fedavg,bherd", "fl.lr=0.1,0.2"], ["hydra.run.dir=x"],
                ["experiment=bherd_svm_mnist", "partition=case2_wang"], ["algo/harmonizer=dgt",
@@ -103,7 +103,7 @@ def test_overrides_that_compose_pass_the_check():
 def test_group_options_alone_are_checked_without_composing(monkeypatch):
     """Options of groups (and Hydra's own keys) are checked against conf/'s files; composing them here as well would
     add a composition to every such command's start (Hydra composes twice more to run it)."""
-    from fedrun import overrides
+    from fedrun.config import overrides
     from fedrun.cli import CONF_DIR
 
     def composes(*args):
@@ -133,13 +133,14 @@ def test_presets_named_after_a_method_run_it_and_every_paper_has_an_algo(cfg_fac
 
 
 def _section_fields():
-    """(overrides choosing the option, key, a value out of range) for every key of fedrun/settings.py with a rule."""
+    """(overrides choosing the option, key, a value out of range) for every key of fedrun/config/schema.py with a
+    rule."""
     import dataclasses
 
     from conftest import REPO, make_cfg
     from omegaconf import OmegaConf
 
-    from fedrun.settings import GROUPS, SECTIONS
+    from fedrun.config.schema import GROUPS, SECTIONS
 
     chosen = [((), prefix, cls) for prefix, cls in SECTIONS.items()]
     chosen += [((f"{group}={path.stem}",), group, cls) for group, cls in GROUPS.items()
@@ -161,8 +162,8 @@ SECTION_FIELDS = list(_section_fields())
 @pytest.mark.parametrize("choice,key,bad", SECTION_FIELDS, ids=[k for _, k, _ in SECTION_FIELDS])
 def test_every_ranged_key_of_the_runs_sections_refuses_a_value_out_of_range(cfg_factory, choice, key, bad,
                                                                             monkeypatch):
-    """fl, eval, diagnostics, checkpoint, hardware, participation, timing, logger (fedrun/settings.py): a value out of
-    range is named with its key before any data is loaded."""
+    """fl, eval, diagnostics, checkpoint, hardware, participation, timing, logger (fedrun/config/schema.py): a value out
+    of range is named with its key before any data is loaded."""
     monkeypatch.setattr("fedrun.engine.simulation.load_dataset", lambda *a, **k: pytest.fail("data loaded"))
     with pytest.raises(ConfigError) as refused:
         Simulation(cfg_factory(*choice, f"{key}={bad}"))

@@ -12,19 +12,12 @@ import torch
 from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, speech_commands, synthetic
 from fedrun.data.cifar import LAYOUTS
 from fedrun.data.cli import main as data_cli
-from fedrun.data.fixtures import (
-    write_cifar,
-    write_imdb,
-    write_leaf,
-    write_shakespeare_plays,
-    write_speech_commands,
-    write_tiny_imagenet,
-    write_twitter,
-)
+from fedrun.data.fixtures import (write_cifar, write_imdb, write_leaf, write_shakespeare_plays, write_speech_commands,
+                                  write_tiny_imagenet, write_twitter)
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.data.text import build_vocabulary, encode, words
-from fedrun.compose import option
+from fedrun.config.compose import option
 from fedrun.errors import ConfigError, DataMissingError
 
 
@@ -497,10 +490,10 @@ def test_leaf_reddit_sequences_targets_vocabulary_and_a_natural_run(tmp_path, cf
     LEAF's vocabulary, users as clients, and LEAF's accuracy (padding and unknown predictions are wrong)."""
     from collections import Counter
 
-    from fedrun.config import validate
+    from fedrun.config.checks import validate
     from fedrun.engine.experiment import run_experiment
     from fedrun.errors import ConfigError
-    from fedrun.models import IGNORE, SEQUENCE_CROSS_ENTROPY
+    from fedrun.model.zoo import IGNORE, SEQUENCE_CROSS_ENTROPY
 
     write_leaf(tmp_path / "data", "reddit", users=3, per_user=4)
     spec = DATASETS["leaf_reddit"]

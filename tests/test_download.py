@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedrun.compose import option
+from fedrun.config.compose import option
 from fedrun.data import DATASETS, download
 from fedrun.data.cli import main as data_cli
 from fedrun.data.fixtures import write_cifar, write_imdb, write_speech_commands, write_tiny_imagenet

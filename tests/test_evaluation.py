@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import register_tiny
 
-from fedrun.engine.cohort import ClientPlan
+from fedrun.engine.sampling import ClientPlan
 from fedrun.engine.executor import CohortResult
 from fedrun.engine.simulation import RoundOutput, Simulation
 

@@ -260,7 +260,7 @@ def test_a_large_cohort_creates_no_module_copies(cfg_factory, monkeypatch):
 def test_bench_records_are_consistent(tmp_path):
     import json
 
-    from fedrun.bench import main
+    from fedrun.bench.workloads import main
 
     assert main(["--quick", "--only", "softmax576_400,svm_mnist_5,lenet5_mnist_10", "--repeats", "1", "--device",
                  "cpu", "--out", str(tmp_path / "b.json")]) == 0
@@ -278,7 +278,7 @@ def test_bench_records_are_consistent(tmp_path):
     assert row in (tmp_path / "b.md").read_text()
     assert all("func_s" not in r for r in records)
     # its first convolution, pooling and ReLU as the compiled kernel (where it builds), timed layer by layer beside it
-    from fedrun import fused_conv
+    from fedrun.model.native import fused_conv
 
     if fused_conv.enabled():
         assert lenet["fused_speedup"] == pytest.approx(lenet["unfused_s"] / lenet["vmap_s"])
@@ -298,7 +298,7 @@ def test_bench_records_are_consistent(tmp_path):
     assert softmax["blocks_speedup"] == pytest.approx(softmax["stepwise_s"] / softmax["vmap_s"])
     assert softmax["blocks_s"] == softmax["vmap_s"]  # on a CPU the vmap executor runs the blocks
     assert softmax["block_steps"] == 16 and "stepwise_s" not in svm  # B = 100: matrix products already
-    from fedrun import indexed_rows
+    from fedrun.model.native import indexed_rows
 
     if indexed_rows.enabled():  # their steps (blocks) read their rows in place where the kernel builds: timed gathered
         for r in records:
@@ -318,7 +318,7 @@ def test_the_bench_times_a_long_round_once_after_its_warm_up_and_the_short_ones_
     while the other executors are timed as before, interleaved with it."""
     import time
 
-    import fedrun.bench as bench
+    import fedrun.bench.workloads as bench
 
     class Fake:
         def __init__(self, sleep_s):
@@ -340,7 +340,7 @@ def test_the_bench_times_a_long_round_once_after_its_warm_up_and_the_short_ones_
 def test_with_one_loop_thread_the_bench_times_the_loop_once_for_both_columns(tmp_path, monkeypatch):
     import json
 
-    import fedrun.bench as bench
+    import fedrun.bench.workloads as bench
 
     timed = []
     time_rounds = bench.time_rounds
@@ -350,7 +350,7 @@ def test_with_one_loop_thread_the_bench_times_the_loop_once_for_both_columns(tmp
     assert bench.main(["--quick", "--only", "softmax576_400", "--repeats", "1", "--device", "cpu", "--out",
                        str(tmp_path / "b.json")]) == 0
     (r,) = json.loads((tmp_path / "b.json").read_text())
-    from fedrun import indexed_rows
+    from fedrun.model.native import indexed_rows
 
     assert timed == [{"loop", "vmap", "auto", "stepwise"} | ({"gathered"} if indexed_rows.enabled() else set())]
     assert r["loop_threads"] == 1 and r["threads_s"] == r["loop_s"]
@@ -361,7 +361,7 @@ def test_a_bench_stopped_part_way_keeps_the_workloads_it_finished(tmp_path, monk
     partial."""
     import json
 
-    import fedrun.bench as bench
+    import fedrun.bench.workloads as bench
 
     run_workload = bench.run_workload
 
@@ -382,7 +382,7 @@ def test_a_bench_stopped_part_way_keeps_the_workloads_it_finished(tmp_path, monk
 def test_the_bench_times_a_dense_cohort_whole_beside_its_cache_sized_chunks(tmp_path, monkeypatch):
     import json
 
-    from fedrun.bench import main
+    from fedrun.bench.workloads import main
     from fedrun.engine import executor as ex
 
     monkeypatch.setattr(ex, "last_level_cache_bytes", lambda: 2**23)  # half of 8 MiB: a few 2NN clients a chunk
@@ -400,7 +400,7 @@ def test_the_bench_times_a_dense_cohort_whole_beside_its_cache_sized_chunks(tmp_
 def test_the_bench_keeps_host_memory_as_runs_do_unless_told_and_records_which(tmp_path, monkeypatch, mode):
     import json
 
-    from fedrun.bench import main
+    from fedrun.bench.workloads import main
     from fedrun.engine import host_memory
 
     monkeypatch.setattr(host_memory, "_kept", False)
@@ -414,7 +414,7 @@ def test_the_bench_keeps_host_memory_as_runs_do_unless_told_and_records_which(tm
 @pytest.mark.parametrize("name", ["cpu", "gpu"])
 def test_auto_is_within_ten_percent_of_the_fastest_executor_in_the_committed_bench(name):
     """Issue #27: on every workload of the committed bench output (results/bench/<device>.json, made by
-    ``python -m fedrun.bench``), auto's round takes at most 1.1x the fastest executor's: asserted on the
+    ``python -m fedrun.bench.workloads``), auto's round takes at most 1.1x the fastest executor's: asserted on the
     measurements, not by timing in a test."""
     import json
     from pathlib import Path
@@ -430,7 +430,7 @@ def test_auto_is_within_ten_percent_of_the_fastest_executor_in_the_committed_ben
 def test_bench_addon_cost_records(tmp_path):
     import json
 
-    from fedrun.bench import main
+    from fedrun.bench.workloads import main
 
     assert main(["--quick", "--only", "herd_svm_mnist,harmonize_perceptron_k1000,gift_lenet5_k40", "--repeats", "1",
                  "--out", str(tmp_path / "h.json")]) == 0
@@ -579,7 +579,7 @@ def test_a_stacked_cohorts_lone_last_client_finishes_with_its_plain_step(cfg_fac
     """Stepping natively, the last client left in the stack (tau longer than the others') takes its own plain step
     (one client's parameters, not a stack of one) unless hardware.vmap_tail=0; the rounds are the loop's either way
     (the test above)."""
-    from fedrun.functional import FunctionalModel
+    from fedrun.model.functional import FunctionalModel
 
     common = ["data=digits", f"model={model}", "fl.clients_per_round=4", "fl.batch_size=16", "partition=dirichlet",
               "partition.alpha=0.3", "hardware.executor=vmap", "hardware.device=cpu"]
@@ -632,8 +632,8 @@ def test_local_sgd_runs_in_blocks_of_steps_on_a_cpu_only(cfg_factory, monkeypatc
     column is step by step there, with the blocks timed beside it (on a CPU: the other way round)."""
     import json
 
-    from fedrun import bench
-    from fedrun.compose import option
+    from fedrun.bench import workloads as bench
+    from fedrun.config.compose import option
     from fedrun.engine.executor import make_executor
 
     sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.batch_size=1", "hardware.executor=vmap"))
@@ -702,7 +702,7 @@ def test_full_gradients_of_a_recurrent_sequence_model_equal_each_clients_own(mon
     """A recurrent model (no vmap rule for its fused CPU kernel) takes its clients and points one at a time; with
     sequence targets a client's chunks are weighted by their scored tokens (budget 8 splits every client), so the
     result is each client's token-mean loss and gradient over its whole data."""
-    from fedrun.compose import compose_config
+    from fedrun.config.compose import compose_config
     from fedrun.data.fixtures import stand_in
 
     overrides, _ = stand_in("leaf_reddit", tmp_path / "fixture")  # LEAF Reddit's fixture, in LEAF's format
@@ -753,11 +753,11 @@ def test_the_step_flop_count_equals_torchs_flop_counter(name):
     whose weight gradient torch counts ``groups`` times, included)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fedrun.compose import option
+    from fedrun.config.compose import option
 
     from fedrun.engine.executor import flops_per_step
-    from fedrun.functional import FunctionalModel
-    from fedrun.models import MODELS, build_model
+    from fedrun.model.functional import FunctionalModel
+    from fedrun.model.zoo import MODELS, build_model
 
     side = max(MODELS[name].min_hw, 8)
     extra = {"width_mult": 0.25, "dropout": 0.0} if name == "mobilenetv2" else {}
@@ -857,7 +857,7 @@ def test_channels_last_images_give_the_contiguous_rounds(monkeypatch, cfg_factor
 def test_one_channel_images_enter_in_channels_last_strides_that_the_convolutions_keep():
     """For C = 1 the two layouts coincide, and ``contiguous(memory_format=channels_last)`` keeps the NCHW strides:
     the first convolution's output would then stay NCHW, with every layer after it (the slow CPU path)."""
-    from fedrun.functional import channels_last
+    from fedrun.model.functional import channels_last
 
     x = torch.randn(4, 1, 28, 28)
     conv = torch.nn.Conv2d(1, 6, 5)
@@ -868,7 +868,7 @@ def test_one_channel_images_enter_in_channels_last_strides_that_the_convolutions
 
 
 def test_a_model_without_convolutions_or_on_a_gpu_keeps_its_layout(cfg_factory):
-    from fedrun.functional import prefers_channels_last
+    from fedrun.model.functional import prefers_channels_last
 
     assert not Simulation(cfg_factory("data=digits", "model=logreg", "hardware=cpu")).model.channels_last
     assert Simulation(cfg_factory("data=digits", "model=cnn3", "hardware=cpu")).model.channels_last
@@ -876,9 +876,9 @@ def test_a_model_without_convolutions_or_on_a_gpu_keeps_its_layout(cfg_factory):
 
 
 def test_only_batches_large_enough_to_gain_enter_channels_last(monkeypatch):
-    import fedrun.functional as functional
-    from fedrun.models import build_model
-    from fedrun.compose import option
+    import fedrun.model.functional as functional
+    from fedrun.model.zoo import build_model
+    from fedrun.config.compose import option
 
     module, objective = build_model(option("model", "cnn3"), "image", (1, 8, 8), 10, "digits")
     model = functional.FunctionalModel(module, objective, channels_last=True)
@@ -948,7 +948,7 @@ def test_make_bench_and_make_bench_addons_run_every_workload_of_their_kind():
     bench-addons` the add-ons' table, as committed in results/bench/); a workload added to the bench is run by them."""
     from pathlib import Path
 
-    from fedrun.bench import ADDON_WORKLOADS, SCALE_WORKLOADS, WORKLOADS
+    from fedrun.bench.workloads import ADDON_WORKLOADS, SCALE_WORKLOADS, WORKLOADS
 
     lists = dict(line.split(" := ") for line in (Path(__file__).parents[1] / "Makefile").read_text().splitlines()
                  if line.startswith(("WORKLOADS := ", "ADDONS := ", "SCALE := ")))
@@ -963,7 +963,7 @@ def test_the_thousand_client_workloads_run_only_when_named(tmp_path):
     them, never by a bench that names none."""
     import json
 
-    from fedrun.bench import SCALE_WORKLOADS, main
+    from fedrun.bench.workloads import SCALE_WORKLOADS, main
 
     assert main(["--quick", "--only", "mlp_mnist_1000", "--repeats", "1", "--device", "cpu", "--out",
                  str(tmp_path / "b.json")]) == 0

@@ -8,7 +8,7 @@ import torch
 from conftest import register_tiny
 
 from fedrun.algorithms.schema import make
-from fedrun.engine.cohort import plan_client, sample_clients
+from fedrun.engine.sampling import plan_client, sample_clients
 from fedrun.engine.simulation import Simulation
 
 FIXED = make("schedule", "fixed")
@@ -63,8 +63,8 @@ def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory, layout,
     """Bit for bit plain PyTorch fed the same image layout (hardware.layout), with the layers computed one by one
     (hardware.fused_conv=false); with cnn3's first convolution, pooling and ReLU as one kernel (the default), to
     float32 rounding."""
-    from fedrun import fused_conv
-    from fedrun.functional import channels_last
+    from fedrun.model.native import fused_conv
+    from fedrun.model.functional import channels_last
 
     if fused and not fused_conv.enabled():
         pytest.skip("the fused kernel cannot be built here")

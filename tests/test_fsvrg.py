@@ -13,13 +13,13 @@ from sklearn.metrics import precision_recall_fscore_support
 
 from fedrun.algorithms.bank import accelerate, kmeans, mean_centre, principal_subspace
 from fedrun.algorithms.fsvrg import feature_scalings
-from fedrun.models import affine_parameter_features
+from fedrun.model.zoo import affine_parameter_features
 from fedrun.algorithms.schema import make
 from fedrun.data.hog import hog
 from fedrun.engine.experiment import run_experiment
 from fedrun.engine.simulation import Simulation
 from fedrun.errors import ConfigError
-from fedrun.metrics import classification_metrics
+from fedrun.engine.metrics import classification_metrics
 
 SPARSE = np.array([[1, 0, 2], [0, 0, 1],  # client 0
                    [3, 0, 0], [1, 1, 0], [0, 2, 0]], dtype=np.float32)  # client 1
@@ -212,7 +212,7 @@ def test_a_bank_round_groups_accelerates_logs_and_resumes_exactly(monkeypatch, c
 def test_fsvrg_presets_run_two_rounds_from_the_cli_and_bad_combinations_are_refused(tmp_path, cfg_factory):
     from conftest import run_cli
 
-    from fedrun.config import validate
+    from fedrun.config.checks import validate
     from fedrun.data.fixtures import write_cifar
     from fedrun.errors import ConfigError
 
@@ -233,7 +233,7 @@ def test_fsvrg_presets_run_two_rounds_from_the_cli_and_bad_combinations_are_refu
 
 
 def test_a_bank_refuses_parts_its_rounds_cannot_use(cfg_factory):
-    from fedrun.config import validate
+    from fedrun.config.checks import validate
     from fedrun.errors import ConfigError
 
     with pytest.raises(ConfigError, match="algo/bank=ga with algo/harmonizer=fedgh"):

@@ -1,5 +1,6 @@
-"""The compiled first-layer kernel (fedrun/fused_conv.py): the same values and gradients as the convolution, max
-pooling and ReLU one by one, in a cohort's step and a lone client's, where it applies, and a fallback without it."""
+"""The compiled first-layer kernel (fedrun/model/native/fused_conv.py): the same values and gradients as the
+convolution, max pooling and ReLU one by one, in a cohort's step and a lone client's, where it applies, and a fallback
+without it."""
 
 import logging
 
@@ -9,11 +10,11 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from fedrun import fused_conv
-from fedrun.cohort_network import cohort_layers
-from fedrun.functional import FunctionalModel
-from fedrun.indexed_rows import IndexedRows
-from fedrun.models import IGNORE, build_model
+from fedrun.model.native import fused_conv
+from fedrun.model.cohort_network import cohort_layers
+from fedrun.model.functional import FunctionalModel
+from fedrun.model.native.indexed_rows import IndexedRows
+from fedrun.model.zoo import IGNORE, build_model
 
 pytestmark = pytest.mark.skipif(not fused_conv.enabled(), reason="the kernel cannot be built here (no g++ or ninja)")
 

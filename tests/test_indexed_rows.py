@@ -1,6 +1,6 @@
-"""A one-layer model's step on its minibatch's rows in place (fedrun/indexed_rows.py): the losses and gradients of
-the gathered minibatch's step by hand, in a cohort's step and a lone client's, the executors' rounds with it, where it
-applies, and a fallback without it."""
+"""A one-layer model's step on its minibatch's rows in place (fedrun/model/native/indexed_rows.py): the losses and
+gradients of the gathered minibatch's step by hand, in a cohort's step and a lone client's, the executors' rounds with
+it, where it applies, and a fallback without it."""
 
 import logging
 
@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from fedrun import indexed_rows
+from fedrun.model.native import indexed_rows
 from fedrun.engine.simulation import Simulation
-from fedrun.functional import FunctionalModel
-from fedrun.models import CROSS_ENTROPY, SQUARED_HINGE_PARITY, SEQUENCE_CROSS_ENTROPY
+from fedrun.model.functional import FunctionalModel
+from fedrun.model.zoo import CROSS_ENTROPY, SQUARED_HINGE_PARITY, SEQUENCE_CROSS_ENTROPY
 
 pytestmark = pytest.mark.skipif(not indexed_rows.enabled(), reason="the kernel cannot be built here (no g++ or ninja)")
 

@@ -3,7 +3,7 @@
 import pytest
 from conftest import load_script
 
-from fedrun import indexed_rows
+from fedrun.model.native import indexed_rows
 
 pytestmark = pytest.mark.skipif(not indexed_rows.enabled(), reason="the kernel cannot be built here (no g++ or ninja)")
 
@@ -12,7 +12,7 @@ def test_each_shape_times_the_rows_in_place_against_the_gathered_minibatch(monke
     """For every shape (at a minibatch's worth of samples per client), the round timed as ``in_place`` reads its
     rows in place and the one timed as ``gathered`` does not, the same vmap executor for both; the kernel's step
     runs in one and not the other."""
-    from fedrun import bench
+    from fedrun.bench import workloads as bench
 
     script = load_script("indexed_rows_shapes")
     seen = []

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fedrun.lazy import lazy_import
+from fedrun.process.lazy import lazy_import
 
 REPO = Path(__file__).resolve().parents[1]
 

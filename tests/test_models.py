@@ -3,11 +3,11 @@ import copy
 import pytest
 import torch
 
-from fedrun.compose import option
+from fedrun.config.compose import option
 from fedrun.data import DATASETS
 from fedrun.errors import ConfigError
-from fedrun.functional import FunctionalModel
-from fedrun.models import MODELS, SQUARED_HINGE_PARITY, WindowConv2d, build_model
+from fedrun.model.functional import FunctionalModel
+from fedrun.model.zoo import MODELS, SQUARED_HINGE_PARITY, WindowConv2d, build_model
 
 IMAGE_SHAPES = {"digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar10": (3, 32, 32), "cifar100": (3, 32, 32)}
 
@@ -76,7 +76,7 @@ def test_cross_entropys_gradient_without_padding_is_the_general_cases_bit_for_bi
     CPU (the check would wait for the device) take the general case, whose values stay autograd's."""
     from torch.func import vmap
 
-    from fedrun.models import CROSS_ENTROPY, _every_target_scored, _some_targets_unscored
+    from fedrun.model.zoo import CROSS_ENTROPY, _every_target_scored, _some_targets_unscored
 
     torch.manual_seed(0)
     out, y = torch.randn(*shape, dtype=dtype), torch.randint(0, shape[-1], shape[:-1])
@@ -84,7 +84,7 @@ def test_cross_entropys_gradient_without_padding_is_the_general_cases_bit_for_bi
     short = lambda o, t: calls.append(1) or _every_target_scored(o, t)  # noqa: E731
     general_loss, general_grad = _some_targets_unscored(out, y)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("fedrun.models._every_target_scored", short)
+        mp.setattr("fedrun.model.zoo._every_target_scored", short)
         loss, grad = CROSS_ENTROPY.loss_and_grad_out(out, y)
         assert len(calls) == 1
         assert torch.equal(loss, general_loss) and torch.equal(grad, general_grad)
@@ -134,9 +134,9 @@ def test_svm_can_start_from_zero_without_intercept_as_the_prototype_system():
 def test_a_single_sample_client_is_refused_only_where_batchnorm_cannot_train_on_it():
     import numpy as np
 
-    from fedrun.partition import refuse_single_sample_batches
-    from fedrun.models import CROSS_ENTROPY
-    from fedrun.partition import Partition
+    from fedrun.data.partition import refuse_single_sample_batches
+    from fedrun.model.zoo import CROSS_ENTROPY
+    from fedrun.data.partition import Partition
 
     one, two = Partition([np.arange(1), np.arange(1, 4)], "test"), Partition([np.arange(2), np.arange(2, 4)], "test")
     flat_bn = FunctionalModel(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)), CROSS_ENTROPY)
@@ -177,7 +177,7 @@ def test_only_dense_chains_take_the_gradient_by_hand():
     cnn = FunctionalModel(*build_model(option("model", "cnn3"), "image", (1, 8, 8), 10, "cnn3"))
     mlp = FunctionalModel(*build_model(option("model", "mlp"), "vector", (6,), 3, "mlp"))
     assert cnn.chain is None and mlp.chain is not None
-    from fedrun.functional import dense_chain
+    from fedrun.model.functional import dense_chain
 
     flat_all = torch.nn.Sequential(torch.nn.Flatten(0), torch.nn.Linear(4, 2))  # would fold the batch in
     assert dense_chain(flat_all, mlp.objective) is None
@@ -231,7 +231,7 @@ def test_a_window_smaller_than_the_input_is_an_ordinary_convolution():
 
 def onednn_spy(monkeypatch):
     """Count the products that go through oneDNN's linear kernel (skips where this torch has none)."""
-    from fedrun import functional
+    from fedrun.model import functional
 
     if functional._onednn_linear is None:
         pytest.skip("this torch has no oneDNN linear kernel")
@@ -245,7 +245,7 @@ def test_a_dense_chains_large_products_without_a_graph_go_through_onednn(monkeyp
     200 -> 10 head) in evaluation; the same outputs as torch's to float32 rounding. Not in a training step (its
     numbers stay the same in every executor), for small batches, float64, a forward that autograd differentiates
     (a feature penalty's), or with the switch off."""
-    from fedrun.functional import ONEDNN_MIN_MACS
+    from fedrun.model.functional import ONEDNN_MIN_MACS
 
     calls = onednn_spy(monkeypatch)
     torch.manual_seed(0)
@@ -278,13 +278,13 @@ def test_a_runs_model_takes_hardware_onednn(cfg_factory):
 
 
 def test_a_log_softmax_over_few_classes_is_torchs_bit_for_bit_and_a_graph_keeps_torchs_kernel():
-    from fedrun.models import log_softmax_classes
+    from fedrun.model.zoo import log_softmax_classes
 
     torch.manual_seed(0)
     x = 5 * torch.randn(3, 100, 10)
     for out in (x, x[0], x[0, :8]):
         assert torch.equal(log_softmax_classes(out), out.log_softmax(-1))
-    from fedrun.models import _transposed_is_exact
+    from fedrun.model.zoo import _transposed_is_exact
 
     # over the transposed copy where this CPU's kernels give the same bits that way (AVX-512), else as torch's
     assert log_softmax_classes(x[0]).stride() == ((1, 100) if _transposed_is_exact(10, x.dtype) else (10, 1))
@@ -295,9 +295,9 @@ def test_a_log_softmax_over_few_classes_is_torchs_bit_for_bit_and_a_graph_keeps_
 
 @pytest.mark.parametrize("kernel,size", [(2, 28), (2, 9), (3, 10), (1, 4)])
 def test_a_non_overlapping_max_pooling_is_the_maximum_of_its_views_bit_for_bit(kernel, size):
-    """Evaluation's max pooling (fedrun/functional.py: max_pool_views): odd sizes rounded down as torch's, ties
+    """Evaluation's max pooling (fedrun/model/functional.py: max_pool_views): odd sizes rounded down as torch's, ties
     (a blank image's windows), NaN in a window, and channels-last images."""
-    from fedrun.functional import max_pool_views
+    from fedrun.model.functional import max_pool_views
 
     torch.manual_seed(0)
     pool = torch.nn.MaxPool2d(kernel)
@@ -311,7 +311,7 @@ def test_a_non_overlapping_max_pooling_is_the_maximum_of_its_views_bit_for_bit(k
 
 
 def test_an_overlapping_or_padded_pooling_is_torchs(monkeypatch):
-    from fedrun import functional
+    from fedrun.model import functional
 
     x = torch.randn(2, 3, 9, 9)
     for pool in (torch.nn.MaxPool2d(3, 2), torch.nn.MaxPool2d(2, padding=1), torch.nn.MaxPool2d(2, ceil_mode=True)):
@@ -327,7 +327,7 @@ def test_a_sequential_cnns_forward_runs_by_hand_with_the_modules_outputs_and_gra
     module's loss and gradient bit for bit, in float32 and float64, with blank images' tied windows."""
     from torch.func import functional_call
 
-    from fedrun.functional import channels_last
+    from fedrun.model.functional import channels_last
 
     torch.manual_seed(0)
     module, objective = build_model(mcfg(name), "image", shape, 10)

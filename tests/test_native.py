@@ -1,6 +1,6 @@
-"""How fedrun's compiled kernels are named and what a failed build says (fedrun/native.py)."""
+"""How fedrun's compiled kernels are named and what a failed build says (fedrun/model/native/build.py)."""
 
-from fedrun import native
+from fedrun.model.native import build as native
 
 
 def test_a_failed_builds_reason_is_the_line_that_says_why():
@@ -110,8 +110,8 @@ def test_a_run_builds_its_missing_kernels_before_its_first_round_and_says_how_lo
 
 
 def test_building_all_kernels_reports_each_one_and_a_missing_compiler(without_a_compiler):
-    """``python -m fedrun.native`` (``make setup``) builds every kernel at once and says which are there: all of them
-    here, none where the compiler is missing (each build fails as without g++)."""
+    """``python -m fedrun.model.native.build`` (``make setup``) builds every kernel at once and says which are there:
+    all of them here, none where the compiler is missing (each build fails as without g++)."""
     assert native.build_all() == {source: True for source in native.SOURCES}
     with without_a_compiler():
         assert native.build_all() == {source: False for source in native.SOURCES}

@@ -3,9 +3,9 @@ import time
 import numpy as np
 import pytest
 
-from fedrun.compose import option
+from fedrun.config.compose import option
 from fedrun.errors import ConfigError
-from fedrun.partition import make_partition
+from fedrun.data.partition import make_partition
 
 
 def labels_like_mnist(n=6000, classes=10, seed=0):

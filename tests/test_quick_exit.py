@@ -1,5 +1,5 @@
-"""The console script's way out (fedrun/quick_exit.py): the status, output, threads and exit handlers of a normal
-exit, without the interpreter's teardown."""
+"""The console script's way out (fedrun/process/quick_exit.py): the status, output, threads and exit handlers of a
+normal exit, without the interpreter's teardown."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 SCRIPT = textwrap.dedent("""
     import atexit, os, sys, threading, time
     from concurrent.futures import ThreadPoolExecutor
-    from fedrun.quick_exit import ends_process
+    from fedrun.process.quick_exit import ends_process
 
     class Freed:  # a module's object: the interpreter's teardown frees it, and its __del__ says so
         def __del__(self):

@@ -17,8 +17,8 @@ def test_the_readmes_generated_blocks_are_up_to_date():
 
 
 def test_the_config_groups_block_lists_every_option_of_every_group():
-    from fedrun.compose import CONF_DIR
-    from fedrun.overrides import group_options
+    from fedrun.config.compose import CONF_DIR
+    from fedrun.config.overrides import group_options
 
     block = load_script("readme_blocks").groups_block()
     for group, options in group_options(CONF_DIR).items():

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from fedrun.engine.experiment import run_experiment
-from fedrun.report import main as report_main
+from fedrun.rundir.report import main as report_main
 
 
 def test_report_groups_two_runs_and_draws_curves(tmp_path, cfg_factory, capsys):
@@ -69,7 +69,7 @@ def test_report_says_how_each_unfinished_run_ended(tmp_path):
 
     import pandas as pd
 
-    from fedrun.report import unfinished
+    from fedrun.rundir.report import unfinished
 
     for name in "abcdef":
         (tmp_path / name).mkdir()
@@ -137,10 +137,10 @@ def test_report_groups_only_on_settings_that_change_results_and_averages_complet
 def test_more_rounds_extend_a_finished_run_only_when_resuming(tmp_path):
     """A sweep job whose folder holds a finished run with fewer rounds and nothing else different: with resume=true
     the run is extended from its last round; without it the refusal says so; a diverged run is complete at any
-    length (fedrun.results.finished_summary, what a sweep asks before each job)."""
-    from fedrun.compose import compose_config
+    length (fedrun.rundir.files.finished_summary, what a sweep asks before each job)."""
+    from fedrun.config.compose import compose_config
     from fedrun.errors import StaleRunError
-    from fedrun.results import finished_summary
+    from fedrun.rundir.files import finished_summary
 
     base = ["data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=2", "progress=false"]
     run = tmp_path / "a"

@@ -1,5 +1,5 @@
 """Resuming as a new user does it: the interrupt message's command resumes the run; ``resume=true`` without a
-directory finds the run; nothing to resume is said, and unreadable checkpoints are refused (fedrun/resume.py,
+directory finds the run; nothing to resume is said, and unreadable checkpoints are refused (fedrun/rundir/resume.py,
 fedrun/engine/experiment.py, fedrun/cli.py)."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 from conftest import run_cli
 from test_checkpoint import BASE, metrics, wait_for_rows
 
-from fedrun.checkpoint import checkpoints
+from fedrun.rundir.checkpoint import checkpoints
 from fedrun.engine.experiment import run_experiment
 from fedrun.errors import ConfigError
-from fedrun.resume import resume_command, resumable_runs, run_dir_root
+from fedrun.rundir.resume import resume_command, resumable_runs, run_dir_root
 
 SLOW_RUN = [*BASE, "fl.rounds=40", "checkpoint.every=1", "progress=false"]
 

@@ -8,13 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.schedule import (
-    RoundFeedback,
-    afl_objective,
-    gradient_consistency,
-)
+from fedrun.algorithms.schedule import RoundFeedback, afl_objective, gradient_consistency
 from fedrun.algorithms.schema import make
-from fedrun.config import validate
+from fedrun.config.checks import validate
 from fedrun.engine.experiment import run_experiment
 from fedrun.errors import ConfigError
 
@@ -124,7 +120,7 @@ def test_gift_runs_from_config_and_logs_its_tau_and_consistency(tmp_path, cfg_fa
 
 
 def test_earliest_reporters_keep_exactly_the_ceiling_of_the_fraction_reproducibly():
-    from fedrun.engine.cohort import earliest_reporters, report_delays
+    from fedrun.engine.sampling import earliest_reporters, report_delays
 
     for n in (10, 25, 100, 7):
         delays = report_delays(n, seed=3, round_=5)

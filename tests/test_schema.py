@@ -12,7 +12,7 @@ import yaml
 from conftest import REPO, run_cli
 
 from fedrun.algorithms.schema import SCHEMAS, parse
-from fedrun.config import validate
+from fedrun.config.checks import validate
 from fedrun.errors import ConfigError
 
 CONF = REPO / "conf" / "algo"
@@ -126,7 +126,7 @@ def test_a_sweep_with_one_bad_job_is_refused_before_any_job_runs(tmp_path):
 
 def test_a_presets_grid_is_checked_job_by_job_with_the_command_line_winning():
     from fedrun.cli import CONF_DIR
-    from fedrun.overrides import check_sweep_jobs
+    from fedrun.config.overrides import check_sweep_jobs
 
     assert check_sweep_jobs(["-m", "experiment=dgt_mnist"], CONF_DIR) == []  # dgt and none: both valid
     bad = check_sweep_jobs(["-m", "experiment=dgt_mnist", "algo/harmonizer=dgt", "fl.lr=0.1,-0.1"], CONF_DIR)

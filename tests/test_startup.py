@@ -1,8 +1,8 @@
-"""The collector held back while a run starts (fedrun/startup.py), and given back for its rounds."""
+"""The collector held back while a run starts (fedrun/process/startup.py), and given back for its rounds."""
 
 import gc
 
-from fedrun import startup
+from fedrun.process import startup
 from fedrun.engine.experiment import run_experiment
 from fedrun.engine.simulation import Simulation
 

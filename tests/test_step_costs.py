@@ -21,8 +21,8 @@ def test_lenet5s_layers_are_timed_each_on_the_activation_the_layer_before_gives_
     costs = load_script("step_costs")
     calls = []
     monkeypatch.setattr(costs, "best_us", lambda work, n: calls.append(work()) or 1.0)
-    from fedrun.compose import option
-    from fedrun.models import build_model
+    from fedrun.config.compose import option
+    from fedrun.model.zoo import build_model
 
     module, _ = build_model(option("model", "lenet5"), "image", (1, 28, 28), 10, "mnist")
     out = costs.layer_costs(module, torch.randn(4, 1, 28, 28))

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedrun.papers import PRESET, artefacts, normalise
-from fedrun.papers import grid, preset_config
-from fedrun.table import main
-from fedrun.table_summary import collect, markdown, summarise
+from fedrun.papers.artefacts import PRESET, artefacts, normalise
+from fedrun.papers.artefacts import grid, preset_config
+from fedrun.papers.table import main
+from fedrun.papers.table_summary import collect, markdown, summarise
 
 # each artefact's grid as the paper describes it: (presets, jobs per seed)
 EXPECTED = {
@@ -44,7 +44,7 @@ def test_every_artefact_composes_and_its_grid_holds_the_papers_cells():
     for name, (paper, a) in known.items():
         assert paper.title and a.values and bool(a.presets) != bool(a.measure), name
         if a.measure:  # measured, not swept: its function exists and its paper numbers are keyed by what it returns
-            from fedrun.measures import function
+            from fedrun.papers.measures import function
 
             assert callable(function(a)), name
             continue
@@ -61,8 +61,8 @@ def test_every_artefact_composes_and_its_grid_holds_the_papers_cells():
 
 
 def _presets_refused(presets) -> dict:
-    from fedrun.compose import CONF_DIR
-    from fedrun.overrides import check_sweep_jobs
+    from fedrun.config.compose import CONF_DIR
+    from fedrun.config.overrides import check_sweep_jobs
 
     return {p: problems for p in presets if (problems := check_sweep_jobs(["-m", f"experiment={p}"], CONF_DIR))}
 
@@ -153,8 +153,8 @@ def test_collect_only_joins_the_paper_with_an_extra_seed_a_failed_job_and_a_miss
 
 
 def test_a_claim_compares_grid_points_on_the_mean_over_seeds_at_each_point_of_the_other_keys():
-    from fedrun.claims import check
-    from fedrun.papers import Claim
+    from fedrun.papers.claims import check
+    from fedrun.papers.artefacts import Claim
 
     table = pd.DataFrame({PRESET: ["m", "m", "m", "f", "f"],
                           "algo": ["fedavg", "fedavg", "scaffold", "fedavg", "fedavg"],
@@ -192,7 +192,7 @@ def test_a_claim_compares_grid_points_on_the_mean_over_seeds_at_each_point_of_th
 
 def test_a_papers_file_with_a_bad_claim_or_value_is_refused_naming_it(tmp_path, monkeypatch):
     from fedrun.errors import ConfigError
-    from fedrun.papers import read_paper
+    from fedrun.papers.artefacts import read_paper
 
     base = {"source": "Fig. 1", "presets": ["bherd_fig8c"], "value": "final_test_acc"}
     bad = {"a": {**base, "value": "test_acc@best"},
@@ -211,7 +211,7 @@ def test_a_papers_file_with_a_bad_claim_or_value_is_refused_naming_it(tmp_path, 
 
 
 def test_rows_and_columns_pivot_with_the_paper_beside_fedrun_and_a_tolerance_note():
-    from fedrun.papers import Artefact, Value
+    from fedrun.papers.artefacts import Artefact, Value
 
     numbers = pd.DataFrame({"algo": ["fedavg", "fedavg", "bherd"], "partition": ["case1", "case2", "case1"],
                             "value": [84.0, 83.0, 85.0]})
@@ -237,7 +237,7 @@ def test_unknown_artefact_is_refused_with_the_nearest_name(capsys):
 
 
 def test_collect_reads_a_runs_grid_values_from_its_config_when_hydra_recorded_none(tmp_path):
-    from fedrun.papers import Artefact, Value
+    from fedrun.papers.artefacts import Artefact, Value
 
     run = tmp_path / "t" / "bherd_fig8c" / "old"
     run.mkdir(parents=True)
@@ -251,7 +251,7 @@ def test_collect_reads_a_runs_grid_values_from_its_config_when_hydra_recorded_no
 
 
 def test_curves_against_simulated_time_are_averaged_on_the_range_every_run_covers():
-    from fedrun.report import on_common_grid
+    from fedrun.rundir.report import on_common_grid
 
     a = pd.Series([0.0, 1.0, 2.0], index=[0.0, 10.0, 20.0])  # acc = t / 10, logged at t = 0, 10, 20
     b = pd.Series([1.0, 1.0], index=[5.0, 25.0])  # constant 1, logged at other times
@@ -284,7 +284,7 @@ def test_some_presets_of_an_artefact_show_their_paper_cells_only(capsys):
 
 
 def test_a_value_is_a_summary_key_or_a_metrics_column_reduced_over_its_logged_rounds(tmp_path):
-    from fedrun.table_summary import _metrics, _value
+    from fedrun.papers.table_summary import _metrics, _value
 
     (tmp_path / "metrics.csv").write_text("round,test_acc,sim_time_s\n1,0.5,10.0\n2,0.6,\n3,0.7,30.0\n4,0.8,\n")
     summary, config = {"final_test_acc": 0.8, "rounds_to_target": 3, "reached": True}, {"eval": {"target_acc": 0.65}}
@@ -316,7 +316,7 @@ def test_a_sweep_that_fedrun_refuses_stops_the_table_with_its_message(tmp_path, 
 def test_the_listing_reads_each_presets_grid_and_data_as_hydra_composes_them():
     """``--list`` reads the presets' YAML (a second for every artefact, where composing each took most of a minute):
     what it reads is what Hydra composes, for every preset of every artefact."""
-    from fedrun.papers import outline
+    from fedrun.papers.artefacts import outline
 
     presets = {p for _, a in artefacts().values() for p in a.presets}
     assert len(presets) > 20
@@ -435,7 +435,7 @@ def test_the_port_check_compares_an_old_scripts_cells_with_fedrun_tables(tmp_pat
 def test_every_reading_of_an_open_point_composes_over_its_preset_and_changes_what_it_names():
     from omegaconf import OmegaConf
 
-    from fedrun.compose import compose_config
+    from fedrun.config.compose import compose_config
 
     readings = sorted(p.stem for p in (Path(__file__).parent.parent / "conf" / "reading").glob("*.yaml"))
     assert readings == sorted(grid("fsvrg_open_mnist")["reading"])  # the artefact sweeps every one
@@ -504,12 +504,12 @@ def test_a_measured_artefact_is_summarised_over_its_repeats_beside_the_paper_and
 
 def test_an_artefact_is_either_swept_or_measured_and_its_function_is_named_module_colon_function(tmp_path):
     from fedrun.errors import ConfigError
-    from fedrun.papers import read_paper
+    from fedrun.papers.artefacts import read_paper
 
     for name, artefact, said in [
             ("both", {"presets": ["bherd_fig8c"], "measure": "m:f"}, "either presets (a sweep) or measure"),
             ("neither", {}, "either presets (a sweep) or measure"),
-            ("dotted", {"measure": "fedrun.measures.hog_ceiling.measure"}, "write it module:function")]:
+            ("dotted", {"measure": "fedrun.papers.measures.hog_ceiling.measure"}, "write it module:function")]:
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump({"cite": "c", "title": "t", "artefacts": {name: {"source": "T", **artefact}}}))
         with pytest.raises(ConfigError, match=re.escape(said)):
@@ -519,7 +519,7 @@ def test_an_artefact_is_either_swept_or_measured_and_its_function_is_named_modul
 def test_the_hog_ceiling_is_the_test_accuracy_of_a_softmax_regression_fitted_to_convergence():
     import torch
 
-    from fedrun.measures.hog_ceiling import ceiling
+    from fedrun.papers.measures.hog_ceiling import ceiling
 
     g = torch.Generator().manual_seed(0)
     y = torch.tensor([0] * 30 + [1] * 20 + [2] * 10)

@@ -12,16 +12,16 @@ from hydra.utils import get_class
 
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
-from .schema import SCHEMAS, parse
+from fedrun.errors import ConfigError
+from fedrun.algorithms.schema import SCHEMAS, parse
 
 if TYPE_CHECKING:  # the parts themselves import torch; checking a config (fedrun --help, a typo) needs none of them
-    from .bank import ModelBank
-    from .base import Aggregator, LocalRule, ServerOptimizer
-    from .harmonize import DGT, FedGH
-    from .parts import AllSteps, NoHarmonizer
-    from .schedule import AFL, GIFT, AdaComm, FixedSchedule
-    from .selection import GraB, Herd, RandomSubset
+    from fedrun.algorithms.bank import ModelBank
+    from fedrun.algorithms.base import Aggregator, LocalRule, ServerOptimizer
+    from fedrun.algorithms.harmonize import DGT, FedGH
+    from fedrun.algorithms.parts import AllSteps, NoHarmonizer
+    from fedrun.algorithms.schedule import AFL, GIFT, AdaComm, FixedSchedule
+    from fedrun.algorithms.selection import GraB, Herd, RandomSubset
 
 PARTS = tuple(SCHEMAS)  # the plug points, in the order a round meets them
 # the parts whose settings are attributes and whose round-to-round state is their own (StatefulPart.init); the local

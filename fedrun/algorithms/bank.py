@@ -47,8 +47,8 @@ import time
 import numpy as np
 import torch
 
-from .base import ClientContext, State, StatefulPart
-from .schema import FORMS
+from fedrun.algorithms.base import ClientContext, State, StatefulPart
+from fedrun.algorithms.schema import FORMS
 
 def preferences(losses: torch.Tensor, models: torch.Tensor, weight_decay: float) -> torch.Tensor:
     """Eq. 18: each client's model of least full local objective, its mean loss over its data plus

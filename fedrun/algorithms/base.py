@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..functional import FunctionalModel
+from fedrun.model.functional import FunctionalModel
 
 State = dict[str, Any]
 
@@ -109,7 +109,7 @@ class LocalRule:
     def descend(ctx: ClientContext, state: State, direction: torch.Tensor) -> None:
         """w <- w - eta * direction, keeping the direction (what a step selector such as BHerd herds). In place where
         the executor allows it (``ctx.in_place``): a cohort's w is then read and written once, not copied into new
-        memory (GIFT's CIFAR cohort on a CPU: ``python -m fedrun.bench --only lenet5_cifar_100``)."""
+        memory (GIFT's CIFAR cohort on a CPU: ``python -m fedrun.bench.workloads --only lenet5_cifar_100``)."""
         state["direction"] = direction
         w = state["w"]
         state["w"] = w.add_(direction, alpha=-ctx.lr) if ctx.in_place else torch.add(w, direction, alpha=-ctx.lr)

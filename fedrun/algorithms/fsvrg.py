@@ -16,8 +16,8 @@ holding feature j (eq. 60 for one model). f_i includes the L2 term (``fl.weight_
 
 ``scaling=features`` maps parameters to input features for a model that declares the map (``model=logreg``: its
 weight W[c, j] to feature j, its bias to a constant feature that every sample has;
-:func:`fedrun.models.affine_parameter_features`); ``scaling=none`` sets Lambda_i = I and counts every feature on every
-client (any model), so A_r = |S^r| / N.
+:func:`fedrun.model.zoo.affine_parameter_features`); ``scaling=none`` sets Lambda_i = I and counts every feature on
+every client (any model), so A_r = |S^r| / N.
 
 ``omega``: eq. 59 counts omega^j over all N machines (``all``, as printed), which scales every update by the
 participation share for a feature all machines hold; ``round`` counts it over the round's clients (Konečný's
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import ClientContext, LocalRule, State
+from fedrun.algorithms.base import ClientContext, LocalRule, State
 
 
 def feature_counts(x: torch.Tensor, client_indices: list) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import State, StatefulPart
+from fedrun.algorithms.base import State, StatefulPart
 
 
 def fedgh_coefficients(gram: torch.Tensor, orders) -> torch.Tensor:

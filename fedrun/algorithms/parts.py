@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import State, StatefulPart
+from fedrun.algorithms.base import State, StatefulPart
 
 
 class AllSteps(StatefulPart):

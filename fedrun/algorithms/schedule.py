@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .base import State, StatefulPart
+from fedrun.algorithms.base import State, StatefulPart
 
 
 @dataclass

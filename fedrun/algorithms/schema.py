@@ -19,8 +19,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class
 from omegaconf import II, DictConfig, OmegaConf
 
-from ..errors import ConfigError
-from ..settings import Rule, Section
+from fedrun.errors import ConfigError
+from fedrun.config.schema import Rule, Section
 
 # the choices of the parts' string settings, here so that checking a config needs no torch (fedrun --help, a typo)
 SCALINGS = ("features", "none")  # fsvrg: S_i from the features' frequencies, or none

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import torch
 
-from .base import State, StatefulPart
+from fedrun.algorithms.base import State, StatefulPart
 
 # Greedy scores within this fraction of the largest squared deviation of the minimum count as tied: exact ties (a
 # client with two steps has two opposite centred gradients) are then settled by the lowest index, as Algorithm 2's

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import State
+from fedrun.algorithms.base import State
 
 
 class ServerSGD:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import ClientContext, LocalRule, State
+from fedrun.algorithms.base import ClientContext, LocalRule, State
 
 
 class MimeSVRG(LocalRule):

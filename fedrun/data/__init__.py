@@ -5,22 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
-from . import (
-    cifar,
-    digits,
-    fashion_mnist,
-    imdb,
-    leaf,
-    mnist,
-    shakespeare_plays,
-    speech_commands,
-    synthetic,
-    tiny_imagenet,
-    twitter,
-)
-from .base import DatasetSpec, FedDataset, default_root, resolve_root
-from .hog import hog_spec
+from fedrun.errors import ConfigError
+from fedrun.data import (cifar, digits, fashion_mnist, imdb, leaf, mnist, shakespeare_plays, speech_commands, synthetic,
+                         tiny_imagenet, twitter)
+from fedrun.data.base import DatasetSpec, FedDataset, default_root, resolve_root
+from fedrun.data.hog import hog_spec
 
 if TYPE_CHECKING:
     import torch

@@ -12,8 +12,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ConfigError, DataMissingError, IntegrityError
-from ..lazy import torch
+from fedrun.errors import ConfigError, DataMissingError, IntegrityError
+from fedrun.process.lazy import torch
 
 IGNORE = -100  # a target (or sequence position) that is not scored: padding; F.cross_entropy's ignore_index
 INPUT_KINDS = ("image", "vector", "tokens", "sequence")

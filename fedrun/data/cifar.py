@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, image_dataset
-from .download import fetcher
-from .safe_pickle import load_numpy_pickle
+from fedrun.errors import DataMissingError
+from fedrun.data.base import DatasetSpec, FedDataset, image_dataset
+from fedrun.data.download import fetcher
+from fedrun.data.safe_pickle import load_numpy_pickle
 
 LAYOUTS = {
     "cifar10": {

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 
-from ..errors import FedrunError
-from . import DATASETS, resolve_root
+from fedrun.errors import FedrunError
+from fedrun.data import DATASETS, resolve_root
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..lazy import torch
-from .base import DatasetSpec, FedDataset
+from fedrun.process.lazy import torch
+from fedrun.data.base import DatasetSpec, FedDataset
 
 TEST_FRACTION = 0.2
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..errors import DataMissingError, IntegrityError
+from fedrun.errors import DataMissingError, IntegrityError
 
 
 @dataclass(frozen=True)

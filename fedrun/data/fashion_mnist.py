@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, image_dataset
-from .download import fetcher
-from .idx import find, read_idx_split
+from fedrun.errors import DataMissingError
+from fedrun.data.base import DatasetSpec, FedDataset, image_dataset
+from fedrun.data.download import fetcher
+from fedrun.data.idx import find, read_idx_split
 
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 

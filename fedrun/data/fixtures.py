@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cifar import LAYOUTS
+from fedrun.data.cifar import LAYOUTS
 
 
 def write_cifar(root: Path, name: str = "cifar10", per_file: int = 3, seed: int = 3) -> dict[str, list[int]]:
@@ -56,7 +56,7 @@ def write_speech_commands(root: Path, per_word: int = 4, seed: int = 6) -> None:
     shorter than a second as in the real data."""
     import wave
 
-    from .speech_commands import KEYWORDS, SAMPLE_RATE
+    from fedrun.data.speech_commands import KEYWORDS, SAMPLE_RATE
 
     rng = np.random.default_rng(seed)
     d = Path(root) / "speech_commands"
@@ -87,7 +87,7 @@ def write_leaf(root: Path, task: str, users: int = 3, per_user: int = 4, seed: i
     training samples and 2 test samples (CelebA's images written under ``raw/img_align_celeba``)."""
     import json
 
-    from .leaf import LETTERS
+    from fedrun.data.leaf import LETTERS
 
     rng = np.random.default_rng(seed)
     d = Path(root) / "leaf" / task / "data"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..lazy import torch
-from .base import DatasetSpec, FedDataset, cache_path, load_or_build, sha256_arrays
+from fedrun.process.lazy import torch
+from fedrun.data.base import DatasetSpec, FedDataset, cache_path, load_or_build, sha256_arrays
 
 GREY = (0.299, 0.587, 0.114)
 NORMALIZATIONS = ("l2", "none")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataMissingError
-from ..lazy import torch
-from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
-from .download import fetcher
-from .text import build_vocabulary, encode, words
+from fedrun.errors import DataMissingError
+from fedrun.process.lazy import torch
+from fedrun.data.base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
+from fedrun.data.download import fetcher
+from fedrun.data.text import build_vocabulary, encode, words
 
 LABELS = {"neg": 0, "pos": 1}
 

@@ -30,10 +30,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import DataMissingError
-from ..lazy import torch
-from .base import IGNORE, DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
-from .text import OOV, PAD, build_vocabulary, encode, words
+from fedrun.errors import DataMissingError
+from fedrun.process.lazy import torch
+from fedrun.data.base import IGNORE, DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
+from fedrun.data.text import OOV, PAD, build_vocabulary, encode, words
 
 # LEAF's models/shakespeare alphabet (utils/language_utils.py ALL_LETTERS)
 LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"

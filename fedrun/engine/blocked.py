@@ -19,9 +19,10 @@ step scales each coordinate (Lambda_i) and is not of this form. The state's ``di
 only a recording executor reads, and a recording executor steps one by one) is not kept.
 
 Where the model reads its training rows in place (``FunctionalModel.reads_rows``: float32 on a CPU, a loss the
-kernel computes; ``fedrun/indexed_rows.py``), a block runs in three calls of the compiled kernel (``_InPlace``): its
-products read the rows where they lie, and its steps at the outputs, a few hundred numbers per client each, run as one
-loop per client; else in torch's operators on the gathered rows (``_Gathered``). The same values to float rounding.
+kernel computes; ``fedrun/model/native/indexed_rows.py``), a block runs in three calls of the compiled kernel
+(``_InPlace``): its products read the rows where they lie, and its steps at the outputs, a few hundred numbers per
+client each, run as one loop per client; else in torch's operators on the gathered rows (``_Gathered``). The same values
+to float rounding.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from ..algorithms.base import ClientContext, LocalRule, State
-from ..data.augment import minibatch, rows
-from ..functional import FunctionalModel
-from ..models import Objective
-from .. import indexed_rows as in_place
-from .cohort import ClientPlan
+from fedrun.algorithms.base import ClientContext, LocalRule, State
+from fedrun.data.augment import minibatch, rows
+from fedrun.model.functional import FunctionalModel
+from fedrun.model.zoo import Objective
+from fedrun.model.native import indexed_rows as in_place
+from fedrun.engine.sampling import ClientPlan
 
 BLOCK_SAMPLES = 16  # samples per block (T = BLOCK_SAMPLES // minibatch width steps): the Gram matrix grows as T^2
 WIDEST = 4  # wider minibatches are matrix products already: no block
@@ -176,8 +177,8 @@ class _Gathered:
 
 class _InPlace:
     """A block's inputs as their index into the training inputs (``indexed_rows.IndexedRows``): ``_Gathered``'s
-    products, steps and gradient terms by the compiled kernel (``fedrun/kernels/indexed_linear.cpp``), which reads
-    each row where it lies."""
+    products, steps and gradient terms by the compiled kernel (``fedrun/model/native/kernels/indexed_linear.cpp``),
+    which reads each row where it lies."""
 
     def __init__(self, rows: in_place.IndexedRows):
         self.rows = rows

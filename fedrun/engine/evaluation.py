@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..algorithms.base import ClientContext
-from ..algorithms.bank import preferences
-from ..metrics import classification_metrics
-from .cohort import plan_client
+from fedrun.algorithms.base import ClientContext
+from fedrun.algorithms.bank import preferences
+from fedrun.engine.metrics import classification_metrics
+from fedrun.engine.sampling import plan_client
 
 if TYPE_CHECKING:
-    from .simulation import RoundOutput, Simulation
+    from fedrun.engine.simulation import RoundOutput, Simulation
 
 
 @dataclass(frozen=True)

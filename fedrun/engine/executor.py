@@ -36,13 +36,13 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from ..algorithms.base import ClientContext, LocalRule, State
-from ..data.augment import minibatch, rows
-from ..errors import ConfigError
-from ..functional import FunctionalModel
-from ..indexed_rows import of as rows_in_place
-from . import blocked, tree
-from .cohort import ClientPlan
+from fedrun.algorithms.base import ClientContext, LocalRule, State
+from fedrun.data.augment import minibatch, rows
+from fedrun.errors import ConfigError
+from fedrun.model.functional import FunctionalModel
+from fedrun.model.native.indexed_rows import of as rows_in_place
+from fedrun.engine import blocked, tree
+from fedrun.engine.sampling import ClientPlan
 
 log = logging.getLogger("fedrun")
 
@@ -126,9 +126,9 @@ class LoopExecutor:
 
 def step_inputs(rule: LocalRule, model: FunctionalModel, x: torch.Tensor):
     """How a local step's minibatch of ``x`` reaches the rule, as a function of the step's index and number: as its
-    index, for a one-layer model's compiled step to read the rows in place (``fedrun/indexed_rows.py``), where the rule
-    reads its minibatches only through the model's loss and gradient (``LocalRule.batchable``, from its own class)
-    and the model reads rows of ``x`` (``FunctionalModel.reads_rows``); else gathered (``minibatch``)."""
+    index, for a one-layer model's compiled step to read the rows in place (``fedrun/model/native/indexed_rows.py``),
+    where the rule reads its minibatches only through the model's loss and gradient (``LocalRule.batchable``, from its
+    own class) and the model reads rows of ``x`` (``FunctionalModel.reads_rows``); else gathered (``minibatch``)."""
     if type(rule).__dict__.get("batchable", False) and model.reads_rows(x):
         return lambda idx, step: rows_in_place(x, idx)
     return lambda idx, step: minibatch(x, idx, step)
@@ -290,7 +290,7 @@ def initial_states(rule: LocalRule, ctx: ClientContext, client_states: list[Stat
     """A chunk's initial client states, stacked along a client axis. Clients without a state of their own (all of
     FedAvg's, SCAFFOLD's in their first round) start alike, since a rule's ``client_init`` is a function of the
     context and the client's state: one init, copied into every row, where the clients' own would make every state
-    first (a 1000-client softmax round's start: ``python -m fedrun.bench``'s softmax576_1000)."""
+    first (a 1000-client softmax round's start: ``python -m fedrun.bench.workloads``'s softmax576_1000)."""
     if any(cs is not None for cs in client_states):
         return tree.stack([rule.client_init(ctx, cs) for cs in client_states])
     return tree.repeat(rule.client_init(ctx, None), len(client_states))
@@ -357,8 +357,8 @@ def cache_chunk(per_client: int, fraction: float) -> int:
     ``fraction`` of the last-level cache; unlimited where its size is unknown. A dense chain's stacked step is a few
     matrix products per layer over its clients' (K, d) parameters and gradients: once those outgrow the cache, every
     product and update streams them from memory, and a client's step costs more the more clients step with it
-    (``python -m fedrun.bench``'s chunk table: FL-bench's 2NN, 100 clients on 2 cores, 8 a chunk: 1.22x faster than
-    the whole cohort, results/bench/cpu.md). A convolutional cohort's activations dwarf its parameters, and its
+    (``python -m fedrun.bench.workloads``'s chunk table: FL-bench's 2NN, 100 clients on 2 cores, 8 a chunk: 1.22x faster
+    than the whole cohort, results/bench/cpu.md). A convolutional cohort's activations dwarf its parameters, and its
     grouped convolutions gain from more clients: not chunked."""
     cache = last_level_cache_bytes()
     return max(1, int(fraction * cache // per_client)) if cache else sys.maxsize
@@ -418,13 +418,13 @@ def free_memory_bytes(device: torch.device) -> int:
 EXECUTORS = {"loop": LoopExecutor, "vmap": VmapExecutor}
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 # Above this many FLOPs per client step, a loop of convolutions beats vmap's batched ones on a CPU; below it,
-# vmap's saving of per-call overhead wins. Measured with fedrun.bench on 2 cores: LeNet-5 at B=10 (32 MFLOP) runs
-# 1.7x faster under vmap, at B=32 (103 MFLOP) both are equal, the FedGH CNN at B=64 (3.5 GFLOP) runs 1.8x faster
+# vmap's saving of per-call overhead wins. Measured with fedrun.bench.workloads on 2 cores: LeNet-5 at B=10 (32 MFLOP)
+# runs 1.7x faster under vmap, at B=32 (103 MFLOP) both are equal, the FedGH CNN at B=64 (3.5 GFLOP) runs 1.8x faster
 # in the loop.
 CPU_VMAP_MAX_FLOPS_PER_STEP = 100e6
 # Up to this many, a Sequential CNN's cohort stepping as one network (FunctionalModel.cohort) beats the loop, also in
-# threads; above it, the loop in threads wins. fedrun.bench on 2 cores: LeNet-5 at B = 64 (145 MFLOP) runs 1.5x
-# faster as one network than in the loop's threads, at B = 10 (32 MFLOP) 2.0x; the FedGH CNN at B = 64 (2.8 GFLOP)
+# threads; above it, the loop in threads wins. fedrun.bench.workloads on 2 cores: LeNet-5 at B = 64 (145 MFLOP) runs
+# 1.5x faster as one network than in the loop's threads, at B = 10 (32 MFLOP) 2.0x; the FedGH CNN at B = 64 (2.8 GFLOP)
 # 1.3x slower (results/bench/cpu.md).
 CPU_NETWORK_MAX_FLOPS_PER_STEP = 1e9
 
@@ -462,10 +462,10 @@ def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, 
                  cohort_size: int = 2, threads: int = 1, rule: LocalRule | None = None) -> tuple[str, str]:
     """``auto``: vmap on a GPU. On a CPU: vmap for dense models; for convolutional models the loop when it trains
     ``threads`` > 1 clients at once (as fast as vmap's batched convolutions or faster on the convolutional workloads
-    of ``python -m fedrun.bench``), else vmap when one client step is small (at most CPU_VMAP_MAX_FLOPS_PER_STEP on
-    the minibatch (x, y)) and the loop otherwise; but vmap where the cohort of a Sequential CNN steps as one network
-    (``rule`` batchable, ``FunctionalModel.cohort``) and one client step is at most CPU_NETWORK_MAX_FLOPS_PER_STEP;
-    the loop for recurrent models (PyTorch has no vmap batching rule
+    of ``python -m fedrun.bench.workloads``), else vmap when one client step is small (at most
+    CPU_VMAP_MAX_FLOPS_PER_STEP on the minibatch (x, y)) and the loop otherwise; but vmap where the cohort of a
+    Sequential CNN steps as one network (``rule`` batchable, ``FunctionalModel.cohort``) and one client step is at most
+    CPU_NETWORK_MAX_FLOPS_PER_STEP; the loop for recurrent models (PyTorch has no vmap batching rule
     for its fused CPU RNN kernel). Deterministic, so the same config always runs the same executor; the bench checks
     it against all. One client per round (centralized SGD) has nothing to batch: the loop, which skips vmap's per-call
     overhead."""

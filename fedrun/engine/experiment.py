@@ -13,17 +13,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import native
-from ..advice import selected_step_note
-from ..checkpoint import (check_resumable, checkpoints, config_fingerprint, earlier_work, load_latest,
-                          save_checkpoint)
-from ..config import validate
-from ..errors import ConfigError
-from ..loggers import ProgressBar, WandbLogger
-from ..resume import resume_command
-from ..results import RunDirectory, base_summary, move_aside
-from ..startup import release_collector
-from .simulation import Simulation
+from fedrun.model.native import build as native
+from fedrun.config.advice import selected_step_note
+from fedrun.rundir.checkpoint import (check_resumable, checkpoints, config_fingerprint, earlier_work, load_latest,
+                                      save_checkpoint)
+from fedrun.config.checks import validate
+from fedrun.errors import ConfigError
+from fedrun.rundir.loggers import ProgressBar, WandbLogger
+from fedrun.rundir.resume import resume_command
+from fedrun.rundir.files import RunDirectory, base_summary, move_aside
+from fedrun.process.startup import release_collector
+from fedrun.engine.simulation import Simulation
 
 log = logging.getLogger("fedrun")
 

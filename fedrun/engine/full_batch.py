@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..functional import FunctionalModel
+from fedrun.model.functional import FunctionalModel
 
 
 def full_losses_and_gradients(model: FunctionalModel, buffers: dict, x: torch.Tensor, y: torch.Tensor,

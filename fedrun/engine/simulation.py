@@ -15,27 +15,27 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..algorithms import STATEFUL_PARTS, build_algorithm
-from ..algorithms.aggregate import aggregate_buffers
-from ..algorithms.base import ClientContext
-from ..algorithms.fsvrg import feature_counts
-from ..algorithms.harmonize import conflict_statistics, cosine_matrix
-from ..algorithms.schedule import RoundFeedback
-from ..config import validate
-from ..data import FedDataset, get_spec, load_dataset
-from ..data.augment import AugmentedImages, training_inputs
-from ..functional import FunctionalModel, prefers_channels_last
-from ..models import MODELS, build_model
-from ..native import fused_conv_on, has_avx512
-from ..partition import Partition, held_out, make_partition, refuse_single_sample_batches
-from .accounting import nbytes, simulated_times, tracked_values
-from .cohort import ClientPlan, earliest_reporters, plan_client, report_delays, sample_clients
-from .cuda_math import configure_cuda
-from .evaluation import Evaluation
-from .executor import CohortResult, make_executor
-from .full_batch import full_losses_and_gradients
-from .host_memory import keep_freed_memory
-from .state import ServerState
+from fedrun.algorithms import STATEFUL_PARTS, build_algorithm
+from fedrun.algorithms.aggregate import aggregate_buffers
+from fedrun.algorithms.base import ClientContext
+from fedrun.algorithms.fsvrg import feature_counts
+from fedrun.algorithms.harmonize import conflict_statistics, cosine_matrix
+from fedrun.algorithms.schedule import RoundFeedback
+from fedrun.config.checks import validate
+from fedrun.data import FedDataset, get_spec, load_dataset
+from fedrun.data.augment import AugmentedImages, training_inputs
+from fedrun.model.functional import FunctionalModel, prefers_channels_last
+from fedrun.model.zoo import MODELS, build_model
+from fedrun.model.native.build import fused_conv_on, has_avx512
+from fedrun.data.partition import Partition, held_out, make_partition, refuse_single_sample_batches
+from fedrun.engine.accounting import nbytes, simulated_times, tracked_values
+from fedrun.engine.sampling import ClientPlan, earliest_reporters, plan_client, report_delays, sample_clients
+from fedrun.engine.cuda_math import configure_cuda
+from fedrun.engine.evaluation import Evaluation
+from fedrun.engine.executor import CohortResult, make_executor
+from fedrun.engine.full_batch import full_losses_and_gradients
+from fedrun.engine.host_memory import keep_freed_memory
+from fedrun.engine.state import ServerState
 
 log = logging.getLogger("fedrun")
 

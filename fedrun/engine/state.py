@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from ..algorithms import STATEFUL_PARTS
-from ..algorithms.base import State
-from ..errors import ConfigError
+from fedrun.algorithms import STATEFUL_PARTS
+from fedrun.algorithms.base import State
+from fedrun.errors import ConfigError
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Configuration: the typed schemas of every group, composition, override checks and start-up advice."""

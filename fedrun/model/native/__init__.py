@@ -1,0 +1,1 @@
+"""Compiled CPU kernels and their build, all behind ``hardware.native``."""

@@ -1,0 +1,306 @@
+"""The papers' artefacts as data: ``paper/<paper>.yaml`` names a paper (title, authors, venue) and each of its tables
+and figures fedrun reproduces: the experiment presets whose ``hydra.sweeper.params`` are its grid, the value it
+reports, how its rows and columns are laid out, the claims it makes, and the paper's own numbers keyed by the grid's
+values (a CSV block). Also a preset's grid as Hydra composes it. ``fedrun-table`` (fedrun/papers/table.py) runs the
+artefacts; fedrun/papers/table_summary.py summarises their runs.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from fedrun.errors import ConfigError
+from fedrun.config.overrides import override_key
+
+PAPER_DIR = Path(__file__).resolve().parents[2] / "paper"  # $FEDRUN_PAPERS names another folder (tests)
+PRESET = "preset"  # the pseudo grid key naming which of an artefact's presets a run belongs to
+
+
+@dataclass(frozen=True)
+class Value:
+    """What a table reports, named: ``of`` is a summary.json key (``final_test_acc``) or a metrics.csv column reduced
+    over its logged rounds: at a round (``test_acc@10``), ``@last``, ``@max``, ``@mean``, ``@mean_last_K``,
+    ``@std_last_K`` (how much it swings at the end), or
+    ``@target``, at the first round whose test accuracy reached the run's ``eval.target_acc`` (``sim_time_s@target``:
+    the simulated time to the target); ``a|b`` takes b where a run has no a. ``scale`` multiplies it for display
+    (100: percent; 1/3600: hours)."""
+
+    name: str
+    of: str
+    scale: float = 1.0
+
+    @property
+    def reaching(self) -> bool:
+        """Whether the value counts how long a run took to reach a level: a run without one never reached it."""
+        return self.of == "rounds_to_target" or self.of.endswith("@target")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim the paper makes of an artefact, as a comparison of grid points: on ``value``, every one of ``method``
+    (values of the grid key ``key``) is ``better`` (higher or lower) than every one of ``versus`` by more than
+    ``margin``, at each point of the artefact's other grid keys but those listed in ``across`` (``[preset]``: the
+    sides are in different presets of one grid). fedrun/papers/claims.py checks it on the mean over seeds."""
+
+    says: str
+    value: str
+    key: str
+    method: tuple[str, ...]
+    versus: tuple[str, ...]
+    better: str = "higher"
+    margin: float = 0.0
+    across: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Artefact:
+    """One table or figure of a paper: the presets whose grids it runs (or the function that measures it, where it is
+    not a training run: a timing, a centralised optimum), the values it reports, its ``rows`` and ``columns`` (grid
+    keys: override keys such as ``algo`` or ``algo.selector.alpha``, or ``preset``) and the paper's numbers, one row
+    per grid point the paper reports, one column per value."""
+
+    name: str
+    paper: str
+    source: str
+    what: str
+    presets: tuple[str, ...]
+    values: tuple[Value, ...]
+    rows: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+    tolerance: float | None = None
+    digits: int = 2  # decimals shown (0 for counts such as rounds)
+    figure: str = "curves"  # curves (mean test accuracy per grid point) or none
+    x: str = "round"  # the curves' x axis: round, or a metrics.csv column (sim_time_s)
+    curves: tuple[str, ...] = ("test_acc",)  # the metrics.csv columns drawn, one panel each
+    runs_of: str = ""  # another artefact whose runs this one reads (a second table of the same sweeps)
+    measure: str = ""  # "module:function" measuring the artefact in place of a sweep (fedrun/papers/measures)
+    data: tuple[str, ...] = ()  # the datasets a measured artefact reads (for --list)
+    claims: tuple[Claim, ...] = ()
+    paper_numbers: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Paper:
+    key: str
+    cite: str
+    title: str
+    authors: str
+    venue: str
+    artefacts: dict[str, Artefact]
+
+    @property
+    def reference(self) -> str:
+        return f"{self.authors}, \"{self.title}\", {self.venue}" if self.authors else f"\"{self.title}\", {self.venue}"
+
+
+def normalise(value) -> str:
+    """A grid value as text that compares equal however it was written (``0.1`` in YAML, ``0.1`` in an override,
+    ``1.0`` and ``1.0``): parsed as YAML, then printed."""
+    if isinstance(value, str):
+        value = yaml.safe_load(value) if value.strip() else value
+    return str(value)
+
+
+def _numbers(text: str | None, values: tuple[Value, ...], where: str) -> pd.DataFrame:
+    """The paper's numbers: a column per value the paper prints (a value it does not print has none) and a column
+    per grid key the rows are keyed by."""
+    names = [v.name for v in values]
+    if not text:
+        return pd.DataFrame(columns=names)
+    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+    if not any(n in frame for n in names):
+        raise ConfigError([f"{where}: the paper's numbers have no column named after a value ({names}); the other "
+                           "columns are grid keys"])
+    frame = frame.assign(**{n: "" for n in names if n not in frame})
+    keys = [c for c in frame.columns if c not in names]
+    frame[keys] = frame[keys].map(normalise)
+    for n in names:
+        frame[n] = pd.to_numeric(frame[n].replace({"": None, "-": None}), errors="coerce")
+    return frame
+
+
+def _values(a: dict) -> tuple[Value, ...]:
+    if "values" in a:
+        return tuple(Value(name, v["of"], _scale(v.get("scale", 1.0))) for name, v in a["values"].items())
+    return (Value("value", a.get("value", "final_test_acc"), _scale(a.get("scale", 1.0))),)
+
+
+RESERVED = {"run_dir", "preset", "seed", "status", "error", "diverged_round", "rounds_completed", "rounds",
+            "planned_rounds", "fixture", "summary", "runs", "seeds", "note", "overrides"}  # the summary's own columns
+REDUCTIONS = ("last", "max", "mean", "target")  # and a round number, mean_last_K or std_last_K
+
+
+def _reduction_problem(of: str) -> str | None:
+    if "@" not in of:
+        return None
+    at = of.split("@", 1)[1]
+    last = at.removeprefix("mean_last_").removeprefix("std_last_")
+    if at in REDUCTIONS or at.isdigit() or (last != at and last.isdigit()):
+        return None
+    return (f"{of!r}: after '@' comes a round number, {', '.join(REDUCTIONS)}, mean_last_K or std_last_K "
+            "(test_acc@mean_last_10)")
+
+
+def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Claim, ...]:
+    """The claims block: ``says``, ``value`` (one of the artefact's values), ``better`` (higher|lower), ``margin``
+    (default 0), ``across`` (grid keys pooled) and two mappings of one grid key to a value or a list of values,
+    ``method`` and ``versus``."""
+    out, names = [], {v.name for v in values}
+    known = {"says", "value", "better", "margin", "across", "method", "versus"}
+    for i, c in enumerate(raw or []):
+        at = f"{where}: claims[{i}]"
+        problems = [f"{at}: unknown keys {sorted(set(c) - known)}"] if set(c) - known else []
+        value = c.get("value", "value")
+        if value not in names:
+            problems.append(f"{at}: value {value!r} is not one of the artefact's values {sorted(names)}")
+        if c.get("better", "higher") not in ("higher", "lower"):
+            problems.append(f"{at}: better={c.get('better')!r}; use higher or lower")
+        sides = [c.get("method"), c.get("versus")]
+        if not all(isinstance(s, dict) and len(s) == 1 for s in sides) or set(sides[0]) != set(sides[1]):
+            problems.append(f"{at}: method and versus each name the same one grid key and its values "
+                            "(method: {algo/harmonizer: dgt}, versus: {algo/harmonizer: none})")
+        if problems:
+            raise ConfigError(problems)
+        (key, method), versus = next(iter(sides[0].items())), sides[1][next(iter(sides[0]))]
+        listed = [tuple(normalise(v) for v in (x if isinstance(x, list) else [x])) for x in (method, versus)]
+        out.append(Claim(says=c.get("says", ""), value=value, key=key, method=listed[0], versus=listed[1],
+                         better=c.get("better", "higher"), margin=float(c.get("margin", 0.0)),
+                         across=tuple(c.get("across", ()))))
+    return tuple(out)
+
+
+def _scale(scale) -> float:
+    """A scale as a number or a fraction written as text (``1/3600``)."""
+    if isinstance(scale, str) and "/" in scale:
+        num, den = scale.split("/")
+        return float(num) / float(den)
+    return float(scale)
+
+
+def read_paper(path: Path) -> Paper:
+    raw = yaml.safe_load(path.read_text()) or {}
+    key = path.stem
+    artefacts = {}
+    for name, a in (raw.get("artefacts") or {}).items():
+        where = f"{path.name}: {name}"
+        unknown = sorted(set(a) - {"source", "what", "presets", "value", "scale", "values", "rows", "columns",
+                                   "tolerance", "digits", "figure", "x", "curves", "paper",
+                                   "runs_of", "claims", "measure", "data"})
+        if unknown:
+            raise ConfigError([f"{where}: unknown keys {unknown}"])
+        if bool(a.get("presets")) == bool(a.get("measure")):
+            raise ConfigError([f"{where}: give either presets (a sweep) or measure (module:function), not both"])
+        if a.get("measure") and not re.fullmatch(r"[\w.]+:\w+", a["measure"]):
+            raise ConfigError([f"{where}: measure={a['measure']!r}; write it module:function "
+                               "(fedrun.papers.measures.hog_ceiling:measure)"])
+        values = _values(a)
+        if taken := sorted({v.name for v in values} & RESERVED):
+            raise ConfigError([f"{where}: a value may not be named {taken}: the summary has columns of that name "
+                               f"({', '.join(sorted(RESERVED))}); name it otherwise ('rounds to target')"])
+        if bad := [p for v in values for o in v.of.split("|") if (p := _reduction_problem(o))]:
+            raise ConfigError([f"{where}: {p}" for p in bad])
+        artefacts[name] = Artefact(name=name, paper=key, source=a["source"], what=a.get("what", ""),
+                                   presets=tuple(a.get("presets") or ()), values=values, rows=tuple(a.get("rows", ())),
+                                   columns=tuple(a.get("columns", ())), tolerance=a.get("tolerance"),
+                                   digits=int(a.get("digits", 2)),
+                                   figure=a.get("figure", "curves"), x=a.get("x", "round"),
+                                   curves=tuple(a.get("curves", ("test_acc",))),
+                                   runs_of=a.get("runs_of", ""), measure=a.get("measure", ""),
+                                   data=tuple(a.get("data", ())), claims=_claims(a.get("claims"), values, where),
+                                   paper_numbers=_numbers(a.get("paper"), values, where))
+    return Paper(key=key, cite=raw["cite"], title=raw["title"], authors=raw.get("authors", ""),
+                 venue=raw.get("venue", ""), artefacts=artefacts)
+
+
+def papers() -> dict[str, Paper]:
+    return _papers(os.environ.get("FEDRUN_PAPERS") or str(PAPER_DIR))
+
+
+@lru_cache(maxsize=None)
+def _papers(folder: str) -> dict[str, Paper]:
+    return {p.stem: read_paper(p) for p in sorted(Path(folder).glob("*.yaml"))}
+
+
+def artefacts() -> dict[str, tuple[Paper, Artefact]]:
+    """Every artefact by name, with its paper; names are unique across papers."""
+    out: dict[str, tuple[Paper, Artefact]] = {}
+    for paper in papers().values():
+        for name, a in paper.artefacts.items():
+            if name in out:
+                raise ConfigError([f"artefact {name} is in both {out[name][0].key} and {paper.key}"])
+            out[name] = (paper, a)
+    return out
+
+
+def grid(preset: str, overrides: list[str] = ()) -> dict[str, list[str]]:
+    """The preset's grid (its ``hydra.sweeper.params``) with the sweeps among ``overrides`` (``seed=0,1,2``): each
+    key's values, in order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = composed(preset).hydra.sweeper.params or {}
+    axes = {str(k): [v.strip() for v in str(vs).split(",")] for k, vs in params.items()}
+    for o in OverridesParser.create().parse_overrides([o for o in overrides if "=" in o]):
+        if o.is_sweep_override():
+            axes[o.key_or_group] = [str(v) for v in o.sweep_string_iterator()]
+        elif o.key_or_group in axes:  # one value of a grid key: the command line's, as Hydra takes it
+            axes[o.key_or_group] = [o.input_line.split("=", 1)[1]]
+    return axes
+
+
+@lru_cache(maxsize=None)
+def outline(preset: str) -> tuple[dict[str, list[str]], str]:
+    """The preset's grid (as :func:`grid` without overrides) and dataset, read from its YAML and the presets it builds
+    on, without composing it (which takes most of a second a preset): what ``fedrun-table --list`` shows. A preset's
+    own settings come after those of the presets it lists, and Hydra merges the grids key by key; the tests hold this
+    to the composed config for every preset."""
+    from fedrun.config.compose import CONF_DIR
+
+    root = Path(CONF_DIR)
+    node = yaml.safe_load((root / "experiment" / f"{preset}.yaml").read_text()) or {}
+    axes: dict[str, list[str]] = {}
+    data = None
+    for entry in node.get("defaults") or []:
+        if isinstance(entry, str) and entry != "_self_":
+            parent_axes, parent_data = outline(entry.removeprefix("/experiment/"))
+            axes |= parent_axes
+            data = parent_data
+        elif isinstance(entry, dict) and "override /data" in entry:
+            data = entry["override /data"]
+    params = ((node.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    axes |= {str(k): [v.strip() for v in str(vs).split(",")] for k, vs in params.items()}
+    if data is None:
+        top = yaml.safe_load((root / "config.yaml").read_text())
+        data = next(d["data"] for d in top["defaults"] if isinstance(d, dict) and "data" in d)
+    return axes, str(data)
+
+
+@lru_cache(maxsize=None)
+def composed(preset: str):
+    """The preset as Hydra composes it (its sweeper's params included), once per process."""
+    from fedrun.config.compose import compose_config
+
+    return compose_config([f"experiment={preset}"], hydra=True)
+
+
+def preset_config(preset: str, overrides: list[str] = ()):
+    """The config a job of the preset runs with ``overrides`` (their sweeps and Hydra's own keys aside)."""
+    from fedrun.config.compose import compose_config
+
+    given = [o for o in overrides if not is_sweep(o) and not override_key(o).startswith("hydra")]
+    return compose_config([f"experiment={preset}", *given]) if given else composed(preset)
+
+
+def is_sweep(override: str) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    key = override.split("=", 1)[0]
+    return not key.startswith("hydra") and OverridesParser.create().parse_override(override).is_sweep_override()
+

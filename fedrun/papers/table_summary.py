@@ -1,0 +1,333 @@
+"""An artefact's runs summarised: one row per run (its grid values, seed, status and values, read from the run's
+folder), the mean ± std over seeds per grid point joined with the paper's numbers, the Markdown table with the paper
+beside fedrun, and the files ``fedrun-table`` writes (table, CSV, curves), headed by the runs' provenance.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from fedrun.papers import claims
+from fedrun.papers import measures
+from fedrun.papers.artefacts import PRESET, RESERVED, Artefact, Paper, grid, normalise, override_key, preset_config
+from fedrun.rundir.report import SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
+from fedrun.rundir.files import CONFIG_FILE, METRICS_FILE, git_commit
+
+FIXTURE_FILE = "fixture.json"  # in a preset's sweep folder: the runs there ran on a stand-in for absent data
+
+
+def _grid_values(run_dir: Path, keys: list[str], config: dict) -> dict[str, str]:
+    """The run's value of each grid key: from the overrides Hydra recorded for the job, else from its config (a
+    dotted key as it is; a group, ``partition`` or ``algo/harmonizer``, by its option's ``name``). The job's other
+    recorded overrides come too, marked ``OTHER`` (collect keeps those that vary)."""
+    recorded = run_dir / ".hydra" / "overrides.yaml"
+    given = {}
+    if recorded.exists():
+        given = {override_key(o): o.split("=", 1)[1] for o in yaml.safe_load(recorded.read_text()) or [] if "=" in o}
+    out = {f"{OTHER}{k}": normalise(v) for k, v in given.items()
+           if k not in keys and k not in ("seed", "experiment") and not k.startswith("hydra")}
+    for key in keys:
+        if key in given:
+            out[key] = normalise(given[key])
+            continue
+        node = config
+        for part in (key.split(".") if "/" not in key and "." in key else [*key.split("/"), "name"]):
+            node = node.get(part) if isinstance(node, dict) else None
+        out[key] = normalise(node) if node is not None else None
+    return out
+
+
+def _metrics(run_dir: Path) -> pd.DataFrame | None:
+    """The run's metrics.csv indexed by round (read once per run, for all of an artefact's values)."""
+    path = run_dir / METRICS_FILE
+    return pd.read_csv(path).set_index("round", drop=False) if path.exists() else None
+
+
+def _value(frame: pd.DataFrame | None, summary: dict, of: str, config: dict) -> float | None:
+    """A run's value named by ``of`` (papers.Value): a summary.json key, or a column of its metrics ``frame``
+    (_metrics) reduced over its logged rounds (at a round, ``last``, ``max``, ``mean``, ``mean_last_K``,
+    ``std_last_K``, or ``target``: at the first round whose test accuracy reached the run's ``eval.target_acc``).
+    ``a|b``: a's value, or b's where the run has no a."""
+    if "|" in of:
+        return next((v for v in (_value(frame, summary, o, config) for o in of.split("|")) if v is not None), None)
+    if "@" not in of:
+        v = summary.get(of)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    column, at = of.split("@")
+    if frame is None or column not in frame:
+        return None
+    logged = frame[column].dropna()
+    if at == "target":
+        target = (config.get("eval") or {}).get("target_acc")
+        reached = frame.index[frame["test_acc"] >= target] if target is not None and "test_acc" in frame else []
+        return float(frame.at[reached[0], column]) if len(reached) else None
+    if not len(logged):
+        return None
+    if at == "last":
+        return float(logged.iloc[-1])
+    if at in ("max", "mean"):
+        return float(getattr(logged, at)())
+    if at.startswith(("mean_last_", "std_last_")):
+        how, k = at.split("_last_")
+        return float(getattr(logged.iloc[-int(k):], how)())
+    return float(frame.at[int(at), column]) if int(at) in frame.index else None
+
+
+RUN_COLUMNS = RESERVED  # a run's own columns, beside its grid values and its values
+
+
+def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
+    """One row per run of the artefact's sweeps: its preset, grid values (the preset's grid keys and any other
+    override that varies between its runs), seed, status, values (scaled) and rounds. A measured artefact's rows are
+    its measurements (fedrun/papers/measures), one "run" per row."""
+    if artefact.measure:
+        return _measured(artefact, runs / artefact.name)
+    frames = []
+    keys = list(dict.fromkeys(k for p in artefact.presets for k in grid(p) if k != "seed"))  # every preset's, so a
+    for preset in artefact.presets:  # preset that fixes a key (the reference's algo) has its value in the column
+        folder = runs / (artefact.runs_of or artefact.name) / preset
+        if not folder.exists():
+            continue
+        fixture = json.loads((folder / FIXTURE_FILE).read_text())["note"] if (folder / FIXTURE_FILE).exists() else ""
+        planned = int(preset_config(preset).fl.rounds)
+        rows = []
+        for d in find_runs([str(folder)]):
+            config = yaml.safe_load((d / CONFIG_FILE).read_text()) or {}
+            summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {}
+            used_fixture = fixture and str(folder / "fixture-data") == str(config.get("data", {}).get("root"))
+            metrics = _metrics(d) if any("@" in v.of for v in artefact.values) else None
+            rows.append({"run_dir": str(d), PRESET: preset, **_grid_values(d, keys, config),
+                         "seed": config.get("seed"), "status": summary.get("status", "missing"),
+                         "error": summary.get("error"), "diverged_round": summary.get("diverged_round"),
+                         "rounds_completed": summary.get("rounds_completed"),
+                         **{v.name: _scaled(_value(metrics, summary, v.of, config), v.scale) for v in artefact.values},
+                         "rounds": int(config.get("fl", {}).get("rounds", planned)), "planned_rounds": planned,
+                         "fixture": fixture if used_fixture else "", "summary": summary})
+        frame = pd.DataFrame(rows)
+        other = [c for c in frame.columns if c.startswith(OTHER)]
+        constant = sorted(c for c in other if frame[c].astype(str).nunique() < 2)
+        frame[OVERRIDES] = " ".join(f"{c.removeprefix(OTHER)}={frame[c].iloc[0]}" for c in constant)
+        frame = frame.drop(columns=constant)
+        frames.append(_in_grid_order(frame.rename(columns=lambda c: c.removeprefix(OTHER)), grid(preset)))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _measured(artefact: Artefact, folder: Path) -> pd.DataFrame:
+    """A measured artefact's rows in collect's form: the grid keys (every column that no value reads), ``seed`` (the
+    repeat; 0 where the function gives none) and the values; the measurement's record (commit, seconds) in the first
+    row's ``summary``, for the header."""
+    rows, made = measures.load(folder)
+    if rows.empty:
+        return rows
+    quantities = {v.of for v in artefact.values}
+    keys = [c for c in rows.columns if c != "seed" and c not in quantities]
+    frame = pd.DataFrame({PRESET: "", **{k: rows[k].map(normalise) for k in keys},
+                          "seed": pd.to_numeric(rows["seed"]) if "seed" in rows else 0, "status": "finished",
+                          "error": None, "diverged_round": None, "rounds_completed": 1,
+                          **{v.name: pd.to_numeric(rows[v.of]) * v.scale if v.of in rows else None
+                             for v in artefact.values},
+                          "rounds": 1, "planned_rounds": 1, "fixture": "",
+                          OVERRIDES: " ".join(f"{k}={v}" for k, v in made["settings"].items())})
+    frame["summary"] = [made] + [{}] * (len(frame) - 1)
+    return frame
+
+
+def _in_grid_order(frame: pd.DataFrame, axes: dict[str, list[str]]) -> pd.DataFrame:
+    """The runs in the order of the grid's values (as the preset lists them), then by seed."""
+    order = {k: {normalise(v): i for i, v in enumerate(vs)} for k, vs in axes.items() if k in frame}
+    rank = pd.DataFrame({k: frame[k].map(lambda v, o=o: o.get(v, len(o))) for k, o in order.items()})
+    rank["seed"] = pd.to_numeric(frame["seed"], errors="coerce")
+    return frame.loc[rank.sort_values(list(rank.columns), kind="stable").index].reset_index(drop=True)
+
+
+OTHER = "override:"  # a recorded override that is not a grid key: a key of the table only if it varies
+OVERRIDES = "overrides"  # (RESERVED) the recorded overrides all runs of a preset had beyond its grid (for the header)
+
+
+def _scaled(v: float | None, scale: float) -> float | None:
+    return None if v is None else v * scale
+
+
+def grid_keys(artefact: Artefact, runs: pd.DataFrame) -> list[str]:
+    names = {v.name for v in artefact.values}
+    return [PRESET, *[c for c in runs.columns if c not in RUN_COLUMNS and c not in names and c != PRESET]]
+
+
+def summary_keys(artefact: Artefact, table: pd.DataFrame) -> list[str]:
+    """The grid keys of a summarised table (summarise's): its columns but the counts, notes and statistics."""
+    return [k for k in grid_keys(artefact, table) if k not in {"runs", "seeds", "rounds", "planned_rounds", "fixture",
+                                                               "note"} and not k.endswith(("_std", "_paper", "_diff"))]
+
+
+def summarise(artefact: Artefact, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per grid point, the mean and std over seeds of each value (runs that finished or diverged; a diverged run
+    with its last value), joined with the paper's numbers (a paper cell without runs stays, marked), and a note."""
+    keys = grid_keys(artefact, runs) if not runs.empty else [PRESET]
+    names = [v.name for v in artefact.values]
+    done = runs[runs["status"].isin(["finished", "diverged"])] if not runs.empty else runs
+    if done.empty:
+        table = pd.DataFrame(columns=[*keys, "runs", "seeds", *names, *[f"{n}_std" for n in names], "rounds",
+                                      "planned_rounds", "fixture"])
+    else:
+        grouped = done.groupby(keys, dropna=False, sort=False)
+        table = grouped.agg(runs=("seed", "size"), seeds=("seed", "nunique"),
+                            **{n: (n, "mean") for n in names}, **{f"{n}_std": (n, "std") for n in names},
+                            rounds=("rounds", "min"), planned_rounds=("planned_rounds", "max"),
+                            fixture=("fixture", "first")).reset_index()
+    paper = artefact.paper_numbers
+    if PRESET in paper:  # a table of some of the artefact's presets (--presets) shows their cells only
+        paper = paper[paper[PRESET].isin(artefact.presets)]
+    on = [k for k in paper.columns if k not in names]
+    missing = [k for k in on if k not in table.columns]
+    if missing and (table.empty or paper.empty):  # nothing ran yet, or no paper cell of these presets
+        table = table.assign(**{k: pd.Series(dtype=object) for k in missing})
+    elif missing:
+        raise ValueError(f"paper/{artefact.paper}.yaml: {artefact.name}'s paper numbers are keyed by {missing}, "
+                         f"which its grid does not sweep (its keys: {keys})")
+    paper = paper.rename(columns={n: f"{n}_paper" for n in names})
+    if on:  # the runs' rows in grid order, then the paper's cells that no run reached
+        table = table.merge(paper, on=on, how="left")
+        reached = set(map(tuple, table[on].astype(str).values))
+        table = pd.concat([table, paper[[tuple(r) not in reached for r in paper[on].astype(str).values]]],
+                          ignore_index=True)
+    else:
+        table = table.assign(**{f"{n}_paper": None for n in names})
+    for n in names:
+        table[f"{n}_diff"] = pd.to_numeric(table[n], errors="coerce") - pd.to_numeric(table[f"{n}_paper"],
+                                                                                       errors="coerce")
+    table["note"] = [_note(artefact, r) for _, r in table.iterrows()]
+    return table
+
+
+def _note(artefact: Artefact, row) -> str:
+    if pd.isna(row.get("runs")) or not row.get("runs"):
+        return "no finished run"
+    if isinstance(row.get("fixture"), str) and row["fixture"]:
+        return f"not reproduced: {row['fixture']}"
+    notes = []
+    if row["rounds"] < row["planned_rounds"]:
+        notes.append(f"shortened: {int(row['rounds'])} of {int(row['planned_rounds'])} rounds")
+    diff = row.get(f"{artefact.values[0].name}_diff")
+    if artefact.tolerance is not None and not pd.isna(diff):
+        notes.append(f"{'within' if abs(diff) <= artefact.tolerance else 'NOT within'} {artefact.tolerance:g} of "
+                     "the paper")
+    return "; ".join(notes)
+
+
+def markdown(artefact: Artefact, table: pd.DataFrame) -> str:
+    """The table with the artefact's rows down and its columns across: fedrun's mean ± std over seeds beside the
+    paper's number, for each value."""
+    names = [v.name for v in artefact.values]
+    shown = pd.DataFrame(index=table.index)
+    for n in names:
+        label = "" if n == "value" else f"{n} "
+        d = artefact.digits
+        shown[f"{label}fedrun"] = [_fmt(m, d) + ("" if pd.isna(s) else f" ± {s:.{d}f}")
+                                   for m, s in zip(table[n], table[f"{n}_std"])]
+        if table[f"{n}_paper"].notna().any():  # a figure whose numbers the paper does not print: no column
+            shown[f"{label}paper"] = table[f"{n}_paper"].map(lambda v: _fmt(v, d))
+    measures = list(shown.columns)
+    keys = summary_keys(artefact, table)
+    named = {*artefact.rows, *artefact.columns}
+    keys = [k for k in keys if k in named or table[k].dropna().astype(str).nunique() > 1]  # not the constants
+    for k in keys:
+        shown[k] = table[k].map(_cell)
+    shown["runs"], shown["note"] = table["runs"].map(lambda v: _cell(v if pd.isna(v) else int(v))), table["note"]
+    across = [c for c in artefact.columns if c in keys]
+    down = [k for k in artefact.rows if k in keys] + [k for k in keys if k not in artefact.rows and k not in across]
+    if not across:
+        cols = [*down, *measures, "runs", "note"]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        return "\n".join(lines + ["| " + " | ".join(cell(r[c]) for c in cols) + " |" for _, r in shown.iterrows()])
+    wide = shown.pivot_table(index=down, columns=across, values=[*measures, "note"], aggfunc="first", dropna=False,
+                             sort=False)
+    values = list(dict.fromkeys(wide.columns.droplevel(0)))
+    header = [*down, *[f"{m} {_label(v)}" for v in values for m in measures], "note"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for index, r in wide.iterrows():
+        index = index if isinstance(index, tuple) else (index,)
+        said = {v: r[("note", v)] for v in values if isinstance(r[("note", v)], str) and r[("note", v)]}
+        same = len(said) == len(values) and len(set(said.values())) == 1  # one note for the whole row
+        notes = next(iter(said.values())) if same else "; ".join(f"{_label(v)}: {n}" for v, n in said.items())
+        cells = [*map(str, index), *[_cell(r[(m, v)]) for v in values for m in measures], notes]
+        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(v, digits: int = 2) -> str:
+    return "–" if v is None or pd.isna(v) else f"{v:.{digits}f}"
+
+
+def _label(v) -> str:
+    return "/".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def _cell(v) -> str:
+    return "–" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
+
+
+def provenance(command: str, summaries: list[dict], made: str = "runs") -> str:
+    """One sentence for a table's header: the command, this commit, the runs' (or a measurement's) commits,
+    compute time, machine."""
+    import torch
+
+    from fedrun.bench.workloads import device_name
+
+    commits = sorted({str(c) for s in summaries for c in s.get("git_commits") or [s.get("git_commit")] if c})
+    compute = sum(s.get("total_wall_time_s", s.get("wall_time_s", 0.0)) for s in summaries)
+    unknown = sum(1 for s in summaries if "resumed_from_round" in s and "total_wall_time_s" not in s)
+    before = (f" (not counting the rounds before the resumption of {unknown} run(s), whose checkpoints predate that "
+              "record)" if unknown else "")
+    return (f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')} from {len(summaries)} {made} "
+            f"made at commit {', '.join(commits) or 'unknown'}; their compute time {compute:.0f} s{before} on "
+            f"{device_name(torch.device('cpu'))}.")
+
+
+def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, command: str) -> Path:
+    """``<out>/<artefact>.md``, ``.csv`` and the figure; returns the Markdown file."""
+    table = summarise(artefact, runs)
+    summaries = [s for s in runs["summary"] if s or not artefact.measure] if not runs.empty else []
+    made_by = provenance(command, summaries, "measurement" if artefact.measure else "runs")  # before writing
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / f"{artefact.name}.csv", index=False)
+    seeds = sorted({int(s) for s in runs["seed"].dropna()}) if not runs.empty else []
+    described = ', '.join(_described(v) for v in artefact.values)
+    how = (f"Mean ± std over repeats {seeds or '–'} of {described}, measured by `{artefact.measure}`"
+           + (f" with `{runs[OVERRIDES].iloc[0]}`." if not runs.empty and runs[OVERRIDES].iloc[0] else ".")
+           if artefact.measure else f"Mean ± std over seeds {seeds or '–'} of {described}; presets "
+           f"{', '.join(f'`experiment={p}`' for p in artefact.presets)}.{_overrides(runs)}")
+    text = [f"# {paper.cite}, {artefact.source}: {artefact.what}\n", f"{paper.reference}. {made_by} {how}\n",
+            markdown(artefact, table),
+            claims.markdown(claims.check(artefact.claims, table, summary_keys(artefact, table),
+                                         frozenset(v.name for v in artefact.values if v.reaching)))]
+    if not runs.empty:
+        text.append(unfinished(runs).strip())
+    (out / f"{artefact.name}.md").write_text("\n".join(t for t in text if t) + "\n")
+    if artefact.figure == "curves" and not runs.empty and not artefact.measure:
+        for preset, group in runs.groupby(PRESET, sort=False):
+            if (group["fixture"] != "").all():  # a few rounds on a stand-in: nothing to see in its curves
+                continue
+            varying = [k for k in grid_keys(artefact, group) if k != PRESET and group[k].nunique(dropna=True) > 1]
+            by = [k for k in dict.fromkeys([*artefact.rows, *artefact.columns, *varying]) if k in varying]
+            name = artefact.name if len(artefact.presets) == 1 else \
+                f"{artefact.name}_{preset.removeprefix((artefact.runs_of or artefact.name) + '_')}"
+            plot_curves(group, by, out / f"{name}.png", f"{paper.cite}, {artefact.source} ({preset}): mean over "
+                        "seeds (±1 std)", x=artefact.x, sort=False, metrics=artefact.curves)
+    return out / f"{artefact.name}.md"
+
+
+def _overrides(runs: pd.DataFrame) -> str:
+    """What the runs on real data had beyond their presets' settings (a fixture's own overrides left out)."""
+    if runs.empty or OVERRIDES not in runs:
+        return ""
+    given = sorted({o for o, f in zip(runs[OVERRIDES], runs["fixture"]) if o and not f})
+    return f" Beyond their presets, the runs had {'; '.join(f'`{o}`' for o in given)}." if given else ""
+
+
+def _described(v) -> str:
+    return f"`{v.of}`" + (f" x {v.scale:g}" if v.scale != 1 else "") + ("" if v.name == "value" else f" ({v.name})")
