@@ -8,7 +8,7 @@ step a lone client takes at a cohort's tail) by the wall clock, then runs the sa
 and sums each operator's own CPU time (its children left out) per step. A convolution's rows carry its GFLOP/s
 (forward, or what its backward computes: the input gradient, the weight gradient or both), the FLOPs from its
 shapes; so do the fused first layer's (fedrun/model/native/fused_conv.py: its convolution at every output position, and
-the weight gradient). ``--unfused``: with ``hardware.fused_conv=false`` (a lone client then takes the plain step). The
+the weight gradient). ``--unfused``: with ``hardware.native=false`` (a lone client then takes the plain step). The
 profiler's own overhead makes the operators' sum exceed the step's wall time; the shares are of that sum. Random
 images and labels; the weights as the run initialises them.
 """
@@ -46,7 +46,7 @@ def fused_flops(x: list[int], weight: list[int], padding: int) -> int:
 def lenet5_step(k: int, fused: bool = True):
     """One local SGD step of K clients of the default experiment's model, as the vmap executor takes it (K = 1: a
     lone client's step), on random images and labels from seed 0: a function of no arguments, whose ``padding``
-    is the first convolution's. ``fused``: hardware.fused_conv."""
+    is the first convolution's. ``fused``: hardware.native."""
     import torch
 
     from fedrun.algorithms.base import ClientContext
@@ -55,7 +55,7 @@ def lenet5_step(k: int, fused: bool = True):
     from fedrun.engine import tree
     from fedrun.engine.simulation import Simulation
 
-    sim = Simulation(compose_config(["progress=false", "logger=none", f"hardware.fused_conv={str(fused).lower()}"]))
+    sim = Simulation(compose_config(["progress=false", "logger=none", f"hardware.native={str(fused).lower()}"]))
     model, rule = sim.model, make("local", "sgd")
     ctx = ClientContext(1, sim.state.params, sim.state.buffers, lr=0.01)
     torch.manual_seed(0)
@@ -121,7 +121,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,10", help="cohort sizes, comma-separated")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--top", type=int, default=14, help="operators listed per cohort size")
-    parser.add_argument("--unfused", action="store_true", help="hardware.fused_conv=false")
+    parser.add_argument("--unfused", action="store_true", help="hardware.native=false")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     import torch
@@ -136,8 +136,8 @@ def main() -> None:
              f"experiment's model (LeNet-5, MNIST-shaped random images and labels from seed 0, B = {B}), one local "
              "SGD step of K clients as the vmap executor takes it (the cohort network; K = 1: a lone client's step, "
              "a cohort's tail), "
-             + ("with hardware.fused_conv=false (K = 1: the plain step)" if args.unfused else
-                "each convolution with its pooling and ReLU as one kernel (hardware.fused_conv=true, the default)")
+             + ("with hardware.native=false (K = 1: the plain step)" if args.unfused else
+                "each convolution with its pooling and ReLU as one kernel (hardware.native, the default)")
              + ". Operators' own CPU time under torch.profiler, per step; GFLOP/s for convolutions (a backward's: "
              "the gradients it computes).", ""]
     for k in (int(c) for c in args.clients.split(",")):

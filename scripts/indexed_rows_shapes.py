@@ -4,7 +4,7 @@
 
 For each shape (a model of one Linear layer, its input width and classes, the cohort, the minibatch) it builds the
 workload as ``python -m fedrun.bench.workloads`` does (random inputs and labels from seed 0; one round of local SGD, E =
-1) and times the vmap executor's round with ``hardware.indexed_rows`` on (the compiled kernel,
+1) and times the vmap executor's round with ``hardware.native`` on (the compiled kernel,
 fedrun/model/native/indexed_rows.py) and off (the minibatch gathered), interleaved as the bench interleaves its
 executors: each one's best round.
 """
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
              f"Made by `{command.strip()}` at commit {git_commit()} on "
              f"{time.strftime('%Y-%m-%d', time.gmtime())} on {device_name(torch.device('cpu'))}: one round of local "
              "SGD (E = 1) on random inputs and labels from seed 0, under the vmap executor, with "
-             "hardware.indexed_rows=true (rows in place: fedrun/model/native/indexed_rows.py) and false (the minibatch "
+             "hardware.native=true (rows in place: fedrun/model/native/indexed_rows.py) and false (the minibatch "
              "gathered), "
              "interleaved; each one's best round.", "",
              "| shape | what | model | inputs | classes | clients | B | gathered s | in place s | speed-up |",

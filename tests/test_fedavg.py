@@ -61,7 +61,7 @@ def test_fedavg_round_on_tiny_linear_problem_equals_hand_computation(monkeypatch
 @pytest.mark.parametrize("fused", [False, True])
 def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory, layout, fused):
     """Bit for bit plain PyTorch fed the same image layout (hardware.layout), with the layers computed one by one
-    (hardware.fused_conv=false); with cnn3's first convolution, pooling and ReLU as one kernel (the default), to
+    (hardware.native=false); with cnn3's first convolution, pooling and ReLU as one kernel (the default), to
     float32 rounding."""
     from fedrun.model.native import fused_conv
     from fedrun.model.functional import channels_last
@@ -70,7 +70,7 @@ def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory, layout,
         pytest.skip("the fused kernel cannot be built here")
     cfg = cfg_factory("data=digits", "model=cnn3", "partition=iid", "fl.num_clients=1", "fl.clients_per_round=1",
                       "fl.local_epochs=1", "fl.batch_size=32", "fl.lr=0.1", "seed=7", "hardware=cpu",
-                      "hardware.executor=loop", f"hardware.layout={layout}", f"hardware.fused_conv={fused}")
+                      "hardware.executor=loop", f"hardware.layout={layout}", f"hardware.native={fused}")
     laid_out = channels_last if layout == "channels_last" else (lambda x: x)
     sim = Simulation(cfg)
     w0 = sim.state.params.clone()

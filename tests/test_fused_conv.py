@@ -250,7 +250,7 @@ def test_a_cohorts_and_a_lone_clients_step_equal_theirs_without_the_kernel(name,
     the same steps without them (oneDNN's convolutions, torch's pooling), to float32 rounding; so does cnn3's, whose
     second convolution (32 input channels, 3x3) no kernel takes: oneDNN's, on the first kernel's images side by
     side. Minibatches given as an index into the training images give the gathered ones' bits, with the kernels
-    (read in place, under hardware.indexed_rows) and without (gathered first)."""
+    (read in place, under hardware.native) and without (gathered first)."""
     torch.manual_seed(1)
     module, objective = build_model(OmegaConf.load(f"conf/model/{name}.yaml"), "image", shape, 10, "test")
     fused = FunctionalModel(module, objective, cohort_network=True, fused_conv=True, indexed_rows=True)

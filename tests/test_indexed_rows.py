@@ -94,7 +94,7 @@ def test_rounds_with_the_kernel_equal_the_gathered_ones_and_the_loops_bit_for_bi
                                                                                    more):
     """Local SGD's rounds (BHerd's herded steps; FedProx with momentum and weight decay), with clients of several
     lengths (the stack's lone last client takes its plain step): the vmap executor's with the kernel equal the
-    loop's with it bit for bit (every sum in the same order), and those with ``hardware.indexed_rows=false`` to float32
+    loop's with it bit for bit (every sum in the same order), and those with ``hardware.native=false`` to float32
     rounding; the kernel takes every step."""
     from tests.test_executor import assert_close_tree
 
@@ -107,7 +107,7 @@ def test_rounds_with_the_kernel_equal_the_gathered_ones_and_the_loops_bit_for_bi
     loop = rounds(cfg_factory, *common, "hardware.executor=loop")
     assert_close_tree(loop["state"], vmap["state"], exact=True)
     calls.clear()
-    gathered = rounds(cfg_factory, *common, "hardware.executor=vmap", "hardware.indexed_rows=false")
+    gathered = rounds(cfg_factory, *common, "hardware.executor=vmap", "hardware.native=false")
     assert not calls
     torch.testing.assert_close(gathered["state"]["params"], vmap["state"]["params"], rtol=1e-4, atol=1e-6)
 
@@ -131,7 +131,7 @@ def test_without_a_compiler_the_minibatch_is_gathered_after_a_warning(cfg_factor
         assert not indexed_rows.enabled()
     warnings = [r.getMessage() for r in caplog.records if "could not be built" in r.getMessage()]
     assert len(warnings) == 1 and "g++: command not found" in warnings[0]
-    assert "hardware.indexed_rows=false" in warnings[0]
+    assert "hardware.native=false" in warnings[0]
     torch.testing.assert_close(without["state"]["params"], with_kernel["state"]["params"], rtol=1e-4, atol=1e-6)
 
 
@@ -191,7 +191,7 @@ def test_a_blocks_products_and_steps_in_place_equal_torchs_on_the_gathered_rows(
     ("svm", 1, ["algo=fednova", "algo.local.mu=0.1"])])
 def test_rounds_in_blocks_with_rows_in_place_equal_the_gathered_blocks(cfg_factory, monkeypatch, model, batch, more):
     """Single samples (and minibatches of three) on a one-layer model step in blocks, here with the block's products
-    and steps in the kernel: the rounds equal the blocks gathered by torch (``hardware.indexed_rows=false``) to float32
+    and steps in the kernel: the rounds equal the blocks gathered by torch (``hardware.native=false``) to float32
     rounding, clients of unequal lengths finishing inside blocks."""
     from fedrun.engine import blocked
 
@@ -202,6 +202,6 @@ def test_rounds_in_blocks_with_rows_in_place_equal_the_gathered_blocks(cfg_facto
     kernel = rounds(cfg_factory, *common)
     assert calls
     calls.clear()
-    gathered = rounds(cfg_factory, *common, "hardware.indexed_rows=false")
+    gathered = rounds(cfg_factory, *common, "hardware.native=false")
     assert not calls
     torch.testing.assert_close(kernel["state"]["params"], gathered["state"]["params"], rtol=1e-4, atol=1e-5)

@@ -1,5 +1,8 @@
 """How fedrun's compiled kernels are named and what a failed build says (fedrun/model/native/build.py)."""
 
+import pytest
+import torch
+
 from fedrun.model.native import build as native
 
 
@@ -118,9 +121,9 @@ def test_building_all_kernels_reports_each_one_and_a_missing_compiler(without_a_
 
 
 def test_the_fused_convolution_is_on_by_default_only_where_the_cpu_has_avx512(monkeypatch, cfg_factory):
-    """hardware.fused_conv=null (the default) resolves to the CPU's AVX-512 (the kernels' vector width; on an AVX2
-    CPU they ran slower than oneDNN's layers); true and false are kept as set; a run on such a CPU builds no
-    convolution kernel."""
+    """hardware.native=null (the default) turns the convolution kernels on where the CPU has AVX-512 (their vector
+    width; on an AVX2 CPU they ran slower than oneDNN's layers) and the rows-in-place kernel everywhere; true turns
+    every kernel on, false none; a run on an AVX2 CPU builds no convolution kernel."""
     from omegaconf import OmegaConf
 
     from fedrun.engine.simulation import Simulation
@@ -129,8 +132,52 @@ def test_the_fused_convolution_is_on_by_default_only_where_the_cpu_has_avx512(mo
     for flags, avx512 in (("fpu sse avx2 fma", False), ("fpu sse avx2 avx512f avx512bw", True)):
         monkeypatch.setattr(native, "_cpu_signature", lambda flags=flags: f"x86_64 flags : {flags} torch x")
         assert native.has_avx512() is avx512
-        assert native.fused_conv_on(None) is avx512 and native.fused_conv_on(True) and not native.fused_conv_on(False)
+        assert native.kernels_on(None) == {native.FUSED_CONV: avx512, native.INDEXED_ROWS: True}
+        assert all(native.kernels_on(True).values()) and not any(native.kernels_on(False).values())
         assert Simulation(cfg_factory(*cnn_on_digits)).model.fused_conv is avx512
-        assert Simulation(cfg_factory(*cnn_on_digits, "hardware.fused_conv=true")).model.fused_conv
-        hardware = OmegaConf.create({"device": "cpu", "fused_conv": None, "indexed_rows": True})
+        assert Simulation(cfg_factory(*cnn_on_digits, "hardware.native=true")).model.fused_conv
+        assert not Simulation(cfg_factory(*cnn_on_digits, "hardware.native=false")).model.fused_conv
+        hardware = OmegaConf.create({"device": "cpu", "native": None})
         assert ("conv_pool_relu.cpp" in native.wanted(hardware)) is avx512
+
+
+NATIVE_FAMILIES = {  # every family, on a model whose steps a kernel takes (svm: rows in place; cnn3: the fused layers)
+    "fedavg svm": ["model=svm"], "fedprox": ["model=svm", "algo=fedprox"], "scaffold": ["model=svm", "algo=scaffold"],
+    "bherd": ["model=svm", "algo=bherd"], "fedgh": ["model=svm", "algo=fedgh"], "dgt": ["model=svm", "algo=dgt"],
+    "gift": ["model=svm", "algo=gift", "algo.schedule.tau0=4"], "fednova": ["model=svm", "algo=fednova"],
+    "mafsvrg bank": ["model=logreg", "algo=mafsvrg", "algo.bank.threshold=1", "algo.bank.models=2"],
+    "fedavg cnn3": ["model=cnn3"],
+}
+
+
+@pytest.mark.parametrize("family", list(NATIVE_FAMILIES))
+def test_without_native_kernels_every_family_runs_and_equals_the_native_path(cfg_factory, monkeypatch, family):
+    """hardware.native=false: no kernel is built, loaded or called (the loader is made to fail), and the rounds equal
+    those with every kernel on (hardware.native=true) to float32 rounding."""
+    from fedrun.engine.simulation import Simulation
+
+    def run(*more):
+        sim = Simulation(cfg_factory("data=digits", "fl.num_clients=6", "fl.clients_per_round=4", "fl.batch_size=8",
+                                     "hardware.device=cpu", *NATIVE_FAMILIES[family], *more))
+        for rnd in (1, 2):
+            sim.run_round(rnd)
+        return sim.state.params.clone()
+
+    with_kernels = run("hardware.native=true")
+    with monkeypatch.context() as patch:
+        def refused(source):
+            raise AssertionError(f"hardware.native=false loaded {source}")
+        patch.setattr(native, "kernel", refused)
+        patch.setattr(native, "_load", refused)
+        without = run("hardware.native=false")
+    torch.testing.assert_close(without, with_kernels, rtol=1e-4, atol=1e-5)
+
+
+def test_the_old_kernel_switches_name_their_replacement(tmp_path):
+    """hardware.fused_conv and hardware.indexed_rows became hardware.native: typing an old key says so."""
+    from tests.conftest import run_cli
+
+    proc = run_cli("hardware.fused_conv=false", "hardware.indexed_rows=true", cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    for key in ("hardware.fused_conv", "hardware.indexed_rows"):
+        assert f"{key}: this setting is now part of hardware.native" in proc.stderr

@@ -449,17 +449,17 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
         lambda r: [r["workload"], r["batch"], f"{r['unfused_s']:.3f}", f"{r['vmap_s']:.3f}",
                    f"{r['fused_speedup']:.2f}x"],
         "fused first layer = the cohort network with its first convolution, 2x2 max pooling and ReLU as one kernel "
-        "compiled for this CPU (hardware.fused_conv=true, the default: fedrun/model/native/fused_conv.py); its time is "
-        "the vmap column above; layer by layer = hardware.fused_conv=false (oneDNN's convolution, torch's pooling).")
+        "compiled for this CPU (hardware.native, fedrun/model/native/fused_conv.py); its time is "
+        "the vmap column above; layer by layer = hardware.native=false (oneDNN's convolution, torch's pooling).")
     compiled += side_table(
         records, "gathered_s", ["workload", "minibatch", "vmap, gathered s", "vmap, rows in place s", "speed-up"],
         lambda r: [r["workload"], r["batch"], f"{r['gathered_s']:.3f}", f"{r['vmap_s']:.3f}",
                    f"{r['in_place_speedup']:.2f}x"],
         "rows in place = a one-layer model's step (or block of single-sample steps) in a kernel compiled for this CPU "
-        "that reads the minibatch's rows where they lie in the training inputs (hardware.indexed_rows=true, the "
+        "that reads the minibatch's rows where they lie in the training inputs (hardware.native, the "
         "default: fedrun/model/native/indexed_rows.py), or LeNet-5's first kernel reading the cohort's images so "
         "(fedrun/model/native/fused_conv.py); its time is the vmap column above; gathered = "
-        "hardware.indexed_rows=false (the minibatch gathered, then a one-layer model's products and loss in tensor "
+        "hardware.native=false (the minibatch gathered, then a one-layer model's products and loss in tensor "
         "operations, LeNet-5's same step).")
     compiled += side_table(
         records, "whole_s", ["workload", "clients", "clients per chunk", "vmap, whole cohort s", "vmap, chunks s",

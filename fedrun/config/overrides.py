@@ -213,8 +213,17 @@ def unknown_option(group: str, option: str, groups: dict[str, list[str]]) -> str
             f"{where or nearest(option, groups[group])}")
 
 
+# settings that fedrun had and merged into others: what to type instead
+REPLACED = {
+    "hardware.fused_conv": "hardware.native (true|false|null: every compiled kernel, the fused convolutions included)",
+    "hardware.indexed_rows": "hardware.native (true|false|null: every compiled kernel, the rows-in-place one included)",
+}
+
+
 def unknown_key(key: str, composed, present: set[str], everywhere: frozenset[str], groups: dict[str, list[str]],
                 conf_dir: str) -> str:
+    if key in REPLACED:
+        return f"{key}: this setting is now part of {REPLACED[key]}. Fix: use that key"
     if key in everywhere:  # a setting of another option of its group (algo.harmonizer.mode with harmonizer none)
         parent = key.rsplit(".", 1)[0]
         owner = parent.replace(".", "/")

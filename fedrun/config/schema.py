@@ -167,8 +167,7 @@ class HardwareConfig(Section):
     gradient: str = MISSING
     onednn: bool = MISSING
     cohort_network: bool = MISSING
-    fused_conv: Optional[bool] = MISSING
-    indexed_rows: bool = MISSING
+    native: Optional[bool] = MISSING
     blocks: bool = MISSING
     layout: str = MISSING
     dtype: str = MISSING

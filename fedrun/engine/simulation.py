@@ -26,7 +26,7 @@ from fedrun.data import FedDataset, get_spec, load_dataset
 from fedrun.data.augment import AugmentedImages, training_inputs
 from fedrun.model.functional import FunctionalModel, prefers_channels_last
 from fedrun.model.zoo import MODELS, build_model
-from fedrun.model.native.build import fused_conv_on, has_avx512
+from fedrun.model.native.build import FUSED_CONV, INDEXED_ROWS, has_avx512, kernels_on
 from fedrun.data.partition import Partition, held_out, make_partition, refuse_single_sample_batches
 from fedrun.engine.accounting import nbytes, simulated_times, tracked_values
 from fedrun.engine.sampling import ClientPlan, earliest_reporters, plan_client, report_delays, sample_clients
@@ -88,16 +88,17 @@ class Simulation:
         kind = get_spec(cfg.data.name).meta(cfg.data)[0]
         module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
         layout = cfg.hardware.layout
+        kernels = kernels_on(cfg.hardware.native)
         self.model = FunctionalModel(module.to(self.device, self.dtype), objective,
                                      by_hand=cfg.hardware.gradient == "auto",
                                      channels_last=layout == "channels_last" or layout == "auto"
                                      and prefers_channels_last(module, self.device),
                                      cohort_network=cfg.hardware.cohort_network and self.device.type == "cpu",
-                                     onednn=cfg.hardware.onednn, fused_conv=fused_conv_on(cfg.hardware.fused_conv),
-                                     indexed_rows=cfg.hardware.indexed_rows)
-        if cfg.hardware.fused_conv is None and self.model.cohort is not None:  # a CNN's cohort network, on a CPU
-            log.info("hardware.fused_conv=null resolved to %s (this CPU %s AVX-512)",
-                     str(self.model.fused_conv).lower(), "has" if has_avx512() else "has no")
+                                     onednn=cfg.hardware.onednn, fused_conv=kernels[FUSED_CONV],
+                                     indexed_rows=kernels[INDEXED_ROWS])
+        if cfg.hardware.native is None and self.model.cohort is not None:  # a CNN's cohort network, on a CPU
+            log.info("hardware.native=null: the fused convolution kernels are %s (this CPU %s AVX-512)",
+                     "on" if self.model.fused_conv else "off", "has" if has_avx512() else "has no")
         params, buffers = self.model.init_params(), self.model.init_buffers()
 
         task = objective.task_class(self.labels) if objective.task_class is not None else None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import sys
 
 import torch
 from torch import nn
@@ -18,6 +17,7 @@ from torch._C._functorch import maybe_current_level
 from torch.nn.modules.utils import _pair
 from torch.func import functional_call, grad_and_value
 
+from fedrun.model import plain_backward
 from fedrun.model.cohort_network import cohort_layers, stacked_linear, stacked_loss_and_grad
 from fedrun.model.native import indexed_rows as in_place
 from fedrun.model.native.fused_conv import (applies as kernel_applies, conv_pool_relu, conv_pool_relu_images,
@@ -25,33 +25,7 @@ from fedrun.model.native.fused_conv import (applies as kernel_applies, conv_pool
 from fedrun.model.zoo import Objective
 
 
-def _backward_without_importing_dynamo() -> None:
-    """torch.func's gradient runs each backward inside ``torch._dynamo.compiled_autograd._disable()``, and that
-    attribute imports torch._dynamo and inductor: 2-3 s, the largest part of a vmapped run's first round. Compiled
-    autograd can only be on once torch._dynamo has been imported (``hardware.compile``), so until then the backward
-    is the same plain ``torch.autograd.grad`` without it; from then on torch's own function runs."""
-    from torch._functorch import eager_transforms
-
-    original = getattr(eager_transforms, "_autograd_grad", None)
-    if original is None or getattr(original, "_fedrun", False):  # another torch, or already wrapped
-        return
-
-    def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=False, create_graph=True):
-        if "torch._dynamo" in sys.modules:
-            return original(outputs, inputs, grad_outputs, retain_graph, create_graph)
-        pairs = [(o, g) for o, g in zip(outputs, grad_outputs or [None] * len(outputs)) if o.requires_grad]
-        if not pairs:
-            return tuple(torch.zeros_like(i) for i in inputs)
-        grads = torch.autograd.grad([o for o, _ in pairs], inputs, None if grad_outputs is None else
-                                    [g for _, g in pairs], retain_graph=retain_graph, create_graph=create_graph,
-                                    allow_unused=True)
-        return tuple(torch.zeros_like(i) if g is None else g for g, i in zip(grads, inputs))
-
-    autograd_grad._fedrun = True
-    eager_transforms._autograd_grad = autograd_grad
-
-
-_backward_without_importing_dynamo()
+plain_backward.install()
 
 
 def dense_chain(module: nn.Module, objective: Objective) -> list[nn.Module] | None:

@@ -34,11 +34,11 @@ from filelock import FileLock
 
 log = logging.getLogger("fedrun")
 KERNELS = Path(__file__).with_name("kernels")
-SOURCES = {  # a kernel's source file: what it computes, what runs without it, and the hardware switch that uses it
-    "conv_pool_relu.cpp": ("fused convolution kernels", "the convolutions, poolings and ReLUs run one by one",
-                           "fused_conv"),
-    "indexed_linear.cpp": ("kernel for a dense model's first layer on a minibatch's rows in place",
-                           "the minibatch is gathered and multiplied by torch", "indexed_rows"),
+FUSED_CONV, INDEXED_ROWS = "conv_pool_relu.cpp", "indexed_linear.cpp"
+SOURCES = {  # a kernel's source file: what it computes and what runs without it
+    FUSED_CONV: ("fused convolution kernels", "the convolutions, poolings and ReLUs run one by one"),
+    INDEXED_ROWS: ("kernel for a dense model's first layer on a minibatch's rows in place",
+                   "the minibatch is gathered and multiplied by torch"),
 }
 CFLAGS, LDFLAGS = ["-O3", "-march=native", "-fopenmp"], ["-fopenmp"]
 # Seconds a kernel's first build takes when no earlier build on this machine says better: measured with both kernels
@@ -88,7 +88,7 @@ def is_built(source: str) -> bool:
 
 @functools.cache
 def _load(source: str):
-    what, instead, switch = SOURCES[source]
+    what, instead = SOURCES[source]
     lib = library(source)
     name = lib.stem
     if lib.exists():
@@ -102,8 +102,8 @@ def _load(source: str):
     quiet = logging.getLogger("torch.utils.cpp_extension")
     level = quiet.level
     log.warning("building fedrun's %s for this CPU in %s: once per source, compiler and CPU, about %s here "
-                "(`make setup` builds every kernel ahead; hardware.%s=false skips this one)", what, lib.parent,
-                in_words(expected_build_s(source)), switch)
+                "(`make setup` builds every kernel ahead; hardware.native=false runs without them)", what, lib.parent,
+                in_words(expected_build_s(source)))
     started = time.perf_counter()
     try:
         quiet.setLevel(logging.ERROR)  # torch's own notes on the compiler: the failure below says what matters
@@ -113,8 +113,8 @@ def _load(source: str):
                                         verbose=False)
     except Exception as e:  # no compiler, no ninja, an unsupported platform: torch's operators, as before
         log.warning("fedrun's %s could not be built (%s); %s instead (the same results to float rounding, slower). "
-                    "It needs ninja and a C++ compiler (g++; $CXX if set); hardware.%s=false silences this.",
-                    what, build_failure(e), instead, switch)
+                    "It needs ninja and a C++ compiler (g++; $CXX if set); hardware.native=false silences this.",
+                    what, build_failure(e), instead)
         return None
     finally:
         quiet.setLevel(level)
@@ -221,19 +221,21 @@ def has_avx512() -> bool:
     return " avx512f " in f" {_cpu_signature()} "
 
 
-def fused_conv_on(setting: bool | None) -> bool:
-    """``hardware.fused_conv`` resolved: as set, or with null (the default) where the CPU has AVX-512; on a CPU
-    without it (AVX2) the kernels' 16-float vectors are split in two and they ran slower than oneDNN's layers."""
-    return has_avx512() if setting is None else bool(setting)
+def kernels_on(native: bool | None) -> dict[str, bool]:
+    """``hardware.native`` resolved to each kernel: false, none; true, all; null (the default), those that pay on
+    this CPU: the convolution kernels only where it has AVX-512 (on an AVX2 CPU their 16-float vectors are split in
+    two and they ran slower than oneDNN's layers)."""
+    if native is False:
+        return dict.fromkeys(SOURCES, False)
+    return {FUSED_CONV: native is True or has_avx512(), INDEXED_ROWS: True}
 
 
 def wanted(hardware) -> list[str]:
-    """The kernels a run with these ``hardware`` settings may use: those whose switch is on, on a CPU."""
+    """The kernels a run with these ``hardware`` settings may use: those ``hardware.native`` turns on, on a CPU."""
     on_cpu = hardware.device == "cpu" or (hardware.device == "auto" and not torch.cuda.is_available())
     if not on_cpu:
         return []
-    switches = {"fused_conv": fused_conv_on(hardware.get("fused_conv")), "indexed_rows": hardware.get("indexed_rows")}
-    return [source for source, (_, _, switch) in SOURCES.items() if switches.get(switch)]
+    return [source for source, on in kernels_on(hardware.get("native")).items() if on]
 
 
 def prepare(hardware) -> None:
