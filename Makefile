@@ -5,11 +5,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup setup-ray data run lint test test-slow bench bench-scale bench-addons clean
+.PHONY: setup setup-ray data run lint test test-slow docs bench bench-scale bench-addons clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c requirements.lock -e '.[test,launchers]'
+	$(PY) -m pip install --quiet -c requirements.lock -e '.[test,launchers,docs]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -35,6 +35,10 @@ test: data lint
 test-slow: data setup-ray
 	$(PY) -m pytest -q -m slow
 
+# docs/ as a site under site/ (mkdocs, material theme); strict: a warning (a broken link) fails the build
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 # the executors' workloads (results/bench/<device>.*) and the add-ons' (addons-<device>.*), each run on its own
 WORKLOADS := softmax576_400,softmax576_1000,svm_mnist_5,lenet5_cifar_100,lenet5_mnist_10,cnn_fedgh_20,mlp_synthetic_100
 ADDONS := herd_svm_mnist,herd_cnn_cifar10,harmonize_cnn_k20,harmonize_perceptron_k1000,gift_lenet5_k40
@@ -50,4 +54,4 @@ bench-addons: setup
 	$(PY) -m fedrun.bench.workloads --only $(ADDONS) --repeats 2 --out results/bench/addons-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache
+	rm -rf $(VENV) outputs multirun .pytest_cache site

@@ -1,5 +1,5 @@
-"""The README's generated blocks (scripts/readme_blocks.py) are what conf/ and the committed measurement say, and the
-smoke command the README gives runs."""
+"""The generated blocks of README.md and docs/ (scripts/readme_blocks.py) are what conf/ and the committed measurement
+say, and the smoke command the README gives runs."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from conftest import REPO, load_script
 from fedrun.engine.experiment import run_experiment
 
 
-def test_the_readmes_generated_blocks_are_up_to_date():
+def test_the_generated_blocks_are_up_to_date():
     blocks = load_script("readme_blocks")
-    text = (REPO / "README.md").read_text()
-    assert blocks.render(text) == text, "stale: run python scripts/readme_blocks.py"
+    for file, _ in blocks.BLOCKS.values():
+        text = (REPO / file).read_text()
+        assert blocks.render(file, text) == text, f"{file} is stale: run python scripts/readme_blocks.py"
 
 
 def test_the_config_groups_block_lists_every_option_of_every_group():

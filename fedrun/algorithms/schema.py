@@ -463,7 +463,7 @@ SCHEMAS: dict[str, dict[str, type[PartConfig]]] = {}
 def register(cls: type[PartConfig]) -> type[PartConfig]:
     """Make ``cls``'s options choosable as ``algo/<part>=<option>``: its schema goes to ConfigStore (as
     ``algo/<part>/<option>_schema``, for the option's YAML to extend) and to :func:`parse`. A new part is a module
-    with its class and config, registered when imported, plus one YAML (README: adding an algorithm)."""
+    with its class and config, registered when imported, plus one YAML (docs/adding-a-part.md)."""
     for option in cls.options:
         SCHEMAS.setdefault(cls.part, {})[option] = cls
         ConfigStore.instance().store(group=f"algo/{cls.part}", name=f"{option}_schema", node=cls)
