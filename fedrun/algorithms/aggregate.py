@@ -14,6 +14,13 @@ class WeightedMean:
     def __init__(self, weighting: str):
         self.weighting = weighting
 
+    def weights(self, sizes: torch.Tensor) -> torch.Tensor:
+        """p_i of the round's clients from their sample counts n_i (float64; ``weighting``)."""
+        sizes = sizes.to(torch.float64)
+        if self.weighting == "uniform":
+            sizes = torch.ones_like(sizes)
+        return sizes / sizes.sum()
+
     def __call__(self, updates: torch.Tensor, weights: torch.Tensor, uploads: dict) -> torch.Tensor:
         return weights.to(updates.dtype) @ updates
 

@@ -33,6 +33,18 @@ class ClientContext:
     in_place: bool = False
 
 
+@dataclass
+class TrainingSet:
+    """What a local rule's ``setup`` may read of the run's data before round 1: the training inputs, each client's
+    sample indices into them, the model's size and, for a model that declares it, which input feature each parameter
+    reads (``parameter_features``: -1 for a feature every sample has, such as a bias's)."""
+
+    x: torch.Tensor
+    client_indices: list
+    dim: int
+    parameter_features: torch.Tensor | None = None
+
+
 class StatefulPart:
     """A plug point whose rounds change something (a schedule's tau, DGT's baselines, GraB's stale means, a bank's
     models), in the manner of FedJAX's ``init``/``apply``: its settings are attributes fixed at construction, and what
@@ -60,7 +72,6 @@ class LocalRule:
     # Hooks the engine reads; a rule sets those it needs.
     batches_per_step = 1  # minibatches one step consumes (Per-FedAvg's meta-step: 2, or 3 Hessian-free)
     needs_full_gradients = False  # the round starts with each client's full local gradient, given to round_extras
-    needs_feature_counts = False  # client_statics gets the clients' non-zero feature counts (FSVRG's Lambda_i)
     personalizes = False  # evaluation also scores each client's personalize(...) model (Per-FedAvg)
     # What the other parts may rely on, checked before a run (algorithms.check_parts):
     reports_step_counts = False  # uploads FedNova's a_i ("a"), so algo/aggregator=fednova can normalise by it
@@ -84,11 +95,10 @@ class LocalRule:
         (K, d) and the clients' sample counts, and the rule's new server state."""
         raise NotImplementedError
 
-    def client_statics(self, counts: torch.Tensor, sizes: torch.Tensor, parameter_map: torch.Tensor | None,
-                       dim: int) -> tuple[dict[int, State], torch.Tensor]:
-        """With ``needs_feature_counts``: each client's fixed state from the clients' (N, features) non-zero feature
-        counts and sample counts, and the server's per-parameter count."""
-        raise NotImplementedError
+    def setup(self, server_state: State, data: TrainingSet) -> tuple[State, dict[int, State]]:
+        """Before round 1: the rule's server state and each client's initial persistent state, from the run's
+        training data (FSVRG's Lambda_i and omega^j). By default, as they are: no client state."""
+        return server_state, {}
 
     def personalize(self, model: FunctionalModel, ctx: ClientContext, x: torch.Tensor, y: torch.Tensor
                     ) -> torch.Tensor:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from fedrun.algorithms.base import ClientContext, LocalRule, State
+from fedrun.algorithms.base import ClientContext, LocalRule, State, TrainingSet
 
 
 def feature_counts(x: torch.Tensor, client_indices: list) -> torch.Tensor:
@@ -54,15 +54,25 @@ class FSVRG(LocalRule):
     trains_a_bank = True
     pooling_removes_its_correction = True
     needs_full_gradients = True
-    needs_feature_counts = True
 
     def __init__(self, scaling: str, omega: str):
         self.scaling, self.omega = scaling, omega
 
+    def setup(self, server_state: State, data: TrainingSet) -> tuple[State, dict[int, State]]:
+        """Zhao et al. eqs. 21 and 59 from the clients' non-zero feature counts: the server's per-parameter omega^j
+        (A_r's) and each client's constant state (Lambda_i over the parameters, n_i, and with ``omega=round`` which
+        parameters' features it holds)."""
+        x, dim = data.x, data.dim
+        sizes = torch.tensor([len(ix) for ix in data.client_indices], dtype=torch.float64, device=x.device)
+        statics, omega = self.client_statics(feature_counts(x, data.client_indices), sizes,
+                                             None if data.parameter_features is None
+                                             else data.parameter_features.to(x.device), dim)
+        return {**server_state, "omega": omega}, statics
+
     def client_statics(self, counts: torch.Tensor, sizes: torch.Tensor, parameter_map: torch.Tensor | None,
                        dim: int) -> tuple[dict[int, State], torch.Tensor]:
-        """Each client's constant state (Lambda_i over the parameters, n_i, and with ``omega=round`` which parameters'
-        features it holds) and A_r's per-parameter omega^j over all clients."""
+        """Each client's constant state and the per-parameter omega^j, from the (N, features) non-zero feature counts
+        and the sample counts (``setup``'s arithmetic)."""
         if self.scaling == "none" or parameter_map is None:  # one shared vector: d may be a large model's
             ones = torch.ones(dim, dtype=torch.float32, device=counts.device)
             lam = present = ones.expand(len(sizes), dim)

@@ -17,8 +17,7 @@ import torch
 
 from fedrun.algorithms import STATEFUL_PARTS, build_algorithm
 from fedrun.algorithms.aggregate import aggregate_buffers
-from fedrun.algorithms.base import ClientContext
-from fedrun.algorithms.fsvrg import feature_counts
+from fedrun.algorithms.base import ClientContext, TrainingSet
 from fedrun.algorithms.harmonize import conflict_statistics, cosine_matrix
 from fedrun.algorithms.schedule import RoundFeedback
 from fedrun.config.checks import validate
@@ -111,17 +110,13 @@ class Simulation:
         self.partition = partition
         self.num_clients = len(partition.indices)
         refuse_single_sample_batches(self.model, params, buffers, self.data.x_train, partition, cfg.model.name)
-        self.state = ServerState(params, buffers, self.algo.server_opt.init(params),
-                                 self.algo.local.server_init(params, self.num_clients),
+        features = MODELS[cfg.model.name].parameter_features
+        local, clients = self.algo.local.setup(self.algo.local.server_init(params, self.num_clients), TrainingSet(
+            self.data.x_train, partition.indices, self.model.dim,
+            features(self.data.input_shape, self.data.num_classes) if features else None))
+        self.state = ServerState(params, buffers, self.algo.server_opt.init(params), local,
                                  **{part: getattr(self.algo, part).init(params, self.num_clients)
-                                    for part in STATEFUL_PARTS})
-        if self.algo.local.needs_feature_counts:  # FSVRG: Lambda_i and A_r (Zhao et al. eqs. 21, 59)
-            features = MODELS[cfg.model.name].parameter_features
-            self.state.clients, self.state.local["omega"] = self.algo.local.client_statics(
-                feature_counts(self.data.x_train, partition.indices),
-                torch.tensor([len(ix) for ix in partition.indices], dtype=torch.float64, device=self.device),
-                features(self.data.input_shape, self.data.num_classes).to(self.device) if features else None,
-                self.model.dim)
+                                    for part in STATEFUL_PARTS}, clients=clients)
         b = min(cfg.fl.batch_size, len(self.labels))
         self.executor = make_executor(cfg.hardware, self.model, self.device, self.data.x_train[:b],
                                       self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients),
@@ -230,11 +225,8 @@ class Simulation:
                                    [state.clients.get(int(c)) for c in cohort], self.step_store)
         train_s = time.perf_counter() - started
         self.keep_client_states(plans, result)
-        if algo.aggregator.weighting == "uniform":
-            sizes = torch.ones(len(plans), dtype=torch.float64)
-        else:
-            sizes = torch.tensor([p.num_samples for p in plans], dtype=torch.float64)
-        weights = (sizes / sizes.sum()).to(device=self.device, dtype=state.params.dtype)
+        weights = algo.aggregator.weights(torch.tensor([p.num_samples for p in plans], dtype=torch.float64)).to(
+            device=self.device, dtype=state.params.dtype)
         state.selector, updates, uploads, selection = algo.selector(state.selector, result.updates, result.steps,
                                                                     plans, result.uploads, ctx, weights)
         clients = [p.id for p in plans]
