@@ -208,7 +208,7 @@ def test_steps_kept_in_host_memory_with_a_blocked_gram_give_the_same_run(tmp_pat
               f"algo={algo}", "hardware.dtype=float64"]
     run_experiment(cfg_factory(*common, "hardware.step_store=device"), tmp_path / "device")
     sim = Simulation(cfg_factory(*common, "hardware.step_store=host", "hardware.gram_block=13"))
-    assert sim.step_store == torch.device("cpu") and sim.algo.selector.block == 13
+    assert sim.step_store == torch.device("cpu") and sim.gram_block == 13
     run_experiment(cfg_factory(*common, "hardware.step_store=host", "hardware.gram_block=13"), tmp_path / "host")
     device, host = _rows(tmp_path / "device" / "metrics.csv"), _rows(tmp_path / "host" / "metrics.csv")
     for a, b in zip(device, host, strict=True):

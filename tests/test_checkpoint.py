@@ -324,4 +324,4 @@ def test_a_resumed_run_takes_execution_settings_from_its_config_not_the_checkpoi
     first.run_round(1)
     again = Simulation(cfg_factory(*base, "hardware.gram_block=5"))
     again.load_state_dict(first.state_dict())
-    assert again.algo.selector.block == 5
+    assert again.gram_block == 5

@@ -14,8 +14,10 @@ class AllSteps(StatefulPart):
     name = "all"
     records_steps = False
 
-    def __call__(self, state: State, updates: torch.Tensor, steps, plans, uploads: dict, ctx, weights: torch.Tensor):
-        """(new state, updates to send, uploads, the round's metrics.csv columns of the selector)."""
+    def __call__(self, state: State, updates: torch.Tensor, steps, plans, uploads: dict, ctx, weights: torch.Tensor,
+                 block: int | None = None):
+        """(new state, updates to send, uploads, the round's metrics.csv columns of the selector). ``block``: with
+        steps kept in host memory, the Gram matrix's column blocks (``hardware.gram_block``)."""
         return state, updates, uploads, {}
 
 

@@ -121,17 +121,18 @@ class Herd(StatefulPart):
     name = "herd"
     records_steps = True
 
-    def __init__(self, alpha: float, local_epochs: float, block: int | None = None):
-        self.alpha, self.epochs, self.block = float(alpha), float(local_epochs), block
+    def __init__(self, alpha: float, local_epochs: float):
+        self.alpha, self.epochs = float(alpha), float(local_epochs)
 
-    def order(self, state: State, z: torch.Tensor, client: int, rnd: int, k: int, device: torch.device) -> list[int]:
-        return herd_order(z, k, self.block, device)
+    def order(self, state: State, z: torch.Tensor, client: int, rnd: int, k: int, device: torch.device,
+              block: int | None = None) -> list[int]:
+        return herd_order(z, k, block, device)
 
     def after(self, state: State, plans, steps) -> State:
         """The state the next round starts from, once the round's steps are known (herding keeps none)."""
         return state
 
-    def __call__(self, state, updates, steps, plans, uploads, ctx, weights):
+    def __call__(self, state, updates, steps, plans, uploads, ctx, weights, block: int | None = None):
         """(new state, updates to send, uploads, diagnostics: :func:`herd_diagnostics` of the selected sums g_i of
         eq. 5, ||g_i / (alpha tau_i) - mu_i|| (Fig. 6) and ||g_i / alpha - sum_l z_l|| / ||sum_l z_l||, how far the
         step the client asks for is from FedAvg's, 0 when every step is selected). The steps may live in host memory
@@ -140,7 +141,7 @@ class Herd(StatefulPart):
         out, sums, distances, residuals, counts = [], [], [], [], []
         for update, z, plan in zip(updates, steps, plans):
             k = num_selected(self.alpha, plan.tau)
-            g = z[self.order(state, z, plan.id, ctx.round, k, update.device)[:k]].sum(dim=0).to(update.device)
+            g = z[self.order(state, z, plan.id, ctx.round, k, update.device, block)[:k]].sum(dim=0).to(update.device)
             total = z.sum(dim=0).to(update.device)
             sums.append(g)
             distances.append(torch.linalg.vector_norm(g / k - total / len(z)))
@@ -163,8 +164,8 @@ class GraB(Herd):
     def init(self, params=None, num_clients: int = 0) -> State:
         return {"stale_means": {}}  # client id -> the mean of its step gradients in the last round it took part
 
-    def order(self, state, z, client, rnd, k, device):
-        return grab_order(z, state["stale_means"].get(client, torch.zeros_like(z[0])), self.block, device)
+    def order(self, state, z, client, rnd, k, device, block=None):
+        return grab_order(z, state["stale_means"].get(client, torch.zeros_like(z[0])), block, device)
 
     def after(self, state, plans, steps):
         return {"stale_means": state["stale_means"] | {p.id: z.mean(dim=0) for p, z in zip(plans, steps)}}
@@ -177,11 +178,11 @@ class RandomSubset(Herd):
 
     name = "random"
 
-    def __init__(self, alpha: float, local_epochs: float, seed: int, block: int | None = None):
-        super().__init__(alpha, local_epochs, block)
+    def __init__(self, alpha: float, local_epochs: float, seed: int):
+        super().__init__(alpha, local_epochs)
         self.seed = int(seed)
 
-    def order(self, state, z, client, rnd, k, device):
+    def order(self, state, z, client, rnd, k, device, block=None):
         return np.random.default_rng([self.seed, _RANDOM_SUBSET, rnd, client]).permutation(len(z)).tolist()
 
 

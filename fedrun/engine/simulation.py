@@ -122,6 +122,7 @@ class Simulation:
                                       self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients),
                                       self.algo.local)
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.state.buffers)
+        self.gram_block = None  # the selector's Gram matrix in column blocks of this many coordinates (host steps)
         self.step_store = self._step_store() if self.algo.selector.records_steps else None
         track = cfg.diagnostics.track_params
         self.tracked = np.sort(np.random.default_rng([cfg.seed, 0x7AC4ED]).choice(
@@ -142,9 +143,9 @@ class Simulation:
             choice = "host" if free is not None and need > hw.memory_fraction * free else "device"
         store = torch.device("cpu") if choice == "host" else self.device
         if choice == "host":
-            self.algo.selector.block = hw.gram_block
+            self.gram_block = hw.gram_block
         log.info("%s keeps up to %.1f MB of step gradients per round on %s%s", self.algo.selector.name, need / 2**20,
-                 store, f" (Gram matrix in blocks of {self.algo.selector.block})" if choice == "host" else "")
+                 store, f" (Gram matrix in blocks of {self.gram_block})" if choice == "host" else "")
         return store
 
     def state_dict(self) -> dict:
@@ -228,7 +229,8 @@ class Simulation:
         weights = algo.aggregator.weights(torch.tensor([p.num_samples for p in plans], dtype=torch.float64)).to(
             device=self.device, dtype=state.params.dtype)
         state.selector, updates, uploads, selection = algo.selector(state.selector, result.updates, result.steps,
-                                                                    plans, result.uploads, ctx, weights)
+                                                                    plans, result.uploads, ctx, weights,
+                                                                    self.gram_block)
         clients = [p.id for p in plans]
         sent = updates  # what the schedule sees (GIFT uses nothing else)
         diagnostics = {}
