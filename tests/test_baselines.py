@@ -279,7 +279,7 @@ def test_combinations_that_cannot_work_are_refused(cfg_factory):
 def test_perfedavg_personalises_with_one_step_and_logs_personal_accuracy(cfg_factory):
     sim, outs = rounds(cfg_factory(*SMALL, "algo=perfedavg", "algo.local.beta=0.1"), 2)
     assert sim.evaluation.personalized and outs[0].plans[0].batches.shape[1] == 64  # D and D' of 32 each
-    assert 0 <= sim.evaluation.evaluate_personalized(2) <= 1
+    assert 0 <= sim.evaluation.evaluate_personalized(sim.state, 2, sim.lr(2)) <= 1
     plain, _ = rounds(cfg_factory(*SMALL, "algo=fedavg"), 1)
     assert not plain.evaluation.personalized
 

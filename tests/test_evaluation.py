@@ -42,17 +42,17 @@ def test_each_acc_l_reading_on_a_hand_made_two_user_case(monkeypatch, cfg_factor
     hits, units = torch.tensor([1.0, 1.0, 0.0, 0.0])[list(order)], torch.ones(4)
     # the clients' local models: client 0 predicts class 0 everywhere, client 1 class 1 (logreg: w (2x2), then b)
     always = {c: torch.tensor([0.0, 0.0, 0.0, 0.0, float(c == 0), float(c == 1)]) for c in (0, 1)}
-    both = sim.evaluation.user_accuracies(hits, units, step_with(sim, [0, 1], [always[0], always[1]]))
+    both = sim.evaluation.user_accuracies(sim.state, hits, units, step_with(sim, [0, 1], [always[0], always[1]]))
     assert both["local_acc"] == pytest.approx((1 + 1 / 3) / 2)  # per user, then the mean over users
     assert both["local_acc_round"] == pytest.approx((1 + 1 / 3) / 2)
     assert both["local_acc_round_samples"] == pytest.approx(2 / 4)  # = the pooled accuracy
     assert both["local_model_acc"] == pytest.approx((1 + 2 / 3) / 2)  # own models: 1/1 and 2/3
     assert both["local_model_acc_samples"] == pytest.approx(3 / 4)
-    one = sim.evaluation.user_accuracies(hits, units, step_with(sim, [1], [always[1]]))
+    one = sim.evaluation.user_accuracies(sim.state, hits, units, step_with(sim, [1], [always[1]]))
     assert one["local_acc"] == both["local_acc"], "over all users whoever took part"
     assert one["local_acc_round"] == pytest.approx(1 / 3) == one["local_acc_round_samples"]
     assert one["local_model_acc"] == pytest.approx(2 / 3) == one["local_model_acc_samples"]
-    assert set(sim.evaluation.user_accuracies(hits, units, None)) == {"local_acc"}
+    assert set(sim.evaluation.user_accuracies(sim.state, hits, units, None)) == {"local_acc"}
     users = sim.evaluation._users  # who owns which test sample: worked out once per run
     assert [ix.tolist() for ix in users.samples] == [[order.index(0)], sorted(order.index(i) for i in (1, 2, 3))]
     assert sim.evaluation._users is users
@@ -91,23 +91,23 @@ def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch,
     always = lambda c: torch.tensor([0.0, 0.0, 0.0, 0.0, 3.0 * (c == 0), 3.0 * (c == 1)])  # noqa: E731
     sim.state.bank = sim.algo.bank.start(sim.state.params, sim.num_clients) | {
         "models": torch.stack([always(0), always(1)])}
-    assert sim.evaluation.preferred_models().tolist() == [0, 1]
-    out = sim.evaluation.evaluate()
+    assert sim.evaluation.preferred_models(sim.state).tolist() == [0, 1]
+    out = sim.evaluation.evaluate(sim.state)
     assert out["test_acc"] == pytest.approx(0.5) and out["bank_mean_acc"] == pytest.approx(0.5)
     assert out["oracle_acc"] == pytest.approx(1.0)
     assert out["owner_acc"] == pytest.approx(1.0)
-    assert sim.evaluation.evaluate_personalized(1) == pytest.approx(1.0)
+    assert sim.evaluation.evaluate_personalized(sim.state, 1, sim.lr(1)) == pytest.approx(1.0)
     sim.state.bank["models"] = torch.stack([always(1), always(0)])  # swapped: the preferences follow the models
-    assert sim.evaluation.preferred_models().tolist() == [1, 0]
-    assert sim.evaluation.evaluate()["owner_acc"] == pytest.approx(1.0)
+    assert sim.evaluation.preferred_models(sim.state).tolist() == [1, 0]
+    assert sim.evaluation.evaluate(sim.state)["owner_acc"] == pytest.approx(1.0)
     # one global model: each owner's held-out samples are scored by it
     cfg = cfg_factory("algo=fsvrg", "model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2",
                       "eval.holdout=0.3")
     cfg.data.name = "owners"
     single = Simulation(cfg)
     single.state.params = always(0)
-    assert "oracle_acc" not in single.evaluation.evaluate()
-    assert single.evaluation.evaluate()["owner_acc"] == pytest.approx(0.5)
+    assert "oracle_acc" not in single.evaluation.evaluate(single.state)
+    assert single.evaluation.evaluate(single.state)["owner_acc"] == pytest.approx(0.5)
 
 
 def test_a_bank_with_another_loss_evaluates_its_preferences_through_that_loss(tmp_path):

@@ -688,7 +688,7 @@ def test_full_gradients_batched_over_clients_equal_each_clients_own(monkeypatch,
     g = torch.Generator().manual_seed(0)
     clients = list(range(12))
     points = torch.randn(12 if own else 3, sim.model.dim, dtype=torch.float64, generator=g) * 0.1
-    losses, grads = sim.full_losses_and_gradients(points, clients, own=own)
+    losses, grads = sim.full_losses_and_gradients(sim.state, points, clients, own=own)
     for k in clients:
         ix = torch.as_tensor(sim.partition.indices[k])
         for p, w in enumerate(points[k : k + 1] if own else points):
@@ -711,7 +711,7 @@ def test_full_gradients_of_a_recurrent_sequence_model_equal_each_clients_own(mon
                                      f"eval.batch_size={budget}",
                                      "hardware=cpu", "hardware.dtype=float64"]))
     points = torch.stack([sim.state.params, sim.state.params + 0.01])
-    losses, grads = sim.full_losses_and_gradients(points, range(sim.num_clients))
+    losses, grads = sim.full_losses_and_gradients(sim.state, points, range(sim.num_clients))
     for k in range(sim.num_clients):
         ix = torch.as_tensor(sim.partition.indices[k])
         assert (sim.data.y_train[ix] == -100).any()  # padded positions that the mean must leave out
@@ -842,7 +842,7 @@ def test_channels_last_images_give_the_contiguous_rounds(monkeypatch, cfg_factor
         cfg.data.name = "tiny"
         sim = Simulation(cfg)
         outs = [sim.run_round(r) for r in range(1, rounds + 1)]
-        runs[layout] = sim, outs, sim.evaluation.evaluate()
+        runs[layout] = sim, outs, sim.evaluation.evaluate(sim.state)
     assert runs["auto"][0].model.channels_last and not runs["contiguous"][0].model.channels_last
     (a, a_outs, a_eval), (b, b_outs, b_eval) = runs["channels_last"], runs["contiguous"]
     torch.testing.assert_close(a.state.params, b.state.params, rtol=tol, atol=tol)

@@ -159,11 +159,12 @@ def test_local_accuracy_is_the_mean_over_users_of_their_own_test_accuracy(monkey
     logits = torch.tensor(x_test, dtype=torch.float32) @ sim.state.params[:6].view(2, 3).T + sim.state.params[6:]
     hits = (logits.argmax(1).numpy() == y_test)
     per_user = [hits[test_users == u].mean() for u in range(3)]
-    out = sim.evaluation.evaluate()
+    out = sim.evaluation.evaluate(sim.state)
     assert out["test_acc"] == hits.mean() and out["local_acc"] == np.mean(per_user)
     cfg_iid = cfg_factory("model=logreg", "partition=iid", "fl.num_clients=3", "fl.clients_per_round=3", "hardware=cpu")
     cfg_iid.data.name = "tiny"
-    assert "local_acc" not in Simulation(cfg_iid).evaluation.evaluate()  # only users' own splits make Acc_l
+    iid = Simulation(cfg_iid)
+    assert "local_acc" not in iid.evaluation.evaluate(iid.state)  # only users' own splits make Acc_l
 
 
 def test_a_run_that_diverges_stops_with_its_metrics_and_status(tmp_path, cfg_factory):

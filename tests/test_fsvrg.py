@@ -63,7 +63,7 @@ def test_fsvrg_steps_follow_eqs_20_to_23(monkeypatch, cfg_factory):
     sim = Simulation(cfg)
     sim.state.params = torch.randn(sim.model.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     w0 = sim.state.params.clone()
-    plans = sim.plans([0, 1], 1)
+    plans = sim.plans(sim.state, [0, 1], 1)
     x, y = sim.data.x_train, sim.data.y_train
 
     def grad(w, idx):
@@ -253,9 +253,9 @@ def test_personalised_evaluation_uses_each_clients_preferred_model_of_eq_18(monk
     for rnd in (1, 2, 3):
         sim.run_round(rnd)
     models = sim.state.bank["models"]
-    losses, _ = sim.full_losses_and_gradients(models, range(sim.num_clients))
+    losses, _ = sim.full_losses_and_gradients(sim.state, models, range(sim.num_clients))
     direct = (losses + 0.005 * (models**2).sum(dim=1)).argmin(dim=1)
-    assert torch.equal(sim.evaluation.preferred_models(), direct)
+    assert torch.equal(sim.evaluation.preferred_models(sim.state), direct)
 
 
 def test_a_r_counted_over_the_rounds_clients(monkeypatch, cfg_factory):

@@ -196,48 +196,48 @@ class ModelBank(StatefulPart):
         engine's one-model round."""
         return self.name != "none" and rnd > self.threshold
 
-    def run_round(self, sim, state: State, rnd: int) -> tuple:
-        """A round of MA-/GA-FSVRG after the threshold (Procedures 1-4) through the run's executor: ``sim`` is the
-        :class:`~fedrun.engine.simulation.Simulation` whose cohort, plans, full-batch passes and client states it
-        reads. Returns (new state, plans, weights, cohort result, bytes down, bytes up, diagnostics); the engine makes
-        the new first model the run's global model."""
-        fl, local = sim.cfg.fl, sim.algo.local
+    def run_round(self, tools, local, server, rnd: int) -> tuple:
+        """A round of MA-/GA-FSVRG after the threshold (Procedures 1-4) from the run's ``server`` state (a
+        :class:`~fedrun.engine.state.ServerState`, read only), with the local rule ``local`` (FSVRG's steps and A_r):
+        ``tools`` (:class:`~fedrun.engine.simulation.RoundTools`) gives the round's clients and plans, their training
+        through the run's executor and their full-batch passes. Returns (new bank state, plans, weights, cohort
+        result, bytes down, bytes up, diagnostics); the engine makes the new first model the run's global model."""
+        state = server.bank
         if state["models"] is None:
-            state = self.start(sim.state.params, sim.num_clients)
+            state = self.start(server.params, tools.num_clients)
         models = state["models"]
-        cohort, _ = sim.participants(rnd)
-        plans = sim.plans(cohort, rnd)
-        wd = float(fl.weight_decay)
-        sizes = torch.tensor([float(p.num_samples) for p in plans], device=sim.device, dtype=models.dtype)
+        cohort = tools.participants(rnd)
+        plans = tools.plans(cohort, rnd)
+        wd = tools.weight_decay
+        sizes = torch.tensor([float(p.num_samples) for p in plans], device=models.device, dtype=models.dtype)
         weights = sizes / sizes.sum()
         server_s = 0.0
-        losses, grads = sim.full_losses_and_gradients(models, cohort)  # the clients' passes at every model
+        losses, grads = tools.full_losses_and_gradients(models, cohort)  # the clients' passes at every model
         prefer = preferences(losses, models, wd)  # eq. 18
         started = time.perf_counter()
         anchors = torch.einsum("k,kcd->cd", weights, grads)  # eq. 17 (the loss's; FSVRG adds the L2 term)
         server_s += time.perf_counter() - started
-        states = [{**sim.state.clients[int(c)], "start": models[j], "anchor": anchors[j]}
+        states = [{**server.clients[int(c)], "start": models[j], "anchor": anchors[j]}
                   for c, j in zip(cohort, prefer.tolist())]
-        ctx = ClientContext(rnd, models[0], sim.state.buffers, sim.lr(rnd), fl.momentum, wd)
-        result = sim.executor.run(local, sim.model, ctx, plans, sim.train_inputs, sim.data.y_train, states,
-                                  sim.step_store)
+        ctx = ClientContext(rnd, models[0], server.buffers, tools.lr(rnd), tools.momentum, wd)
+        result = tools.train(local, ctx, plans, states)
         chosen = list(state["preferences"])
         for c, j in zip(cohort, prefer.tolist()):
             chosen[int(c)] = j
         trained = models[prefer] + result.updates
-        a_r = local.a_r(sim.state.local, result.uploads, len(plans))  # eq. 59
+        a_r = local.a_r(server.local, result.uploads, len(plans))  # eq. 59
         started = time.perf_counter()
         if self.name == "ga":
-            _, at_trained = sim.full_losses_and_gradients(trained, cohort, own=True)
+            _, at_trained = tools.full_losses_and_gradients(trained, cohort, own=True)
             started = time.perf_counter()
             step = self.ga_step if self.ga_step is not None else float(
-                np.mean([sim.lr(rnd) / p.num_samples for p in plans]) * np.mean([p.tau for p in plans]))
+                np.mean([tools.lr(rnd) / p.num_samples for p in plans]) * np.mean([p.tau for p in plans]))
             moved, assign, info = self.regroup(models, at_trained[:, 0] + wd * trained, anchors + wd * models, a_r,
                                                step, prefer)
         else:
             moved, assign, info = self.regroup(models, trained, models, a_r, prefer=prefer)  # eqs. 26-43, 60
         server_s += time.perf_counter() - started
-        _, at_moved = sim.full_losses_and_gradients(moved, cohort)  # eq. 61: the clients' passes at the new models
+        _, at_moved = tools.full_losses_and_gradients(moved, cohort)  # eq. 61: the clients' passes at the new models
         started = time.perf_counter()
         state = self.accelerate_to({**state, "preferences": chosen}, moved,
                                    torch.einsum("k,kcd->cd", weights, at_moved) + wd * moved)  # eqs. 61-64
@@ -246,7 +246,7 @@ class ModelBank(StatefulPart):
                        "group_is_preferred": float((assign == prefer).double().mean()),  # grouping agrees with eq. 18
                        **{f"group{c}_size": n for c, n in enumerate(self.group_sizes(assign))},
                        **{f"prefer{c}": n for c, n in enumerate(self.group_sizes(prefer))}}
-        k, model_bytes = len(plans), sim.model_bytes
+        k, model_bytes = len(plans), tools.model_bytes
         down = k * model_bytes * self.count * 2 + k * model_bytes  # the models, the new models (eq. 61), an anchor
         up = k * model_bytes * self.count * 2 + k * model_bytes * (2 if self.name == "ga" else 1)
         return state, plans, weights, result, down, up, diagnostics

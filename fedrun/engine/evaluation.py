@@ -12,11 +12,16 @@ import torch
 
 from fedrun.algorithms.base import ClientContext
 from fedrun.algorithms.bank import preferences
+from fedrun.algorithms.base import LocalRule
+from fedrun.data import FedDataset
+from fedrun.engine.full_batch import full_losses_and_gradients
 from fedrun.engine.metrics import classification_metrics
 from fedrun.engine.sampling import plan_client
+from fedrun.engine.state import ServerState
+from fedrun.model.functional import FunctionalModel
 
 if TYPE_CHECKING:
-    from fedrun.engine.simulation import RoundOutput, Simulation
+    from fedrun.engine.simulation import RoundOutput
 
 
 @dataclass(frozen=True)
@@ -31,22 +36,29 @@ class TestUsers:
 
 
 class Evaluation:
-    """The evaluations of a :class:`~fedrun.engine.simulation.Simulation`, read from its state as it stands."""
+    """A run's evaluations of a :class:`~fedrun.engine.state.ServerState`: the model, the data, the clients' samples
+    and the evaluation settings are fixed for the run; the state is given to each call."""
 
-    def __init__(self, sim: Simulation):
-        self.sim = sim
+    def __init__(self, model: FunctionalModel, data: FedDataset, client_indices: list, holdout: list | None,
+                 rule: LocalRule, eval_cfg, by_users: bool, weight_decay: float, batch_size: int, seed: int):
+        self.model, self.data, self.client_indices, self.holdout, self.rule = model, data, client_indices, holdout, rule
+        self.batch = int(eval_cfg.batch_size)
+        self.class_metrics = bool(eval_cfg.class_metrics)
+        self.personalized = bool(eval_cfg.personalized) or rule.personalizes
+        self.by_users = by_users and data.test_users is not None  # natural clients with their own test splits
+        self.weight_decay, self.train_batch, self.seed = float(weight_decay), int(batch_size), int(seed)
+        self.device = data.x_train.device
         self._preferred = None  # (the bank's models tensor, its version, each client's preferred model)
 
-    def evaluate(self, step: RoundOutput | None = None) -> dict[str, float]:
+    def evaluate(self, state: ServerState, step: RoundOutput | None = None) -> dict[str, float]:
         """``test_acc`` and ``test_loss`` of the global model on the pooled test set. With a bank of models
         (MA-/GA-FSVRG) every model is tested: ``bank{c}_acc``, their mean ``bank_mean_acc``, and
         ``test_acc``/``test_loss`` are the best model's. ``eval.class_metrics`` adds macro and micro precision,
         recall and F1 (of the best model). With natural (user) clients, the readings of :meth:`user_accuracies`."""
-        sim = self.sim
-        bank = sim.state.bank["models"]
-        models = bank if bank is not None else sim.state.params[None]
-        scores = [sim.model.evaluate_hits(w, sim.state.buffers, sim.data.x_test, sim.data.y_test,
-                                          sim.cfg.eval.batch_size) for w in models]
+        bank = state.bank["models"]
+        models = bank if bank is not None else state.params[None]
+        scores = [self.model.evaluate_hits(w, state.buffers, self.data.x_test, self.data.y_test, self.batch)
+                  for w in models]
         accs = [float(h.sum()) / max(1.0, float(u.sum())) for h, u, _ in scores]
         best = int(np.argmax(accs))
         hits, units, loss = scores[best]
@@ -54,43 +66,42 @@ class Evaluation:
         if len(models) > 1:
             out |= {f"bank{c}_acc": a for c, a in enumerate(accs)} | {"bank_mean_acc": float(np.mean(accs)),
                                                                        "bank_best": best}
-        if sim.cfg.eval.class_metrics:
-            pred = self.predict(models[best], sim.data.x_test)
-            out |= {k: v for k, v in classification_metrics(pred, sim.data.y_test, sim.data.num_classes).items()
+        if self.class_metrics:
+            pred = self.predict(state, models[best], self.data.x_test)
+            out |= {k: v for k, v in classification_metrics(pred, self.data.y_test, self.data.num_classes).items()
                     if k != "accuracy"}
         if len(models) > 1:  # an upper bound, not a model: a sample counts when any model of the bank gets it right
             out["oracle_acc"] = float(torch.stack([h for h, _, _ in scores]).amax(0).sum() / units.sum())
-        if sim.holdout is not None:
-            out["owner_acc"] = self.owner_accuracy()
-        if sim.cfg.partition.name == "natural" and sim.data.test_users is not None:
-            out |= self.user_accuracies(hits, units, step)
+        if self.holdout is not None:
+            out["owner_acc"] = self.owner_accuracy(state)
+        if self.by_users:
+            out |= self.user_accuracies(state, hits, units, step)
         return out
 
-    def owner_accuracy(self) -> float:
+    def owner_accuracy(self, state: ServerState) -> float:
         """Accuracy over every client's held-out samples (``eval.holdout``), each scored by its owner's model: the
         global model, or with a bank the model the owner prefers (eq. 18 on its training data)."""
-        sim = self.sim
-        bank = sim.state.bank["models"]
-        preferred = self.preferred_models() if bank is not None else None
+        bank = state.bank["models"]
+        preferred = self.preferred_models(state) if bank is not None else None
         hits = units = 0.0
-        for c, ix in enumerate(sim.holdout):
+        for c, ix in enumerate(self.holdout):
             if len(ix) == 0:
                 continue
-            w = sim.state.params if preferred is None else bank[int(preferred[c])]
-            ix = torch.as_tensor(ix, device=sim.device)
-            h, u, _ = sim.model.evaluate_hits(w, sim.state.buffers, sim.data.x_train[ix], sim.data.y_train[ix],
-                                              sim.cfg.eval.batch_size)
+            w = state.params if preferred is None else bank[int(preferred[c])]
+            ix = torch.as_tensor(ix, device=self.device)
+            h, u, _ = self.model.evaluate_hits(w, state.buffers, self.data.x_train[ix], self.data.y_train[ix],
+                                               self.batch)
             hits, units = hits + float(h.sum()), units + float(u.sum())
         return hits / max(1.0, units)
 
-    def user_accuracies(self, hits: torch.Tensor, units: torch.Tensor, step: RoundOutput | None) -> dict[str, float]:
+    def user_accuracies(self, state: ServerState, hits: torch.Tensor, units: torch.Tensor, step: RoundOutput | None
+                        ) -> dict[str, float]:
         """FedGH's Acc_l ("the mean accuracy of local clients", after LEAF), read every way its wording allows, each
         beside ``test_acc`` (Acc_g; the sample-weighted mean over all users of the global model equals it):
         ``local_acc``: the global model on each user's own test split, the mean over all users; ``local_acc_round``
         and ``local_acc_round_samples``: the same over the round's clients only, the mean over them and weighted by
         their test samples; ``local_model_acc`` and ``local_model_acc_samples``: each of the round's clients'
         model after its local training (before the server's aggregation) on its own test split, the two means."""
-        sim = self.sim
         users = self._users
         per_user = torch.zeros(2, len(users.samples), dtype=torch.float64, device=hits.device)
         per_user.index_add_(1, users.of_sample.to(hits.device), torch.stack([hits, units]).double())
@@ -110,9 +121,9 @@ class Evaluation:
         if step.start is not None:
             own = []
             for k, u in rows:
-                ix = users.samples[u].to(sim.data.x_test.device)
-                h, n, _ = sim.model.evaluate_hits(step.start + step.result.updates[k], sim.state.buffers,
-                                                  sim.data.x_test[ix], sim.data.y_test[ix], sim.cfg.eval.batch_size)
+                ix = users.samples[u].to(self.data.x_test.device)
+                h, n, _ = self.model.evaluate_hits(step.start + step.result.updates[k], state.buffers,
+                                                   self.data.x_test[ix], self.data.y_test[ix], self.batch)
                 own.append((float(h.sum()), float(n.sum())))
             own = np.array(own)
             out["local_model_acc"] = float((own[:, 0] / own[:, 1]).mean())
@@ -123,7 +134,7 @@ class Evaluation:
     def _users(self) -> TestUsers:
         """Who owns which test sample, worked out once per run (the sorts cost about as much as a small
         evaluation)."""
-        data = self.sim.data
+        data = self.data
         values, index = np.unique(data.test_users, return_inverse=True)
         bounds = np.cumsum(np.bincount(index, minlength=len(values)))[:-1]
         samples = [torch.as_tensor(ix) for ix in np.split(np.argsort(index, kind="stable"), bounds)]
@@ -131,51 +142,43 @@ class Evaluation:
                          {v: i for i, v in enumerate(values)})
 
     @torch.no_grad()
-    def predict(self, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        sim = self.sim
-        sim.model.set_training(False)
-        b = sim.cfg.eval.batch_size
-        return torch.cat([sim.model.forward(w, sim.state.buffers, x[s : s + b]).argmax(dim=-1)
+    def predict(self, state: ServerState, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        self.model.set_training(False)
+        b = self.batch
+        return torch.cat([self.model.forward(w, state.buffers, x[s : s + b]).argmax(dim=-1)
                           for s in range(0, len(x), b)])
 
     @torch.no_grad()
-    def preferred_models(self) -> torch.Tensor:
+    def preferred_models(self, state: ServerState) -> torch.Tensor:
         """Each client's preferred model of the bank now: eq. 18 on its whole local training data, the same
         computation (losses and :func:`preferences`) as a bank round's, for every client and any loss. Computed
         once per state of the bank (the evaluations of a round share it)."""
-        sim = self.sim
-        models = sim.state.bank["models"]
+        models = state.bank["models"]
         held = self._preferred
         if held is None or held[0] is not models or held[1] != models._version:
-            losses, _ = sim.full_losses_and_gradients(models, range(sim.num_clients))
-            held = self._preferred = (models, models._version,
-                                      preferences(losses, models, float(sim.cfg.fl.weight_decay)))
+            indices = [torch.as_tensor(ix, device=self.device) for ix in self.client_indices]
+            losses, _ = full_losses_and_gradients(self.model, state.buffers, self.data.x_train, self.data.y_train,
+                                                  indices, models, self.batch)
+            held = self._preferred = (models, models._version, preferences(losses, models, self.weight_decay))
         return held[2]
 
-    @property
-    def personalized(self) -> bool:
-        return self.sim.cfg.eval.personalized or self.sim.algo.local.personalizes
-
-    def evaluate_personalized(self, rnd: int) -> float:
+    def evaluate_personalized(self, state: ServerState, rnd: int, lr: float) -> float:
         """Mean over clients of each client's model on the test samples of the classes it holds (Zhao et al.'s
         protocol): the global model, its preferred model of a bank (MA-/GA-FSVRG), or for a rule with ``personalize``
         (Per-FedAvg) the global model adapted on one batch of the client's data."""
-        sim = self.sim
-        test_labels = sim.data.y_test
-        ctx = ClientContext(rnd, sim.state.params, sim.state.buffers, sim.lr(rnd))
+        test_labels = self.data.y_test
+        ctx = ClientContext(rnd, state.params, state.buffers, lr)
         accs = []
-        preferred = self.preferred_models() if sim.state.bank["models"] is not None else None
-        for c in range(sim.num_clients):
-            held = torch.unique(sim.data.y_train[torch.as_tensor(sim.partition.indices[c], device=sim.device)])
+        preferred = self.preferred_models(state) if state.bank["models"] is not None else None
+        for c, indices in enumerate(self.client_indices):
+            held = torch.unique(self.data.y_train[torch.as_tensor(indices, device=self.device)])
             mask = torch.isin(test_labels, held)
             if not bool(mask.any()):
                 continue
-            w = sim.state.params if preferred is None else sim.state.bank["models"][int(preferred[c])]
-            if sim.algo.local.personalizes:
-                batch = plan_client(c, sim.partition.indices[c], 1, sim.cfg.fl.batch_size, sim.cfg.seed, rnd, True,
-                                    sim.device).batches[0]
-                w = sim.algo.local.personalize(sim.model, ctx, sim.data.x_train[batch], sim.data.y_train[batch])
-            acc, _ = sim.model.evaluate(w, sim.state.buffers, sim.data.x_test[mask], test_labels[mask],
-                                        sim.cfg.eval.batch_size)
+            w = state.params if preferred is None else state.bank["models"][int(preferred[c])]
+            if self.rule.personalizes:
+                batch = plan_client(c, indices, 1, self.train_batch, self.seed, rnd, True, self.device).batches[0]
+                w = self.rule.personalize(self.model, ctx, self.data.x_train[batch], self.data.y_train[batch])
+            acc, _ = self.model.evaluate(w, state.buffers, self.data.x_test[mask], test_labels[mask], self.batch)
             accs.append(acc)
         return float(np.mean(accs))

@@ -123,7 +123,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
             spent = budget is not None and "sim_round_s" in step.diagnostics and sim.state.sim_time >= budget
             row = None
             if grid.due(rnd, clock, sim.state.sim_time) or rnd == rounds or diverged or spent:
-                row = {"round": rnd, **sim.evaluation.evaluate(step), "train_loss": step.train_loss,
+                row = {"round": rnd, **sim.evaluation.evaluate(sim.state, step), "train_loss": step.train_loss,
                        "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
                        "bytes_down": bytes_down}
@@ -131,7 +131,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                 if "sim_round_s" in step.diagnostics:
                     row["sim_time_s"] = sim.state.sim_time
                 if sim.evaluation.personalized:
-                    row["personal_acc"] = sim.evaluation.evaluate_personalized(rnd)
+                    row["personal_acc"] = sim.evaluation.evaluate_personalized(sim.state, rnd, sim.lr(rnd))
                 history.append(row)
                 out.append_metrics(row)
                 if wandb:

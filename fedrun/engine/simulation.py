@@ -1,16 +1,17 @@
 """One federated round, in one process: sample a cohort, train it through the executor, select, harmonise,
 aggregate and step the server.
 
-:class:`Simulation` holds the whole state of a run (global model, server and client states) and advances it one
-round at a time; :mod:`~fedrun.engine.evaluation` scores it and :func:`fedrun.engine.experiment.run_experiment`
-drives it and writes the run directory.
+:class:`Simulation` holds what a run fixes (data, partition, model, algorithm, executor) and the run's current
+:class:`ServerState`; a round is a function of a state, ``round(state, r) -> (new state, output)``, which leaves the
+state it is given as it was. :mod:`~fedrun.engine.evaluation` scores a state and
+:func:`fedrun.engine.experiment.run_experiment` drives the rounds and writes the run directory.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -127,7 +128,9 @@ class Simulation:
         track = cfg.diagnostics.track_params
         self.tracked = np.sort(np.random.default_rng([cfg.seed, 0x7AC4ED]).choice(
             self.model.dim, min(track, self.model.dim), replace=False)) if track else None
-        self.evaluation = Evaluation(self)
+        self.evaluation = Evaluation(self.model, self.data, partition.indices, self.holdout, self.algo.local, cfg.eval,
+                                     cfg.partition.name == "natural", cfg.fl.weight_decay, cfg.fl.batch_size,
+                                     cfg.seed)
 
     def _step_store(self) -> torch.device:
         """Where a selector (BHerd, GraB) keeps the round's step gradients (``hardware.step_store``): on the compute
@@ -135,7 +138,7 @@ class Simulation:
         (``auto``: host only when the largest cohort's steps exceed memory_fraction of the accelerator's free
         memory)."""
         hw = self.cfg.hardware
-        taus = sorted(self.local_steps(range(self.num_clients)), reverse=True)
+        taus = sorted(self.local_steps(self.state, range(self.num_clients)), reverse=True)
         need = sum(taus[: self.cfg.fl.clients_per_round]) * len(self.state.params) * self.state.params.element_size()
         choice = hw.step_store
         if choice == "auto":
@@ -162,23 +165,24 @@ class Simulation:
         if saved["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(saved["cuda_rng"])
 
-    def plans(self, cohort, rnd: int) -> list[ClientPlan]:
+    def plans(self, state: ServerState, cohort, rnd: int) -> list[ClientPlan]:
         """Each cohort client's steps and minibatches this round; a rule that draws k batches per step (Per-FedAvg)
         gets minibatches of k*B samples and tau_i = floor(E n_i / (k B)). The config is read once per round: its
         attribute lookups would cost more than the plans of a 400-machine round."""
         width, seed, reshuffle = self.batch_width, self.cfg.seed, self.cfg.fl.reshuffle
         return [plan_client(c, self.partition.indices[c], tau, width, seed, rnd, reshuffle, self.device)
-                for c, tau in zip(map(int, cohort), self.local_steps(cohort))]
+                for c, tau in zip(map(int, cohort), self.local_steps(state, cohort))]
 
     @property
     def batch_width(self) -> int:
         return self.cfg.fl.batch_size * self.algo.local.batches_per_step
 
-    def local_steps(self, clients) -> list[int]:
-        """tau_i of each of ``clients`` under the schedule as it stands (the config read once for all of them)."""
+    def local_steps(self, state: ServerState, clients) -> list[int]:
+        """tau_i of each of ``clients`` under the schedule as it stands in ``state`` (the config read once for all of
+        them)."""
         epochs, width, steps = self.cfg.fl.local_epochs, self.batch_width, self.algo.schedule.local_steps
-        state = self.state.schedule
-        return [steps(state, len(self.partition.indices[int(c)]), epochs, width) for c in clients]
+        schedule = state.schedule
+        return [steps(schedule, len(self.partition.indices[int(c)]), epochs, width) for c in clients]
 
     def lr(self, rnd: int) -> float:
         """``fl.lr``, times ``fl.lr_gamma`` for every milestone in ``fl.lr_milestones`` reached (BHerd Fig. 4:
@@ -186,49 +190,57 @@ class Simulation:
         fl = self.cfg.fl
         return fl.lr * fl.lr_gamma ** sum(rnd >= m for m in fl.lr_milestones)
 
-    def full_gradients(self, cohort) -> torch.Tensor:
-        """Each client's full-batch gradient of the loss at the global model, (K, d) (Mime's and FSVRG's anchor)."""
-        return self.full_losses_and_gradients(self.state.params[None], cohort)[1][:, 0]
-
-    def full_losses_and_gradients(self, points: torch.Tensor, clients, own: bool = False
+    def full_losses_and_gradients(self, state: ServerState, points: torch.Tensor, clients, own: bool = False
                                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each of ``clients``' mean loss over its whole local dataset and its gradient at each of ``points``
         (:func:`~fedrun.engine.full_batch.full_losses_and_gradients`, in calls of ``eval.batch_size`` samples)."""
         indices = [torch.as_tensor(self.partition.indices[int(c)], device=self.device) for c in clients]
-        return full_losses_and_gradients(self.model, self.state.buffers, self.data.x_train, self.data.y_train,
+        return full_losses_and_gradients(self.model, state.buffers, self.data.x_train, self.data.y_train,
                                          indices, points, int(self.cfg.eval.batch_size), own)
 
+    def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list) -> CohortResult:
+        """The cohort's local training through the run's executor (steps recorded where the selector keeps them)."""
+        if isinstance(self.train_inputs, AugmentedImages):
+            self.train_inputs.begin_round(ctx.round)
+        return self.executor.run(rule, self.model, ctx, plans, self.train_inputs, self.data.y_train, client_states,
+                                 self.step_store)
+
     def run_round(self, rnd: int) -> RoundOutput:
-        """Round ``rnd``: the run's :class:`ServerState` becomes the round's new one."""
-        algo, state = self.algo, self.state
+        """Round ``rnd`` of the run: its state becomes the round's new one."""
+        self.state, out = self.round(self.state, rnd)
+        return out
+
+    def round(self, state: ServerState, rnd: int) -> tuple[ServerState, RoundOutput]:
+        """Round ``rnd`` from ``state``: the new :class:`ServerState` and what the round did. ``state`` is left as it
+        was (every part returns its new state; the clients' states are a new dict)."""
+        algo = self.algo
         if algo.bank.owns_round(rnd):
-            state.bank, plans, weights, result, down, up, diagnostics = algo.bank.run_round(self, state.bank, rnd)
-            self.keep_client_states(plans, result)
-            state.params = state.bank["models"][0]
-            return RoundOutput(rnd, plans, weights, result, down, up, diagnostics)
+            bank, plans, weights, result, down, up, diagnostics = algo.bank.run_round(
+                RoundTools(self, state), algo.local, state, rnd)
+            new = replace(state, bank=bank, params=bank["models"][0],
+                          clients=with_client_states(state.clients, plans, result))
+            return new, RoundOutput(rnd, plans, weights, result, down, up, diagnostics)
+        new = replace(state)
         fl = self.cfg.fl
         cohort, last_report = self.participants(rnd)
-        plans = self.plans(cohort, rnd)
+        plans = self.plans(state, cohort, rnd)
         extras = algo.local.broadcast(state.local)
         up = 0
         if algo.local.needs_full_gradients:
             counts = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=state.params.dtype)
-            full = self.full_gradients(cohort)
+            full = self.full_losses_and_gradients(state, state.params[None], cohort)[1][:, 0]
             up += nbytes(full)
-            more, state.local = algo.local.round_extras(state.local, full, counts)
+            more, new.local = algo.local.round_extras(state.local, full, counts)
             extras = {**extras, **more}
         ctx = ClientContext(rnd, state.params, state.buffers, self.lr(rnd), fl.momentum, fl.weight_decay,
                             extras=extras)
         started = time.perf_counter()
-        if isinstance(self.train_inputs, AugmentedImages):
-            self.train_inputs.begin_round(rnd)
-        result = self.executor.run(algo.local, self.model, ctx, plans, self.train_inputs, self.data.y_train,
-                                   [state.clients.get(int(c)) for c in cohort], self.step_store)
+        result = self.train(algo.local, ctx, plans, [state.clients.get(int(c)) for c in cohort])
         train_s = time.perf_counter() - started
-        self.keep_client_states(plans, result)
+        new.clients = with_client_states(state.clients, plans, result)
         weights = algo.aggregator.weights(torch.tensor([p.num_samples for p in plans], dtype=torch.float64)).to(
             device=self.device, dtype=state.params.dtype)
-        state.selector, updates, uploads, selection = algo.selector(state.selector, result.updates, result.steps,
+        new.selector, updates, uploads, selection = algo.selector(state.selector, result.updates, result.steps,
                                                                     plans, result.uploads, ctx, weights,
                                                                     self.gram_block)
         clients = [p.id for p in plans]
@@ -237,7 +249,7 @@ class Simulation:
         conflicts = self.cfg.diagnostics.conflicts
         if conflicts:
             diagnostics |= {f"pre_{k}": v for k, v in conflict_statistics(updates).items()}
-        state.harmonizer, harmonized, info = algo.harmonizer(state.harmonizer, updates, weights, clients, rnd)
+        new.harmonizer, harmonized, info = algo.harmonizer(state.harmonizer, updates, weights, clients, rnd)
         diagnostics |= info
         if conflicts and algo.harmonizer.name != "none":
             diagnostics |= {f"post_{k}": v for k, v in conflict_statistics(harmonized).items()}
@@ -247,21 +259,20 @@ class Simulation:
             similarity = {"clients": clients, "before": cosine_matrix(updates), "after": cosine_matrix(harmonized)}
         updates = harmonized
         update = algo.aggregator(updates, weights, uploads)
-        update, state.local = algo.local.server_update(state.local, update, updates, uploads, weights,
-                                                       self.num_clients)
+        update, new.local = algo.local.server_update(new.local, update, updates, uploads, weights, self.num_clients)
         old_params = state.params
-        state.params, state.server_opt = algo.server_opt.apply(state.params, update, state.server_opt)
-        state.buffers = aggregate_buffers(result.buffers, weights)
+        new.params, new.server_opt = algo.server_opt.apply(state.params, update, state.server_opt)
+        new.buffers = aggregate_buffers(result.buffers, weights)
         step_s = sync_s = None
         if self.cfg.timing.name == "simulated":
             step_s, sync_s = self.simulated_times(plans, train_s, last_report)
             diagnostics["sim_round_s"] = max(p.tau for p in plans) * step_s + sync_s
-            state.sim_time += diagnostics["sim_round_s"]
-        state.schedule, logged = algo.schedule.observe(state.schedule, RoundFeedback(
+            new.sim_time = state.sim_time + diagnostics["sim_round_s"]
+        new.schedule, logged = algo.schedule.observe(state.schedule, RoundFeedback(
             updates=sent, local_params=lambda: old_params + result.updates, old_params=old_params,
-            new_params=state.params, sizes=torch.tensor([float(p.num_samples) for p in plans], device=self.device),
-            probe=lambda points: self.probe_last_batches(plans, points), lr=self.lr(rnd + 1), lr0=self.lr(1),
-            step_time_s=step_s, sync_time_s=sync_s, elapsed_s=state.sim_time if step_s is not None else None,
+            new_params=new.params, sizes=torch.tensor([float(p.num_samples) for p in plans], device=self.device),
+            probe=lambda points: self.probe_last_batches(state, plans, points), lr=self.lr(rnd + 1), lr0=self.lr(1),
+            step_time_s=step_s, sync_time_s=sync_s, elapsed_s=new.sim_time if step_s is not None else None,
             budget_s=self.cfg.timing.budget_s))
         diagnostics |= logged
         k = len(plans)
@@ -269,14 +280,8 @@ class Simulation:
         up += k * self.model_bytes + sum(nbytes(v) for v in result.uploads.values())
         diagnostics |= selection
         if self.tracked is not None:
-            diagnostics |= tracked_values(self.tracked, state.params, sent, plans)
-        return RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity, old_params)
-
-    def keep_client_states(self, plans: list[ClientPlan], result: CohortResult) -> None:
-        """The round's clients' new persistent states (a rule without any returns None for them)."""
-        for plan, client_state in zip(plans, result.client_states):
-            if client_state is not None:
-                self.state.clients[plan.id] = client_state
+            diagnostics |= tracked_values(self.tracked, new.params, sent, plans)
+        return new, RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity, old_params)
 
     def participants(self, rnd: int) -> tuple[np.ndarray, float]:
         """The round's clients (sorted ids) and when the last of them reported (seconds; 0 without delays):
@@ -294,7 +299,8 @@ class Simulation:
         return simulated_times([p.tau for p in plans], train_s, last_report, self.model_bytes,
                                self.cfg.timing)
 
-    def probe_last_batches(self, plans: list[ClientPlan], points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def probe_last_batches(self, state: ServerState, plans: list[ClientPlan], points: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each client's training objective (minibatch loss + (weight_decay / 2) ||w||^2) and its gradient on its last
         minibatch of the round, at ``points`` (d,) or (K, d); what AFL and AdaComm read (RoundFeedback.probe)."""
         wd = float(self.cfg.fl.weight_decay)
@@ -302,8 +308,43 @@ class Simulation:
         for i, plan in enumerate(plans):
             w = points[i] if points.dim() == 2 else points
             batch = plan.batches[-1]
-            loss, g = self.model.loss_and_grad(w, {k: v.clone() for k, v in self.state.buffers.items()},
+            loss, g = self.model.loss_and_grad(w, {k: v.clone() for k, v in state.buffers.items()},
                                                self.data.x_train[batch], self.data.y_train[batch])
             losses.append(loss.detach() + 0.5 * wd * w.dot(w))
             grads.append(g + wd * w)
         return torch.stack(losses), torch.stack(grads)
+
+
+def with_client_states(clients: dict, plans: list[ClientPlan], result: CohortResult) -> dict:
+    """The clients' persistent states after a round: a new dict with the round's clients' new states (a rule without
+    any returns None for them)."""
+    return clients | {plan.id: cs for plan, cs in zip(plans, result.client_states) if cs is not None}
+
+
+class RoundTools:
+    """What a part that runs a round of its own (MA-/GA-FSVRG's bank) may use of the engine, for one round from one
+    state: who takes part and their plans, the learning rate, the cohort's training through the executor and the
+    clients' full-batch passes. Nothing of the simulation's own state: the part gets the server state as an
+    argument and returns its new part state."""
+
+    def __init__(self, sim: Simulation, state: ServerState):
+        self._sim, self._state = sim, state
+        self.num_clients, self.model_bytes = sim.num_clients, sim.model_bytes
+        self.momentum, self.weight_decay = float(sim.cfg.fl.momentum), float(sim.cfg.fl.weight_decay)
+        self.device = sim.device
+
+    def participants(self, rnd: int) -> np.ndarray:
+        return self._sim.participants(rnd)[0]
+
+    def plans(self, cohort, rnd: int) -> list[ClientPlan]:
+        return self._sim.plans(self._state, cohort, rnd)
+
+    def lr(self, rnd: int) -> float:
+        return self._sim.lr(rnd)
+
+    def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list) -> CohortResult:
+        return self._sim.train(rule, ctx, plans, client_states)
+
+    def full_losses_and_gradients(self, points: torch.Tensor, clients, own: bool = False
+                                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._sim.full_losses_and_gradients(self._state, points, clients, own)

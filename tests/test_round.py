@@ -1,0 +1,47 @@
+"""A round is a function of a state: ``Simulation.round(state, r)`` returns the new ServerState and leaves the one it
+is given as it was, for every algorithm family (the bank's round included), and the same state gives the same
+round."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from fedrun.engine.simulation import Simulation
+from tests.test_executor import EVERY_FAMILY, assert_close_tree
+
+
+def snapshot(state):
+    """A deep copy of a ServerState's values (tensors cloned), to compare with later."""
+    return copy.deepcopy(state.to_plain())
+
+
+@pytest.mark.parametrize("family", list(EVERY_FAMILY))
+def test_a_round_leaves_the_state_it_is_given_as_it_was(cfg_factory, family):
+    sim = Simulation(cfg_factory("data=digits", "model=mlp", *EVERY_FAMILY[family], "fl.num_clients=6",
+                                 "fl.clients_per_round=4", "fl.batch_size=16", "fl.momentum=0.5",
+                                 "hardware.dtype=float64"))
+    sim.run_round(1)  # client states, part states and (after the threshold) the bank have content now
+    before = snapshot(sim.state)
+    torch.manual_seed(1)
+    new, out = sim.round(sim.state, 2)
+    assert_close_tree(snapshot(sim.state), before, exact=True)
+    assert new is not sim.state and out.round == 2
+    torch.manual_seed(1)
+    again, _ = sim.round(sim.state, 2)  # from the same state, the same round
+    assert_close_tree(snapshot(again), snapshot(new), exact=True)
+    if family not in ("mafsvrg", "gafsvrg"):  # a bank round moves its models, not necessarily the first one's start
+        assert not torch.equal(new.params, sim.state.params)
+
+
+def test_the_run_advances_by_its_rounds(cfg_factory):
+    """``run_round`` is ``round`` on the run's own state."""
+    common = ("data=digits", "model=logreg", "fl.num_clients=6", "fl.clients_per_round=4", "algo=scaffold")
+    stepped, pure = Simulation(cfg_factory(*common)), Simulation(cfg_factory(*common))
+    state = pure.state
+    for rnd in (1, 2):
+        stepped.run_round(rnd)
+        state, _ = pure.round(state, rnd)
+    assert_close_tree(vars(state), vars(stepped.state), exact=True)
