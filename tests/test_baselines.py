@@ -7,7 +7,7 @@ from conftest import register_tiny, run_cli
 
 from fedrun.algorithms import build_algorithm
 from fedrun.algorithms.base import ClientContext
-from fedrun.algorithms.local_sgd import decorrelation_loss
+from fedrun.algorithms.local.sgd import decorrelation_loss
 from fedrun.algorithms.schema import make
 from fedrun.config.compose import option
 from fedrun.config.checks import validate

@@ -8,7 +8,7 @@ import torch
 from conftest import run_cli
 from omegaconf import OmegaConf
 
-from fedrun.algorithms.selection import centred_gram, grab_order, herd_order, num_selected
+from fedrun.algorithms.selector.herd import centred_gram, grab_order, herd_order, num_selected
 from fedrun.data.fixtures import write_cifar, write_imdb
 from fedrun.engine.experiment import run_experiment
 from fedrun.engine.simulation import Simulation

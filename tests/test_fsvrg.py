@@ -11,8 +11,8 @@ import torch
 from conftest import register_tiny
 from sklearn.metrics import precision_recall_fscore_support
 
-from fedrun.algorithms.bank import accelerate, kmeans, mean_centre, principal_subspace
-from fedrun.algorithms.fsvrg import feature_scalings
+from fedrun.algorithms.bank.bank import accelerate, kmeans, mean_centre, principal_subspace
+from fedrun.algorithms.local.fsvrg import feature_scalings
 from fedrun.model.zoo import affine_parameter_features
 from fedrun.algorithms.schema import make
 from fedrun.data.hog import hog

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.harmonize import conflict_statistics, dgt_coefficients, fedgh_coefficients
+from fedrun.algorithms.harmonizer.harmonize import conflict_statistics, dgt_coefficients, fedgh_coefficients
 from fedrun.algorithms.schema import make
 
 
@@ -170,7 +170,7 @@ def test_fedgh_leaf_presets_run_two_rounds_from_the_cli_on_leaf_fixtures(tmp_pat
 
 def test_fedgh_partner_orders_are_each_clients_seeded_permutation_of_the_others():
     """Row k: the others (every row but k) in the order of the permutation seeded per (seed, 0xF6, round, client)."""
-    from fedrun.algorithms.harmonize import partner_orders
+    from fedrun.algorithms.harmonizer.harmonize import partner_orders
 
     clients = [7, 3, 11, 0, 5]
     orders = partner_orders(2, 9, clients)

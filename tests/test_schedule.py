@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.schedule import RoundFeedback, afl_objective, gradient_consistency
+from fedrun.algorithms.schedule.schedules import RoundFeedback, afl_objective, gradient_consistency
 from fedrun.algorithms.schema import make
 from fedrun.config.checks import validate
 from fedrun.engine.experiment import run_experiment

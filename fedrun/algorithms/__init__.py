@@ -16,12 +16,13 @@ from fedrun.errors import ConfigError
 from fedrun.algorithms.schema import SCHEMAS, parse
 
 if TYPE_CHECKING:  # the parts themselves import torch; checking a config (fedrun --help, a typo) needs none of them
-    from fedrun.algorithms.bank import ModelBank
+    from fedrun.algorithms.bank.bank import ModelBank
     from fedrun.algorithms.base import Aggregator, LocalRule, ServerOptimizer
-    from fedrun.algorithms.harmonize import DGT, FedGH
-    from fedrun.algorithms.parts import AllSteps, NoHarmonizer
-    from fedrun.algorithms.schedule import AFL, GIFT, AdaComm, FixedSchedule
-    from fedrun.algorithms.selection import GraB, Herd, RandomSubset
+    from fedrun.algorithms.harmonizer.harmonize import DGT, FedGH
+    from fedrun.algorithms.selector.all_steps import AllSteps
+    from fedrun.algorithms.harmonizer.none import NoHarmonizer
+    from fedrun.algorithms.schedule.schedules import AFL, GIFT, AdaComm, FixedSchedule
+    from fedrun.algorithms.selector.herd import GraB, Herd, RandomSubset
 
 PARTS = tuple(SCHEMAS)  # the plug points, in the order a round meets them
 # the parts whose settings are attributes and whose round-to-round state is their own (StatefulPart.init); the local

@@ -87,8 +87,8 @@ def validate(cfg) -> None:
     timing = cfg.timing  # (participation, timing, hardware and logger have their ranges in fedrun/config/schema.py)
     sched = cfg.algo.schedule
     simulated = timing.name == "simulated"
-    # each part's own ranges are its schema's (fedrun/algorithms/schema.py, via check_parts); here: what a schedule
-    # needs from other groups
+    # each part's own ranges are its schema's (fedrun/algorithms/<part>/schema.py, via check_parts); here: what a
+    # schedule needs from other groups
     if sched.name == "afl":
         need(simulated and timing.budget_s is not None, "algo/schedule", "afl",
              "needs the time model and a budget (AFL picks tau from the per-step and per-round times within R)",

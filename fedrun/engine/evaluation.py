@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from fedrun.algorithms.base import ClientContext
-from fedrun.algorithms.bank import preferences
+from fedrun.algorithms.bank.bank import preferences
 from fedrun.algorithms.base import LocalRule
 from fedrun.data import FedDataset
 from fedrun.engine.full_batch import full_losses_and_gradients

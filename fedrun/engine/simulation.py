@@ -17,10 +17,10 @@ import numpy as np
 import torch
 
 from fedrun.algorithms import STATEFUL_PARTS, build_algorithm
-from fedrun.algorithms.aggregate import aggregate_buffers
+from fedrun.algorithms.aggregator.weighted import aggregate_buffers
 from fedrun.algorithms.base import ClientContext, TrainingSet
-from fedrun.algorithms.harmonize import conflict_statistics, cosine_matrix
-from fedrun.algorithms.schedule import RoundFeedback
+from fedrun.algorithms.harmonizer.harmonize import conflict_statistics, cosine_matrix
+from fedrun.algorithms.schedule.schedules import RoundFeedback
 from fedrun.config.checks import validate
 from fedrun.data import FedDataset, get_spec, load_dataset
 from fedrun.data.augment import AugmentedImages, training_inputs

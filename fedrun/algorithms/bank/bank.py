@@ -3,9 +3,9 @@ Acceleration on Diversified Global Models", TNNLS 2024): MA-FSVRG and GA-FSVRG.
 
 After the threshold round T (``algo.bank.threshold``) the server keeps C models. Each round, every sampled client
 evaluates its full local objective at every model and starts from the one it prefers (eq. 18); the server forms one
-anchor gradient per model from the round's clients (eq. 17); clients run FSVRG steps (:mod:`fedrun.algorithms.fsvrg`,
-Procedure 1). The server then groups the round's clients (Procedure 2 or 3) and accelerates each group's model
-(Procedure 4):
+anchor gradient per model from the round's clients (eq. 17); clients run FSVRG steps
+(:mod:`fedrun.algorithms.local.fsvrg`, Procedure 1). The server then groups the round's clients (Procedure 2 or 3)
+and accelerates each group's model (Procedure 4):
 
 - MA (model-based, eqs. 25-43): the trained local models are mean-centred (eq. 26), projected on the top C-1
   eigenvectors of their Gram matrix (eqs. 29, 37-38), grouped by k-means seeded with the projected previous models
@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from fedrun.algorithms.base import ClientContext, State, StatefulPart
-from fedrun.algorithms.schema import FORMS
+from fedrun.algorithms.bank.schema import FORMS
 
 def preferences(losses: torch.Tensor, models: torch.Tensor, weight_decay: float) -> torch.Tensor:
     """Eq. 18: each client's model of least full local objective, its mean loss over its data plus

@@ -1,5 +1,4 @@
-"""The default parts of the plug points that later papers fill: client-side update selection (BHerd, GraB) and
-harmonisers (FedGH, DGT). Synchronisation schedules are in :mod:`fedrun.algorithms.schedule`."""
+"""The default selector: every local step counts (FedAvg and every base that herds nothing)."""
 
 from __future__ import annotations
 
@@ -19,14 +18,3 @@ class AllSteps(StatefulPart):
         """(new state, updates to send, uploads, the round's metrics.csv columns of the selector). ``block``: with
         steps kept in host memory, the Gram matrix's column blocks (``hardware.gram_block``)."""
         return state, updates, uploads, {}
-
-
-class NoHarmonizer(StatefulPart):
-    """Leaves the round's stacked client updates (K, d) as they are."""
-
-    name = "none"
-
-    def __call__(self, state: State, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
-                 ) -> tuple[State, torch.Tensor, dict[str, float]]:
-        """(new state, harmonised updates, the round's metrics.csv columns of the harmoniser)."""
-        return state, updates, {}

@@ -1,0 +1,1 @@
+"""Harmonisers: the round's stacked client updates, changed before aggregation (FedGH, DGT)."""

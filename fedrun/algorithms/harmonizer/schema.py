@@ -1,0 +1,47 @@
+"""The typed config of each option of algo/harmonizer: its settings, their defaults and ranges, registered as the schema
+its YAML (conf/algo/harmonizer/) extends. No torch: checking a config needs none."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from omegaconf import II
+
+from fedrun.algorithms.schema import PartConfig, is_int, is_unit, register
+from fedrun.config.schema import Rule
+
+DGT_MODES = ("calibrate", "norm_only")
+
+
+@register
+@dataclass
+class NoHarmonizerConfig(PartConfig):
+    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.none.NoHarmonizer", ("none",)
+    name: str = "none"
+
+
+@register
+@dataclass
+class FedGHConfig(PartConfig):
+    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.harmonize.FedGH", ("fedgh",)
+    name: str = "fedgh"
+    seed: int = II("seed")  # the random order in which conflicting pairs are projected
+
+    def rules(self) -> Iterator[Rule]:
+        yield is_int(self.seed), "seed", "must be an integer", "${seed}"
+
+
+@register
+@dataclass
+class DGTConfig(PartConfig):
+    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.harmonize.DGT", ("dgt",)
+    name: str = "dgt"
+    momentum: float = 0.5  # of each client's baseline
+    # calibrate (DGT) | norm_only: the control, the clients' own updates scaled so that the aggregate is as long as
+    # DGT's (a longer server step without DGT's directions)
+    mode: str = "calibrate"
+
+    def rules(self) -> Iterator[Rule]:
+        yield is_unit(self.momentum), "momentum", "must be in [0, 1)", "0.5"
+        yield self.mode in DGT_MODES, "mode", f"must be one of {DGT_MODES}", "calibrate"

@@ -1,0 +1,1 @@
+"""Schedules: how many local steps each client takes per round (fixed, GIFT, AFL, AdaComm)."""
