@@ -6,7 +6,8 @@ from omegaconf import OmegaConf
 from torchvision.transforms import AutoAugment
 
 from fedrun.config.checks import validate
-from fedrun.data.augment import (POLICIES, AugmentedImages, AutoAugmentBatch, hash32, minibatch, step_key,
+from fedrun.config.schema import POLICIES
+from fedrun.data.augment import (AugmentedImages, AutoAugmentBatch, hash32, minibatch, step_key,
                                  torchvision_policy)
 from fedrun.data.base import scale_images
 from fedrun.data.fixtures import write_cifar

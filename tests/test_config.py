@@ -181,3 +181,25 @@ def test_the_range_checks_cover_every_numeric_field_of_the_parts_and_sections(ca
         print(f"\nrange checks: {len(parts)} settings of {len({c for c, _ in parts})} part schemas "
               f"(tests/test_schema.py) and {len(SECTION_FIELDS)} keys of the run's sections and groups (here)")
     assert len(SECTION_FIELDS) >= 30 and len(parts) >= 40
+
+
+def test_a_run_checks_its_config_once(cfg_factory, tmp_path, monkeypatch):
+    """run_experiment validates before the run directory gets files; the Simulation it builds does not again (a
+    Simulation built on its own still does)."""
+    import fedrun.engine.experiment as experiment
+    import fedrun.engine.simulation as simulation
+    from fedrun.config import checks
+
+    calls = []
+
+    def counted(cfg):
+        calls.append(1)
+        return checks.validate(cfg)
+
+    monkeypatch.setattr(experiment, "validate", counted)
+    monkeypatch.setattr(simulation, "validate", counted)
+    cfg = cfg_factory("data=digits", "model=mlp", "fl.rounds=1", "fl.num_clients=4", "fl.clients_per_round=2")
+    experiment.run_experiment(cfg, tmp_path / "run")
+    assert len(calls) == 1
+    simulation.Simulation(cfg)
+    assert len(calls) == 2

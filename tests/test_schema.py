@@ -131,3 +131,26 @@ def test_a_presets_grid_is_checked_job_by_job_with_the_command_line_winning():
     assert check_sweep_jobs(["-m", "experiment=dgt_mnist"], CONF_DIR) == []  # dgt and none: both valid
     bad = check_sweep_jobs(["-m", "experiment=dgt_mnist", "algo/harmonizer=dgt", "fl.lr=0.1,-0.1"], CONF_DIR)
     assert len(bad) == 1 and bad[0].startswith("job fl.lr=-0.1: fl.lr=-0.1: must be > 0")
+
+
+def test_the_schemas_own_their_allowed_values_and_check_without_torch_or_the_engine():
+    """Every group's and part's range checks run from their schemas alone: in a fresh process, composing the default
+    config and checking every section, group and part against its schema imports neither torch nor a module of the
+    engine, the data or the model (their allowed values live in the schemas, which those modules import)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from fedrun.config.compose import compose_config\n"
+            "from fedrun.config.schema import section_problems\n"
+            "from fedrun.algorithms.schema import SCHEMAS, parse\n"
+            "for overrides in ([], ['partition=case2', 'participation=earliest', 'data=cifar10', 'algo=mafsvrg']):\n"
+            "    cfg = compose_config(overrides)\n"
+            "    assert section_problems(cfg) == [], section_problems(cfg)\n"
+            "    for part in SCHEMAS:\n"
+            "        parse(part, cfg.algo[part])\n"
+            "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('fedrun.engine', 'fedrun.data',"
+            " 'fedrun.model')))\n"
+            "print(loaded)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

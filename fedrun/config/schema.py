@@ -147,6 +147,17 @@ class RunConfig:
     logger: Any = MISSING
 
 
+# the allowed values of the groups' string settings, owned here (the modules that act on them import them from here), so
+# that checking a config imports neither torch nor the engine
+EXECUTOR_NAMES = ("loop", "vmap")  # hardware.executor, besides auto (fedrun/engine/executor.py)
+DELAYS = ("exponential", "uniform", "lognormal")  # participation.delay (fedrun/engine/sampling.py)
+PARTITIONS = ("iid", "dirichlet", "dirichlet_resample", "classes", "case1", "case2", "case3", "natural")
+NORMALIZATIONS = ("standardize", "unit", "raw")  # data.normalize (fedrun/data/base.py)
+HOG_NORMALIZATIONS = ("l2", "none")  # data.hog_normalize (fedrun/data/hog.py)
+AUGMENTS = ("none", "autoaugment")  # data.augment (fedrun/data/augment.py)
+POLICIES = ("cifar10", "imagenet", "svhn")  # data.augment_policy: torchvision's AutoAugmentPolicy, lower-case
+
+
 # ---- the groups whose options share one shape: each option's YAML extends its schema (``<group>/<option>_schema``)
 
 
@@ -179,10 +190,8 @@ class HardwareConfig(Section):
     gram_block: int = MISSING
 
     def rules(self) -> Iterator[Rule]:
-        from fedrun.engine.executor import EXECUTORS
-
         yield self.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda", "auto"
-        executors = ("auto", *EXECUTORS)
+        executors = ("auto", *EXECUTOR_NAMES)
         yield self.executor in executors, "executor", f"must be one of {executors}", "auto"
         yield (self.chunk_size is None or self.chunk_size >= 1, "chunk_size",
                "must be null (sized from free memory) or an integer >= 1", "null")
@@ -217,8 +226,6 @@ class ParticipationConfig(Section):
     delay_scale: Optional[float] = None
 
     def rules(self) -> Iterator[Rule]:
-        from fedrun.engine.sampling import DELAYS
-
         yield self.name in ("uniform", "earliest"), "name", "must be uniform or earliest", "uniform"
         if self.name == "earliest":
             yield _positive(self.fraction) and self.fraction <= 1, "fraction", "must be in (0, 1]", "0.4"
@@ -280,8 +287,6 @@ class PartitionConfig(Section):
     label_deal: Optional[str] = None  # case2, case3
 
     def rules(self) -> Iterator[Rule]:
-        from fedrun.data.partition import PARTITIONS
-
         yield self.name in PARTITIONS, "name", f"must be one of {PARTITIONS}", "dirichlet"
         if self.name in ("dirichlet", "dirichlet_resample"):
             yield (_positive(self.alpha), "alpha",
@@ -375,10 +380,6 @@ class DataConfig(Section):
     spreads: Optional[List[float]] = None
 
     def rules(self) -> Iterator[Rule]:
-        from fedrun.data.augment import AUGMENTS, POLICIES
-        from fedrun.data.base import NORMALIZATIONS
-        from fedrun.data.hog import NORMALIZATIONS as HOG_NORMALIZATIONS
-
         yield self.normalize in (None, *NORMALIZATIONS), "normalize", f"must be one of {NORMALIZATIONS}", "standardize"
         yield self.augment in AUGMENTS, "augment", f"must be one of {AUGMENTS}", "none"
         if self.augment == "autoaugment":

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import torch
 
-AUGMENTS = ("none", "autoaugment")
-POLICIES = ("cifar10", "imagenet", "svhn")  # torchvision's AutoAugmentPolicy, by its lower-case name
 NUM_BINS = 10  # torchvision's magnitude bins for AutoAugment
 
 

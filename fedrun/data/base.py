@@ -122,7 +122,6 @@ def resolve_root(root: str | os.PathLike | None) -> Path:
     return Path(root).expanduser() if root else default_root()
 
 
-NORMALIZATIONS = ("standardize", "unit", "raw")
 
 
 def scale_images(x_train: np.ndarray, x_test: np.ndarray, normalize: str = "standardize"
@@ -132,6 +131,8 @@ def scale_images(x_train: np.ndarray, x_test: np.ndarray, normalize: str = "stan
     ``standardize``: the training set's per-channel mean and std (the usual choice for neural networks);
     ``unit``: pixels / 255 in [0, 1] (the BHerd SVM-MNIST preset, as Wang et al.'s testbed); ``raw``: 0..255.
     """
+    from fedrun.config.schema import NORMALIZATIONS  # here: fedrun-data list imports this module, not hydra
+
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"data.normalize={normalize!r}: must be one of {NORMALIZATIONS}")
     xt = torch.from_numpy(np.ascontiguousarray(x_train)).float()

@@ -22,7 +22,6 @@ from fedrun.process.lazy import torch
 from fedrun.data.base import DatasetSpec, FedDataset, cache_path, load_or_build, sha256_arrays
 
 GREY = (0.299, 0.587, 0.114)
-NORMALIZATIONS = ("l2", "none")
 
 
 def hog(images: torch.Tensor, block: int = 7, stride: int = 3, bins: int = 9, normalize: str = "none"
@@ -42,7 +41,9 @@ def hog(images: torch.Tensor, block: int = 7, stride: int = 3, bins: int = 9, no
     if normalize == "l2":
         features = features / features.norm(dim=1, keepdim=True).clamp_min(1e-12)
     elif normalize != "none":
-        raise ValueError(f"data.hog_normalize={normalize!r}: must be one of {NORMALIZATIONS}")
+        from fedrun.config.schema import HOG_NORMALIZATIONS
+
+        raise ValueError(f"data.hog_normalize={normalize!r}: must be one of {HOG_NORMALIZATIONS}")
     return features
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from fedrun.config.schema import PARTITIONS
 from fedrun.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -215,8 +216,6 @@ def make_partition(cfg, labels: np.ndarray, users: np.ndarray | None, num_client
         return Partition(natural(users, num_clients), "natural")
     raise ConfigError([f"partition={name!r} is unknown; use one of {PARTITIONS}"])
 
-
-PARTITIONS = ("iid", "dirichlet", "dirichlet_resample", "classes", "case1", "case2", "case3", "natural")
 
 
 def held_out(partition: Partition, fraction: float, seed: int) -> tuple[Partition, list[np.ndarray] | None]:

@@ -80,7 +80,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
     stop = _StopRequests()
     try:
         native.prepare(cfg.hardware)  # a kernel not built yet is built now, said, not in the middle of round 1
-        sim = Simulation(cfg)
+        sim = Simulation(cfg, checked=True)
         release_collector()  # built: the rounds collect as the process did before the command started
         out.save_partition(sim.partition.to_json(sim.labels, sim.label_classes))
         log.info(sim.partition.summary(sim.labels, sim.label_classes))

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedrun.config.schema import DELAYS
+
 _SAMPLE, _BATCHES, _DELAYS = 0x5A3D, 0xB47C, 0xD31A
-DELAYS = ("exponential", "uniform", "lognormal")
 
 
 @dataclass

@@ -64,10 +64,13 @@ class RoundOutput:
 
 
 class Simulation:
-    """The state of a run and one step of it: ``run_round(r)``. Config is validated before anything is loaded."""
+    """The state of a run and one step of it: ``run_round(r)``. Config is validated before anything is loaded, unless
+    the caller did already (``checked``: :func:`~fedrun.engine.experiment.run_experiment`, before the run directory
+    gets files)."""
 
-    def __init__(self, cfg, data: FedDataset | None = None):
-        validate(cfg)
+    def __init__(self, cfg, data: FedDataset | None = None, checked: bool = False):
+        if not checked:
+            validate(cfg)
         self.cfg = cfg
         if cfg.hardware.num_threads:
             torch.set_num_threads(int(cfg.hardware.num_threads))
