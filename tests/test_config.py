@@ -203,3 +203,42 @@ def test_a_run_checks_its_config_once(cfg_factory, tmp_path, monkeypatch):
     assert len(calls) == 1
     simulation.Simulation(cfg)
     assert len(calls) == 2
+
+
+REQUIREMENT_BROKEN_BY = {  # a config that breaks each cross-group requirement (fedrun/config/checks.py)
+    "evaluation_grid_needs_simulated_time": ["eval.every_s=5"],
+    "augmentation_needs_pixel_images": ["data=two_gaussians", "model=logreg", "data.augment=autoaugment"],
+    "classes_per_client_within_the_datasets": ["partition=classes", "partition.classes_per_client=50"],
+    "natural_partition_needs_users": ["data=digits", "partition=natural"],
+    "model_output_matches_the_targets": ["data=leaf_reddit", "model=lstm", "partition=natural"],
+    "next_word_targets_are_not_partitioned_by_class": ["data=leaf_reddit", "model=lstm_lm",
+                                                       "partition=dirichlet"],
+    "fsvrg_feature_scaling_needs_a_feature_model": ["data=digits", "algo=fsvrg", "model=mlp"],
+    "model_fits_the_inputs": ["data=digits", "model=lenet5"],
+    "afl_needs_the_time_model_and_a_budget": ["algo/schedule=afl"],
+    "adacomm_interval_needs_simulated_time": ["algo/schedule=adacomm", "algo.schedule.interval_s=10"],
+    "a_cuda_device_is_visible": ["hardware.device=cuda"],
+}
+
+
+def test_every_cross_group_requirement_is_declared_once_and_each_can_fail(cfg_factory):
+    """The requirements between groups are one table (checks.REQUIREMENTS), each checked once by validate: each has
+    a config that breaks it here (a new requirement needs one), the default config breaks none, and validate reports
+    the problems of several at once."""
+    import torch
+
+    from fedrun.config import checks
+    from fedrun.data import DATASETS
+
+    names = [r.check.__name__ for r in checks.REQUIREMENTS]
+    assert sorted(names) == sorted(REQUIREMENT_BROKEN_BY) and len(set(names)) == len(names)
+    default = cfg_factory()
+    for requirement in checks.REQUIREMENTS:
+        assert requirement.check(default, DATASETS[default.data.name]) is None, requirement.check.__name__
+        if requirement.check is checks.a_cuda_device_is_visible and torch.cuda.is_available():
+            continue
+        cfg = cfg_factory(*REQUIREMENT_BROKEN_BY[requirement.check.__name__])
+        assert requirement.check(cfg, DATASETS[cfg.data.name]), requirement.check.__name__
+    with pytest.raises(ConfigError) as e:
+        checks.validate(cfg_factory("eval.every_s=5", "algo/schedule=afl", "data=digits", "model=lenet5"))
+    assert len(e.value.problems) == 3
