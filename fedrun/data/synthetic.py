@@ -29,7 +29,7 @@ def leaf_synthetic(num_tasks=1000, num_classes=5, num_dim=60, seed=931231):
     x = [1, N(v, diag((i+1)^-1.2))], y = argmax softmax(x w + N(0, 0.1)); the bias column is dropped.
     The softmax is over classes, as LEAF's current generator (scipy's softmax, axis=1). An earlier LEAF generator
     divided each class by its sum over the user's samples instead; with those labels FedAvg reaches about 38% on
-    FedGH's setting (commit f892d52, reverted), far from any paper's 80%, so fedrun does not offer it.
+    FedGH's setting, far from any paper's 80%, so fedrun does not offer it.
     """
     rs = np.random.RandomState(seed)
     num_samples = [min(s + 5, 1000) for s in rs.lognormal(3, 2, num_tasks).astype(int)]

@@ -357,9 +357,8 @@ def cache_chunk(per_client: int, fraction: float) -> int:
     ``fraction`` of the last-level cache; unlimited where its size is unknown. A dense chain's stacked step is a few
     matrix products per layer over its clients' (K, d) parameters and gradients: once those outgrow the cache, every
     product and update streams them from memory, and a client's step costs more the more clients step with it
-    (``python -m fedrun.bench.workloads``'s chunk table: FL-bench's 2NN, 100 clients on 2 cores, 8 a chunk: 1.22x faster
-    than the whole cohort, results/bench/cpu.md). A convolutional cohort's activations dwarf its parameters, and its
-    grouped convolutions gain from more clients: not chunked."""
+    (``python -m fedrun.bench.workloads``'s chunk table, results/bench/cpu.md). A convolutional cohort's activations
+    dwarf its parameters, and its grouped convolutions gain from more clients: not chunked."""
     cache = last_level_cache_bytes()
     return max(1, int(fraction * cache // per_client)) if cache else sys.maxsize
 
@@ -418,14 +417,12 @@ def free_memory_bytes(device: torch.device) -> int:
 EXECUTORS = {"loop": LoopExecutor, "vmap": VmapExecutor}
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 # Above this many FLOPs per client step, a loop of convolutions beats vmap's batched ones on a CPU; below it,
-# vmap's saving of per-call overhead wins. Measured with fedrun.bench.workloads on 2 cores: LeNet-5 at B=10 (32 MFLOP)
-# runs 1.7x faster under vmap, at B=32 (103 MFLOP) both are equal, the FedGH CNN at B=64 (3.5 GFLOP) runs 1.8x faster
-# in the loop.
+# vmap's saving of per-call overhead wins: the two break even near LeNet-5 at B = 32 (about 100 MFLOP) in
+# fedrun.bench.workloads on 2 cores (results/bench/README.md).
 CPU_VMAP_MAX_FLOPS_PER_STEP = 100e6
 # Up to this many, a Sequential CNN's cohort stepping as one network (FunctionalModel.cohort) beats the loop, also in
-# threads; above it, the loop in threads wins. fedrun.bench.workloads on 2 cores: LeNet-5 at B = 64 (145 MFLOP) runs
-# 1.5x faster as one network than in the loop's threads, at B = 10 (32 MFLOP) 2.0x; the FedGH CNN at B = 64 (2.8 GFLOP)
-# 1.3x slower (results/bench/cpu.md).
+# threads; above it, the loop in threads wins: LeNet-5's cohorts run faster as one network, the FedGH CNN's (2.8
+# GFLOP a step) slower, in fedrun.bench.workloads on 2 cores (results/bench/cpu.md).
 CPU_NETWORK_MAX_FLOPS_PER_STEP = 1e9
 
 
@@ -525,8 +522,8 @@ def steps_natively(rule: LocalRule, model: FunctionalModel) -> bool:
 
 def blocks_pay(blocks: bool, device: torch.device) -> bool:
     """``hardware.blocks`` where it pays: on a CPU. A block's steps are as many launches of smaller kernels on a GPU,
-    plus its Gram matrix and the weights' product, so there step by step is faster (the softmax workloads' rounds on an
-    H200: 0.060 s against 0.077 s and 0.030 s against 0.035 s, results/bench/gpu.md)."""
+    plus its Gram matrix and the weights' product, so there step by step is faster (the softmax workloads' rounds,
+    results/bench/gpu.md)."""
     return blocks and device.type == "cpu"
 
 

@@ -4,9 +4,8 @@ PyTorch's CPU allocator is the C library's ``malloc``. glibc serves blocks above
 moved up as such blocks are freed) with fresh pages from the OS and returns them on ``free``; it also gives the top of
 its heap back once more than the trim threshold is free there. A training step allocates and frees the same
 activations and gradients every time, so each step can page-fault its working set in again (a kernel fault per
-4 KiB page), depending on what the process freed before: a batched step of 16 or 100 2NN clients ran 1.1-2.6x
-faster with the thresholds raised and the bench's softmax rounds 1.2-1.3x (results/bench/step-costs-cpu.md,
-host-memory-cpu.md); single steps of one client the same. Raising both thresholds keeps freed blocks up to
+4 KiB page), depending on what the process freed before (batched steps of small models pay most:
+results/bench/step-costs-cpu.md, host-memory-cpu.md). Raising both thresholds keeps freed blocks up to
 MMAP_THRESHOLD in the heap for the next step; the process's resident memory then stays at its peak instead of
 shrinking between steps. Nothing computed changes.
 """

@@ -1,4 +1,4 @@
-"""A cohort of a Sequential CNN's clients as one network, for the vmap executor on a CPU (issue #27).
+"""A cohort of a Sequential CNN's clients as one network, for the vmap executor on a CPU.
 
 ``torch.func.vmap`` runs a stack of K clients' convolutions as grouped convolutions in NCHW, and wraps every other
 operation. Here the stack is one network instead: the images of the K clients' minibatches are laid side by side
@@ -14,9 +14,7 @@ rounded arithmetic): added after the pooling, its gradient is a sum over a quart
 convolution backward would sum the whole output in a slow scalar loop. The same losses and gradients as each
 client's own step, to float rounding (tests/test_cohort_network.py).
 
-On 2 cores (``python -m fedrun.bench.workloads``, results/bench/cpu.md): rounds of LeNet-5 2.09x (GIFT's cohort, 100
-CIFAR clients, B = 10) and 2.58x (the default experiment's, 10 MNIST clients, B = 64) faster than under torch.func's
-vmap, 2.0x and 1.5x faster than the loop in threads.
+``python -m fedrun.bench.workloads`` times it against torch.func's vmap and the loop in threads (results/bench/).
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ def channels_last(x: torch.Tensor) -> torch.Tensor:
 
 
 CPU_IMAGE_CHUNK = 256  # images per forward pass when a convolutional model evaluates on a CPU (bench: eval_speedup)
-CHANNELS_LAST_MIN_BATCH = 32  # smaller batches gain little (LeNet-5 per step: 1.04-1.07x at B <= 16, 1.08-1.20x at
-                              # B = 32-64, one thread) and GIFT's B = 10 cohort lost in the bench (0.83x): NCHW
+CHANNELS_LAST_MIN_BATCH = 32  # smaller batches gain little from channels-last, and GIFT's B = 10 cohort lost
+                              # (results/bench/README.md): NCHW
 
 
 ONEDNN_MIN_MACS = 1 << 21  # smaller products gain little or lose: oneDNN's call costs more than torch's
@@ -64,7 +64,7 @@ def dense_product(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, oned
     """``h @ w.T + b`` for a (B, in) batch, then a ReLU if ``relu``: a Linear layer's product. With ``onednn``, a
     float32 product of at least ONEDNN_MIN_MACS multiply-adds on a CPU that needs no autograd graph goes through
     oneDNN's linear kernel (with the ReLU fused), which runs AVX-512 where torch's matmul (MKL) may run AVX2 only
-    (on AMD CPUs: the bench's dense evaluations ran 1.5-1.85x faster, results/bench/cpu.md, ``linear_speedup``).
+    (AMD CPUs: results/bench/cpu.md, ``linear_speedup``).
     The same values to float rounding; else torch's."""
     if (onednn and h.dtype == torch.float32 and h.device.type == "cpu" and h.dim() == 2
             and h.shape[0] * w.shape[0] * w.shape[1] >= ONEDNN_MIN_MACS and _onednn_linear is not None

@@ -162,8 +162,8 @@ def covers_input(conv: nn.Conv2d, size) -> bool:
 class WindowConv2d(nn.Conv2d):
     """A convolution whose window may cover its whole input (LeNet-5's third: 5x5 kernels on 5x5 maps), computed
     then as the matrix product it is: one output position, ``x.flatten(-3) @ W.flatten(1)^T + b``. The same
-    parameters and result as ``nn.Conv2d`` (to float rounding), faster than a CPU's oneDNN convolution of this shape:
-    LeNet-5's cohorts 1.1-1.2x (results/bench/window-conv-cpu.md). Other inputs go to ``nn.Conv2d``."""
+    parameters and result as ``nn.Conv2d`` (to float rounding), faster than a CPU's oneDNN convolution of this shape
+    (results/bench/window-conv-cpu.md). Other inputs go to ``nn.Conv2d``."""
 
     def _conv_forward(self, x, weight, bias):  # nn.Conv2d's forward calls it with the layer's own parameters
         if not covers_input(self, x.shape[-2:]):

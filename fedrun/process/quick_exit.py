@@ -1,4 +1,4 @@
-"""A command's process ends without the interpreter's own teardown (issue #27).
+"""A command's process ends without the interpreter's own teardown.
 
 Once torch is imported, CPython's shutdown (a last garbage collection over every object, then the objects of every
 module freed one by one) takes a third of a second or more on a 2-core machine, after the command's work is done:

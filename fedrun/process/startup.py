@@ -1,4 +1,4 @@
-"""Python's cyclic garbage collector held back while a fedrun process starts (issue #27).
+"""Python's cyclic garbage collector held back while a fedrun process starts.
 
 Importing torch and composing Hydra's config make a great many objects that live as long as the process. Under
 CPython's default thresholds (700, 10, 10) the collector walks them again and again before a run's first round,

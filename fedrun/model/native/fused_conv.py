@@ -1,4 +1,4 @@
-"""A CNN's convolutions with their 2x2 max pooling and ReLU as compiled CPU kernels, for a cohort's step (issue #27).
+"""A CNN's convolutions with their 2x2 max pooling and ReLU as compiled CPU kernels, for a cohort's step.
 
 LeNet-5's first layer (one input channel on MNIST, 6 outputs, 5x5) is where a CPU step loses most: oneDNN computes it
 far below the peak, and the pooling's backward zero-fills and scatters the convolution's whole output

@@ -1,5 +1,5 @@
 """A one-layer model's training step on the rows of the training inputs that its minibatch's index picks, read in
-place (issue #27).
+place.
 
 A one-layer model's step on a CPU (the smooth SVM's: 5 clients of B = 100 MNIST rows, BHerd's cohort) spent most of
 its time gathering the minibatch, 1.5 MB copied out of the training set and read again by the forward and backward

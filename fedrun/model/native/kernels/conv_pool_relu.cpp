@@ -1,9 +1,9 @@
-// A convolution with its 2x2 max pooling and ReLU as one CPU kernel, forward and backward (issue #27):
-// fedrun/fused_conv.py builds it once per CPU and says when it applies. Two kernels: a first layer's, on K clients'
-// minibatches x (K, B, C, H, W), given as the training images (N, C, H, W) and an index (K, B) into them, each image
-// read where it lies (forward, backward below: no minibatch gathered), and a later layer's, on the images before it
-// (forward_images, backward_images further down). For weights w (K, O, C, R, R) (each client's contiguous, any distance
-// apart: a view of the cohort's flat parameters) and biases (K, O), forward writes
+// A convolution with its 2x2 max pooling and ReLU as one CPU kernel, forward and backward:
+// fedrun/model/native/fused_conv.py says when it applies (build.py builds it once per CPU). Two kernels: a first
+// layer's, on K clients' minibatches x (K, B, C, H, W), given as the training images (N, C, H, W) and an index (K, B)
+// into them, each image read where it lies (forward, backward below: no minibatch gathered), and a later layer's, on
+// the images before it (forward_images, backward_images further down). For weights w (K, O, C, R, R) (each client's
+// contiguous, any distance apart: a view of the cohort's flat parameters) and biases (K, O), forward writes
 // relu(maxpool2x2(conv(x, w, padding pad)) + bias) into ``out``, a (K, B, O, P, Q) view whose strides give the memory
 // that the layer after it reads (fused_conv.py: LAYOUTS), and returns each pooled value's winning position in its
 // window (0..3 in row-major order, the first of equal values as torch's max_pool2d; 4: the ReLU is off and no gradient

@@ -1,9 +1,9 @@
 // A one-layer model's minibatch loss and gradient on the rows of the training inputs that an index picks, read in
-// place (issue #27): fedrun/indexed_rows.py builds it once per CPU and says when it applies. For K clients'
+// place: fedrun/model/native/indexed_rows.py says when it applies (build.py builds it once per CPU). For K clients'
 // minibatches given as an index idx (K, B) into the training inputs x (N, d), their targets y (K, B) and their flat
 // parameters (K, P), each a (C, d) weight row by row and then, where ``bias``, C biases (P = C * d [+ C]), it computes
 // the outputs o[k, i] = w[k] x[idx[k, i]] + b[k], each client's mean loss over its minibatch and the loss's gradient
-// (K, P), in the parameters' layout. Losses (fedrun/models.py has them in torch, the reference):
+// (K, P), in the parameters' layout. Losses (fedrun/model/zoo.py has them in torch, the reference):
 //   0  the smooth SVM on even/odd digits (SQUARED_HINGE_PARITY, C = 1): t = +1 for an even target, -1 for an odd
 //      one, m = max(0, 1 - t o), loss 1/2 mean m^2, dloss/do = -t m / B;
 //   1  cross-entropy (CROSS_ENTROPY, every target a class 0..C-1): loss mean(logsumexp(o) - o[y]),
@@ -329,7 +329,7 @@ torch::Tensor block_products(torch::Tensor x, torch::Tensor idx, std::vector<tor
 // out[k] = g[k]^T X_k (or, where ``add``, += ) for K clients' S rows X_k = x[idx[k]] and coefficients g (K, S, C), into
 // ``out`` (K, C, d) of contiguous rows, its clients any distance apart (a view of their flat parameters or gradient):
 // a block's gradient terms added to its clients' weights in place, or a Linear layer's weight gradient written into a
-// cohort's flat gradient (fedrun/cohort_network.py)
+// cohort's flat gradient (fedrun/model/cohort_network.py)
 void row_sums_into(torch::Tensor x, torch::Tensor idx, torch::Tensor g, torch::Tensor out, bool add) {
   check_index(x, idx);
   const int64_t K = idx.size(0), S = idx.size(1), d = x.size(1);
