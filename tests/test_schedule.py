@@ -22,6 +22,8 @@ class Stepping:
         self.schedule, self.state = schedule, schedule.init()
 
     def observe(self, fb: RoundFeedback) -> dict[str, float]:
+        if fb.probe is not None:  # the points this schedule asks for now, in its order, as the engine probes them
+            fb.probed = probed(self.schedule.probes(self.state), fb)
         given, snapshot = self.state, dict(self.state)
         self.state, logged = self.schedule.observe(given, fb)
         assert _same(given, snapshot), "observe changed the state it was given"
@@ -47,12 +49,20 @@ def stepping(*args, **kwargs) -> Stepping:
 
 
 def feedback(updates=None, probe=None, **kw) -> RoundFeedback:
-    """A round's feedback for a schedule under test: the given updates or probe, placeholders elsewhere."""
+    """A round's feedback for a schedule under test: the given updates, placeholders elsewhere; ``probe(points)``
+    gives the clients' objectives at a point, evaluated for the points the schedule asks for (``probed``) when it
+    observes it, or at once for ``estimate`` (AFL's points)."""
     updates = torch.zeros(1, 1) if updates is None else updates
-    base = dict(updates=updates, local_params=lambda: updates, old_params=torch.zeros(updates.shape[1]),
-                new_params=torch.zeros(updates.shape[1]), sizes=torch.ones(len(updates)), probe=probe, lr=0.1,
-                lr0=0.1)
-    return RoundFeedback(**(base | kw))
+    base = dict(updates=updates, local_params=updates, old_params=torch.zeros(updates.shape[1]),
+                new_params=torch.zeros(updates.shape[1]), sizes=torch.ones(len(updates)), lr=0.1, lr0=0.1)
+    fb = RoundFeedback(**(base | kw))
+    fb.probe = probe
+    return fb
+
+
+def probed(names, fb: RoundFeedback) -> dict:
+    points = {"old": fb.old_params, "new": fb.new_params, "local": fb.local_params}
+    return {name: fb.probe(points[name]) for name in names}
 
 
 def test_consistency_is_one_when_updates_agree_and_zero_when_they_cancel():
@@ -221,7 +231,8 @@ def test_afl_estimates_beta_rho_delta_from_the_probe_by_hand():
         which = "local" if points.dim() == 2 else "global"
         return losses[which], grads[which]
 
-    fb = feedback(torch.zeros(2, 2), probe, local_params=lambda: local, sizes=torch.tensor([1.0, 3.0]))
+    fb = feedback(torch.zeros(2, 2), probe, local_params=local, sizes=torch.tensor([1.0, 3.0]))
+    fb.probed = probed(("local", "new"), fb)
     e = stepping("afl").estimate(fb)
     # beta_i = ||g_loc - g_glob|| / ||w_i - w||: 3/5 and 4/1; rho_i = |f_loc - f_glob| / dist: 5/5 and 0.5/1
     assert e["beta"] == pytest.approx(0.25 * 0.6 + 0.75 * 4.0)
@@ -232,13 +243,14 @@ def test_afl_estimates_beta_rho_delta_from_the_probe_by_hand():
     assert e["delta"] == pytest.approx(want)
     # a client that did not move gives beta = 0, floored at 1e-5
     still = feedback(torch.zeros(1, 2), lambda p: (torch.ones(1), torch.ones(1, 2)),
-                     local_params=lambda: torch.zeros(1, 2))
+                     local_params=torch.zeros(1, 2))
+    still.probed = probed(("local", "new"), still)
     assert stepping("afl").estimate(still)["beta"] == pytest.approx(1e-5)
 
 
 def test_afl_shrinks_tau_to_what_the_budget_can_still_pay_for():
     probe_out = {2: (torch.tensor([1.0]), torch.tensor([[1.0, 0.0]])), 1: (torch.tensor([0.0]), torch.zeros(1, 2))}
-    fb = dict(local_params=lambda: torch.tensor([[1.0, 0.0]]), probe=lambda p: probe_out[p.dim()],
+    fb = dict(local_params=torch.tensor([[1.0, 0.0]]), probe=lambda p: probe_out[p.dim()],
               step_time_s=0.5, sync_time_s=1.0, budget_s=100.0, lr=0.01)
     free = stepping("afl", tau_init=10)
     tau = free.observe(feedback(torch.zeros(1, 2), elapsed_s=0.0, **{k: v for k, v in fb.items() if k != "probe"},

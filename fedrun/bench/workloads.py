@@ -340,8 +340,8 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     run = {"herd": lambda r: herd(herd.init(), r.updates, r.steps, plans, r.uploads, ctx, weights),
            "fedgh": lambda r: fedgh(fedgh.init(), r.updates, weights, clients, 1)[1],
            "dgt": lambda r: dgt(dgt.init(), r.updates, weights, clients, 1)[1],
-           "gift": lambda r: (gift.observe(gift.init(), RoundFeedback(r.updates, lambda: r.updates, ctx.params,
-                                                                      ctx.params, weights, None, ctx.lr, ctx.lr)),
+           "gift": lambda r: (gift.observe(gift.init(), RoundFeedback(r.updates, ctx.params, ctx.params, weights,
+                                                                      ctx.lr, ctx.lr)),
                               simulated_times([p.tau for p in plans], 1.0, 0.5, 4 * len(ctx.params),
                                               option("timing", "simulated")))}
 

@@ -271,12 +271,16 @@ class Simulation:
             step_s, sync_s = self.simulated_times(plans, train_s, last_report)
             diagnostics["sim_round_s"] = max(p.tau for p in plans) * step_s + sync_s
             new.sim_time = state.sim_time + diagnostics["sim_round_s"]
+        wanted = algo.schedule.probes(state.schedule)  # the points whose client objectives it reads (AFL, AdaComm)
+        points = {"old": old_params, "new": new.params,
+                  "local": old_params + result.updates if "local" in wanted else None}
         new.schedule, logged = algo.schedule.observe(state.schedule, RoundFeedback(
-            updates=sent, local_params=lambda: old_params + result.updates, old_params=old_params,
-            new_params=new.params, sizes=torch.tensor([float(p.num_samples) for p in plans], device=self.device),
-            probe=lambda points: self.probe_last_batches(state, plans, points), lr=self.lr(rnd + 1), lr0=self.lr(1),
-            step_time_s=step_s, sync_time_s=sync_s, elapsed_s=new.sim_time if step_s is not None else None,
-            budget_s=self.cfg.timing.budget_s))
+            updates=sent, old_params=old_params, new_params=new.params,
+            sizes=torch.tensor([float(p.num_samples) for p in plans], device=self.device), lr=self.lr(rnd + 1),
+            lr0=self.lr(1), step_time_s=step_s, sync_time_s=sync_s,
+            elapsed_s=new.sim_time if step_s is not None else None, budget_s=self.cfg.timing.budget_s,
+            local_params=points["local"],
+            probed={name: self.probe_last_batches(state, plans, points[name]) for name in wanted}))
         diagnostics |= logged
         k = len(plans)
         down = k * (self.model_bytes + sum(nbytes(v) for v in extras.values()))
@@ -305,7 +309,7 @@ class Simulation:
     def probe_last_batches(self, state: ServerState, plans: list[ClientPlan], points: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each client's training objective (minibatch loss + (weight_decay / 2) ||w||^2) and its gradient on its last
-        minibatch of the round, at ``points`` (d,) or (K, d); what AFL and AdaComm read (RoundFeedback.probe)."""
+        minibatch of the round, at ``points`` (d,) or (K, d); what AFL and AdaComm read (RoundFeedback.probed)."""
         wd = float(self.cfg.fl.weight_decay)
         losses, grads = [], []
         for i, plan in enumerate(plans):

@@ -12,8 +12,7 @@ local iterate and at the new global model, and the time model's per-step and per
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -23,26 +22,39 @@ from fedrun.algorithms.base import State, StatefulPart
 
 @dataclass
 class RoundFeedback:
-    """What the server can learn after a round. ``probe(points)`` evaluates, on each of the round's clients' last
-    minibatch, the training objective (loss plus (weight_decay / 2) ||w||^2) and its gradient at ``points``: one
-    parameter vector (d,) for every client, or one per client (K, d); it returns losses (K,) and gradients (K, d).
-    It costs two passes per client, so only the schedules that need it (AFL, AdaComm) call it."""
+    """What the server can learn after a round. ``probed`` holds, for each point a schedule asked for (its
+    ``probes``: ``old`` w_t, ``new`` w_{t+1}, ``local`` each client's last local iterate), the training objective
+    (loss plus (weight_decay / 2) ||w||^2) and its gradient there on each of the round's clients' last minibatch:
+    losses (K,) and gradients (K, d). A point costs two passes per client, so only the schedules that read them (AFL,
+    AdaComm) ask."""
 
     updates: torch.Tensor  # (K, d) the updates the server received (after client-side selection), w_i - w_t
-    local_params: Callable[[], torch.Tensor]  # (K, d) each client's last local iterate
     old_params: torch.Tensor  # w_t, the model the round started from
     new_params: torch.Tensor  # w_{t+1}, the aggregated model
     sizes: torch.Tensor  # (K,) n_i of the round's clients
-    probe: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
     lr: float  # the next round's learning rate
     lr0: float  # the first round's learning rate
     step_time_s: float | None = None  # time model: seconds per local step (None without timing=simulated)
     sync_time_s: float | None = None  # time model: the round's time outside local steps (reports, transfers)
     elapsed_s: float | None = None  # simulated time so far, this round included
     budget_s: float | None = None  # timing.budget_s
+    local_params: torch.Tensor | None = None  # (K, d) each client's last local iterate, when ``local`` is probed
+    probed: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
-class FixedSchedule(StatefulPart):
+PROBE_POINTS = ("old", "new", "local")
+
+
+class Probing:
+    """A schedule reads no client objective by default (``probes``: none)."""
+
+    def probes(self, state: State) -> tuple[str, ...]:
+        """The points (of PROBE_POINTS) whose objectives on the clients' last minibatches this round's ``observe``
+        reads."""
+        return ()
+
+
+class FixedSchedule(Probing, StatefulPart):
     """Each client takes tau_i = floor(E |D_i| / B) local steps every round, at least 1 (BHerd Sec. III-A), or
     ``tau`` steps when it is given (FedAvg with a fixed number of local iterations, GIFT Table 1's baseline). With
     ``switch_round``, every client takes ``switch_tau`` steps from that round on (GIFT Fig. 3: tau 500, then 1 once
@@ -76,7 +88,7 @@ def gradient_consistency(positive: torch.Tensor, negative: torch.Tensor) -> floa
     return float(torch.linalg.vector_norm(positive + negative) / denom) if denom > 0 else 1.0
 
 
-class GIFT(StatefulPart):
+class GIFT(Probing, StatefulPart):
     """GIFT (anonymous submission, Sec. 5; NOTES.md): every client takes tau local iterations (tau_0 = 100).
     After each round the server pools the updates u_i = w_i - w_t it received into two EMAs,
     P_r = beta P_{r-1} + (1 - beta) sum_i relu(u_i) and N_r = beta N_{r-1} + (1 - beta) sum_i -relu(-u_i) (both start
@@ -139,7 +151,7 @@ class GIFT(StatefulPart):
         return state
 
 
-class AdaComm(StatefulPart):
+class AdaComm(Probing, StatefulPart):
     """AdaComm (Wang & Joshi 2019; reference-rules.md §9): tau_l = ceil(sqrt(eta_0 F_l / (eta_l F_0)) tau_0), F the
     training loss at the global model at the start of interval l, F_0 at the initial model. fedrun estimates F as the
     n_i-weighted loss of the global model on the round's clients' last minibatches (the server learns losses: the
@@ -171,12 +183,16 @@ class AdaComm(StatefulPart):
         tau = max(1, math.ceil(raw - 1e-12))
         return min(tau, int(self.tau_max)) if self.tau_max else tau
 
+    def probes(self, state: State) -> tuple[str, ...]:
+        """F at the new model, and at the first round's start (F_0) once."""
+        return ("old", "new") if state["loss0"] is None else ("new",)
+
     def observe(self, state: State, feedback: RoundFeedback) -> tuple[State, dict[str, float]]:
         state = dict(state)
         p = (feedback.sizes / feedback.sizes.sum()).double()
         if state["loss0"] is None:
-            state["loss0"] = state["last_loss"] = float(p @ feedback.probe(feedback.old_params)[0].double())
-        loss = float(p @ feedback.probe(feedback.new_params)[0].double())
+            state["loss0"] = state["last_loss"] = float(p @ feedback.probed["old"][0].double())
+        loss = float(p @ feedback.probed["new"][0].double())
         elapsed = feedback.elapsed_s or 0.0
         if self.interval_s is None or elapsed >= state["next_update_s"]:
             if self.interval_s:
@@ -204,7 +220,7 @@ def afl_objective(tau: np.ndarray, beta: float, rho: float, delta: float, eta: f
     return np.where(np.isfinite(g), g, np.inf)
 
 
-class AFL(StatefulPart):
+class AFL(Probing, StatefulPart):
     """AFL's control rule (Wang et al., "Adaptive Federated Learning in Resource Constrained Edge Computing
     Systems", 2019; the authors' code, reference-rules.md §9). After each round, per client i with w_i its last local
     iterate and w the new global model, on its last minibatch:
@@ -231,11 +247,15 @@ class AFL(StatefulPart):
     def local_steps(self, state: State, num_samples: int, epochs: float, batch_size: int) -> int:
         return state["tau"]
 
+    def probes(self, state: State) -> tuple[str, ...]:
+        """The clients' objectives at their last local iterates and at the new model (beta, rho, delta)."""
+        return ("local", "new")
+
     def estimate(self, feedback: RoundFeedback) -> dict[str, float]:
         """beta, rho and delta of this round (before the moving average)."""
-        w_local = feedback.local_params()
-        f_loc, g_loc = feedback.probe(w_local)
-        f_glob, g_glob = feedback.probe(feedback.new_params)
+        w_local = feedback.local_params
+        f_loc, g_loc = feedback.probed["local"]
+        f_glob, g_glob = feedback.probed["new"]
         p = (feedback.sizes / feedback.sizes.sum()).to(torch.float64)
         dist = torch.linalg.vector_norm((w_local - feedback.new_params).double(), dim=1)
         moved = dist > 1e-10
