@@ -324,6 +324,14 @@ def test_the_listing_reads_each_presets_grid_and_data_as_hydra_composes_them():
         assert outline(preset) == (grid(preset), preset_config(preset).data.name), preset
 
 
+def _made_at(runs: Path, *commits: str) -> None:
+    """Record the runs under ``runs`` as made at ``commits`` (in turn), as their summary.json says."""
+    for i, summary in enumerate(sorted(runs.rglob("summary.json"))):
+        data = json.loads(summary.read_text())
+        data["git_commit"], data["git_commits"] = commits[i % len(commits)], [commits[i % len(commits)]]
+        summary.write_text(json.dumps(data))
+
+
 def test_a_table_goes_beside_its_runs_and_never_replaces_a_committed_one_made_otherwise(tmp_path, monkeypatch,
                                                                                        capsys):
     """By default a table is written beside its runs (<runs>/<artefact>/), not into results/. Into a folder that
@@ -337,6 +345,8 @@ def test_a_table_goes_beside_its_runs_and_never_replaces_a_committed_one_made_ot
     assert main(["tiny_fig", *TINY, "--runs", str(runs)]) == 0
     made = runs / "tiny_fig" / "tiny_fig.md"
     assert made.exists() and (runs / "tiny_fig" / "tiny_fig.csv").exists()
+    _made_at(runs, "0123abc")  # one clean commit, whatever this checkout's state (a committed table's rule)
+    assert main(["tiny_fig", "--collect-only", "--runs", str(runs)]) == 0
     repo = tmp_path / "repo"
     committed = repo / "results" / "tiny"
     committed.mkdir(parents=True)
@@ -527,3 +537,99 @@ def test_the_hog_ceiling_is_the_test_accuracy_of_a_softmax_regression_fitted_to_
     assert ceiling(x, y, x, y, l2=1e-4) == 1.0  # separable: every training sample right
     flipped = torch.tensor([1] * 30 + [0] * 20 + [2] * 10)  # the test set's labels of classes 0 and 1 swapped
     assert ceiling(x, y, x, flipped, l2=1e-4) == pytest.approx(10 / 60)
+
+
+def _paired_runs(diffs: dict[int, float], base: float = 80.0, status: dict | None = None) -> pd.DataFrame:
+    """Runs of a method and its rival at seeds 0..: the rival at ``base`` + a seed's shift, the method ``diffs[seed]``
+    above it; ``status`` marks a (side, seed) run failed or absent (None)."""
+    rows = []
+    for seed, d in diffs.items():
+        for side, value in (("dgt", base + seed + d), ("none", base + seed)):
+            state = (status or {}).get((side, seed), "finished")
+            if state is None:
+                continue
+            rows.append({"dgt": side, "seed": seed, "status": state,
+                         "acc": value if state in ("finished", "diverged") else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def test_a_preregistered_claim_is_decided_by_the_paired_rule_written_before_its_runs():
+    """The rule: seed-paired differences in the claimed direction, their 95% bootstrap interval, at least ``seeds``
+    pairs; it holds when the interval excludes 0 and the mean reaches ``share`` of the paper's effect."""
+    from fedrun.papers.artefacts import Claim
+    from fedrun.papers.claims import check
+
+    claim = Claim("DGT ends more accurate", "acc", "dgt", ("dgt",), ("none",), effect=2.0)  # the paper: +2 points
+    table = pd.DataFrame({"dgt": ["dgt", "none"], "runs": [5, 5], "acc": [81.5, 80.0], "fixture": ["", ""]})
+
+    def verdict(runs, c=claim):
+        return check((c,), table, ["dgt"], runs=runs).iloc[0]
+
+    clear = verdict(_paired_runs({s: 1.5 + 0.1 * s for s in range(5)}))  # +1.5..+1.9: above the margin of 1.0
+    assert clear["verdict"] == "holds" and clear["pairs"] == 5 and clear["interval"][0] > 0
+    assert clear["difference"] == pytest.approx(1.7) and clear["needs"] == pytest.approx(1.0)
+    small = verdict(_paired_runs({s: 0.5 + 0.05 * s for s in range(5)}))  # consistent, but under half the effect
+    assert small["verdict"] == "does not hold" and small["interval"][0] > 0
+    noisy = verdict(_paired_runs({0: 4.0, 1: -3.0, 2: 3.5, 3: -2.5, 4: 4.0}))  # a mean of 1.2 whose interval has 0
+    assert noisy["verdict"] == "does not hold" and noisy["interval"][0] < 0 < noisy["interval"][1]
+    lower = verdict(_paired_runs({s: -1.5 for s in range(5)}), replace(claim, better="lower"))  # lower is better
+    assert lower["verdict"] == "holds" and lower["difference"] == pytest.approx(1.5)
+    failed = verdict(_paired_runs({s: 1.5 for s in range(5)}, status={("dgt", 3): "failed"}))
+    assert failed["verdict"] == "not decided: 4 of the 5 seed pairs it needs (seed 3: method failed)"
+    missing = verdict(_paired_runs({s: 1.5 for s in range(5)}, status={("none", 4): None}))
+    assert missing["verdict"] == "not decided: 4 of the 5 seed pairs it needs (seed 4: versus not run)"
+    diverged = verdict(_paired_runs({s: 1.5 for s in range(5)}, status={("dgt", 2): "diverged"}))  # an outcome
+    assert diverged["pairs"] == 5
+    assert verdict(_paired_runs({s: 1.5 for s in range(3)}), replace(claim, seeds=3))["verdict"] == "holds"
+    legacy = check((replace(claim, effect=None),), table, ["dgt"], runs=_paired_runs({0: 1.0})).iloc[0]
+    assert legacy["verdict"] == "holds" and pd.isna(legacy["pairs"])  # without an effect: the means, as before
+    from fedrun.papers.claims import markdown as claims_markdown
+
+    text = claims_markdown(check((claim,), table, ["dgt"], runs=_paired_runs({s: 1.5 for s in range(5)})))
+    assert "paired difference 1.5 (95% CI 1.5 to 1.5, 5 seeds; needs > 0 and >= 1) -> **holds**" in text
+
+
+def test_a_preregistered_claim_names_its_rule_in_the_papers_file(tmp_path, monkeypatch):
+    """effect > 0, seeds >= 2, share in [0, 1], and one value a side: else the paper's file is refused naming it."""
+    from fedrun.errors import ConfigError
+    from fedrun.papers import artefacts
+
+    base = {"says": "x", "value": "accuracy", "method": {"algo": "dgt"}, "versus": {"algo": "fedavg"}}
+    for bad, says in (({"effect": -1}, "effect=-1"), ({"effect": 1, "seeds": 1}, "seeds=1"),
+                      ({"effect": 1, "share": 2}, "share=2"),
+                      ({"effect": 1, "method": {"algo": ["dgt", "gift"]}}, "pairs one method value")):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            artefacts._claims([base | bad], (artefacts.Value("accuracy", "final_test_acc"),), "paper/x.yaml")
+    accuracy = (artefacts.Value("accuracy", "final_test_acc"),)
+    (claim,) = artefacts._claims([base | {"effect": 0.9, "seeds": 10}], accuracy, "p")
+    assert (claim.effect, claim.seeds, claim.share) == (0.9, 10, 0.5)
+
+
+def test_a_committed_table_is_made_from_runs_of_one_clean_commit(tmp_path, monkeypatch, capsys):
+    """Into a folder of committed tables, runs of several commits or with uncommitted changes are refused, naming
+    them, unless --mixed-commits; beside the runs (not tracked) any runs make a table."""
+    import subprocess
+
+    _write_paper(tmp_path / "papers")
+    monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
+    runs = tmp_path / "runs"
+    assert main(["tiny_fig", *TINY, "--runs", str(runs), "seed=0,1"]) == 0
+    committed = tmp_path / "repo" / "results"
+    committed.mkdir(parents=True)
+    (committed / "README.md").write_text("tables\n")
+    git = ["git", "-C", str(committed.parent), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "tables"], check=True)
+    collect = ["tiny_fig", "--collect-only", "--runs", str(runs), "--out", str(committed)]
+    for commits, says in ((("aaa1111", "bbb2222"), "made at 2 commits (aaa1111, bbb2222)"),
+                          (("ccc3333-dirty",), "with uncommitted changes (ccc3333-dirty)")):
+        _made_at(runs, *commits)
+        capsys.readouterr()
+        assert main(collect) == 2
+        err = capsys.readouterr().err
+        assert says in err and "--mixed-commits" in err and not (committed / "tiny_fig.md").exists()
+        assert main(["tiny_fig", "--collect-only", "--runs", str(runs)]) == 0  # beside its runs: written
+    assert main([*collect, "--mixed-commits"]) == 0 and "ccc3333-dirty" in (committed / "tiny_fig.md").read_text()
+    _made_at(runs, "ddd4444")
+    assert main([*collect, "--replace"]) == 0  # one clean commit (replacing the table written above)

@@ -48,7 +48,11 @@ class Claim:
     """A claim the paper makes of an artefact, as a comparison of grid points: on ``value``, every one of ``method``
     (values of the grid key ``key``) is ``better`` (higher or lower) than every one of ``versus`` by more than
     ``margin``, at each point of the artefact's other grid keys but those listed in ``across`` (``[preset]``: the
-    sides are in different presets of one grid). fedrun/papers/claims.py checks it on the mean over seeds."""
+    sides are in different presets of one grid). fedrun/papers/claims.py checks it on the mean over seeds.
+
+    A claim pre-registered with the paper's ``effect`` (its size, in the value's unit, in the better direction) is
+    decided by :func:`fedrun.papers.claims.paired_verdict` instead: seed-paired differences, their 95% bootstrap
+    interval, at least ``seeds`` pairs, and a mean of at least ``share`` of the paper's effect."""
 
     says: str
     value: str
@@ -58,6 +62,9 @@ class Claim:
     better: str = "higher"
     margin: float = 0.0
     across: tuple[str, ...] = ()
+    effect: float | None = None  # the paper's effect: set, the claim is pre-registered (the paired rule decides it)
+    seeds: int = 5  # the paired rule: seeds it needs before it decides
+    share: float = 0.5  # the paired rule: the share of the paper's effect the mean difference must reach
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,7 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Cl
     (default 0), ``across`` (grid keys pooled) and two mappings of one grid key to a value or a list of values,
     ``method`` and ``versus``."""
     out, names = [], {v.name for v in values}
-    known = {"says", "value", "better", "margin", "across", "method", "versus"}
+    known = {"says", "value", "better", "margin", "across", "method", "versus", "effect", "seeds", "share"}
     for i, c in enumerate(raw or []):
         at = f"{where}: claims[{i}]"
         problems = [f"{at}: unknown keys {sorted(set(c) - known)}"] if set(c) - known else []
@@ -163,6 +170,12 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Cl
             problems.append(f"{at}: value {value!r} is not one of the artefact's values {sorted(names)}")
         if c.get("better", "higher") not in ("higher", "lower"):
             problems.append(f"{at}: better={c.get('better')!r}; use higher or lower")
+        if "effect" in c and not (isinstance(c["effect"], (int, float)) and c["effect"] > 0):
+            problems.append(f"{at}: effect={c['effect']!r}: the paper's effect, a number > 0 in the value's unit")
+        if not (isinstance(c.get("seeds", 5), int) and c.get("seeds", 5) >= 2):
+            problems.append(f"{at}: seeds={c.get('seeds')!r}: the seed pairs the rule needs, an integer >= 2")
+        if not (isinstance(c.get("share", 0.5), (int, float)) and 0 <= c.get("share", 0.5) <= 1):
+            problems.append(f"{at}: share={c.get('share')!r}: the share of the paper's effect, in [0, 1]")
         sides = [c.get("method"), c.get("versus")]
         if not all(isinstance(s, dict) and len(s) == 1 for s in sides) or set(sides[0]) != set(sides[1]):
             problems.append(f"{at}: method and versus each name the same one grid key and its values "
@@ -171,9 +184,14 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Cl
             raise ConfigError(problems)
         (key, method), versus = next(iter(sides[0].items())), sides[1][next(iter(sides[0]))]
         listed = [tuple(normalise(v) for v in (x if isinstance(x, list) else [x])) for x in (method, versus)]
+        if "effect" in c and (len(listed[0]) != 1 or len(listed[1]) != 1):
+            raise ConfigError([f"{at}: a pre-registered claim (effect) pairs one method value with one versus value "
+                               f"by seed; it lists {list(listed[0])} against {list(listed[1])}"])
         out.append(Claim(says=c.get("says", ""), value=value, key=key, method=listed[0], versus=listed[1],
                          better=c.get("better", "higher"), margin=float(c.get("margin", 0.0)),
-                         across=tuple(c.get("across", ()))))
+                         across=tuple(c.get("across", ())),
+                         effect=float(c["effect"]) if "effect" in c else None, seeds=int(c.get("seeds", 5)),
+                         share=float(c.get("share", 0.5))))
     return tuple(out)
 
 

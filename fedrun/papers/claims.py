@@ -1,25 +1,74 @@
 """The paper's claims of an artefact (paper/<paper>.yaml ``claims:``), checked on fedrun's runs: each is a comparison
-of grid points (DGT against its base, GIFT against AFL and AdaComm), made on the mean over seeds at every point of
-the artefact's other grid keys, so that a table says beside its numbers whether the effect the paper reports
-appears. Rows on fixture data are not checked: a few rounds on a stand-in say nothing of the paper's effects.
+of grid points (DGT against its base, GIFT against AFL and AdaComm) at every point of the artefact's other grid keys,
+so that a table says beside its numbers whether the effect the paper reports appears. Rows on fixture data are not
+checked: a few rounds on a stand-in say nothing of the paper's effects.
+
+A claim pre-registered with the paper's ``effect`` is decided by the rule written before its runs
+(:func:`paired_verdict`): the differences of the two sides' runs paired by seed, their mean and its 95% bootstrap
+interval; it holds when the interval excludes 0 in the claimed direction and the mean reaches ``share`` (a half, by
+default) of the paper's effect, and is not decided with fewer than ``seeds`` pairs. Other claims compare the means
+over seeds, with ``margin``.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from fedrun.papers.artefacts import Claim
 
 HOLDS, FAILS = "holds", "does not hold"
+UNDECIDED = "not decided"
+RESAMPLES = 10_000  # bootstrap resamples of the mean paired difference (seeded: the same runs, the same interval)
 
 
-def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reaching: frozenset[str] = frozenset()
-          ) -> pd.DataFrame:
+def paired_verdict(claim: Claim, method: dict[int, float], versus: dict[int, float], missing: dict[int, str]
+                   ) -> dict:
+    """The pre-registered rule on one comparison: ``method`` and ``versus`` map a seed to its run's value (finished or
+    diverged runs), ``missing`` a seed to why a side has no value there (failed, interrupted, not run). Returns the
+    verdict, the pairs, the mean difference in the claimed direction and its 95% bootstrap interval."""
+    seeds = sorted(set(method) & set(versus))
+    d = np.array([method[s] - versus[s] for s in seeds], dtype=float) * (1 if claim.better == "higher" else -1)
+    out = {"pairs": len(seeds), "difference": float(d.mean()) if len(d) else math.nan,
+           "interval": (math.nan, math.nan), "needs": claim.share * claim.effect}
+    if len(seeds) >= 2:
+        draws = np.random.default_rng(0).integers(0, len(d), size=(RESAMPLES, len(d)))
+        out["interval"] = tuple(float(x) for x in np.percentile(d[draws].mean(axis=1), [2.5, 97.5]))
+    if len(seeds) < claim.seeds:
+        why = "; ".join(f"seed {s}: {missing[s]}" for s in sorted(missing))
+        out["verdict"] = f"{UNDECIDED}: {len(seeds)} of the {claim.seeds} seed pairs it needs" + (f" ({why})" if why
+                                                                                                 else "")
+        return out
+    holds = out["interval"][0] > 0 and out["difference"] >= out["needs"]
+    out["verdict"] = HOLDS if holds else FAILS
+    return out
+
+
+def _paired(claim: Claim, where: dict, runs: pd.DataFrame) -> dict:
+    """The runs of the two sides at ``where`` (one value each), by seed, for :func:`paired_verdict`."""
+    here = runs
+    for k, v in where.items():
+        here = here[here[k].astype(str) == str(v)] if k in here else here
+    sides, missing = {}, {}
+    for name, value in (("method", claim.method[0]), ("versus", claim.versus[0])):
+        side = here[here[claim.key].astype(str) == value] if claim.key in here else here.iloc[:0]
+        done = side[side["status"].isin(("finished", "diverged")) & side[claim.value].notna()]
+        sides[name] = {int(s): float(x) for s, x in zip(done["seed"], done[claim.value])}
+        for _, r in side[~side.index.isin(done.index)].iterrows():
+            missing[int(r["seed"])] = f"{name} {r['status']}"
+    for s in set(sides["method"]) ^ set(sides["versus"]):
+        missing.setdefault(s, "method not run" if s not in sides["method"] else "versus not run")
+    return paired_verdict(claim, sides["method"], sides["versus"], missing)
+
+
+def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reaching: frozenset[str] = frozenset(),
+          runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per claim and point of the other grid keys: the method's and the rival's means and the verdict.
     ``table`` is table_summary.summarise's (one row per grid point), ``keys`` its grid keys; ``reaching`` names the
-    values that count the time to a level (papers.Value.reaching), where a missing value means never reached."""
+    values that count the time to a level (papers.Value.reaching), where a missing value means never reached;
+    ``runs`` (table_summary.collect's, one row per run) decides the pre-registered claims."""
     rows = []
     ran = table[pd.to_numeric(table.get("runs"), errors="coerce").fillna(0) > 0] if "runs" in table else table
     for claim in claims:
@@ -32,8 +81,12 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
         groups = compared.groupby(others, dropna=False, sort=False) if others else [((), compared)]
         for where, group in groups:
             where = dict(zip(others, where if isinstance(where, tuple) else (where,)))
-            rows.append(_verdict(claim, where, group, claim.value in reaching))
-    return pd.DataFrame(rows, columns=["says", "where", "value", "method", "versus", "verdict"])
+            row = _verdict(claim, where, group, claim.value in reaching)
+            if claim.effect is not None and runs is not None and not row["verdict"].startswith("not checked: fixture"):
+                row |= _paired(claim, where, runs)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["says", "where", "value", "method", "versus", "verdict", "pairs", "difference",
+                                       "interval", "needs"])
 
 
 def _verdict(claim: Claim, where: dict, group: pd.DataFrame, reaching: bool) -> dict:
@@ -64,12 +117,17 @@ def markdown(checked: pd.DataFrame) -> str:
     """The checks as a list under the table: the claim, where, the compared means, the verdict."""
     if checked.empty:
         return ""
-    lines = ["\n## The paper's claims, checked on these runs (mean over seeds)\n"]
+    lines = ["\n## The paper's claims, checked on these runs (mean over seeds; pre-registered ones paired by seed)\n"]
     for _, r in checked.iterrows():
         where = ", ".join(f"{k}={v}" for k, v in r["where"].items())
         means = "; ".join(f"{k}: {_fmt(x)}" for k, x in {**r["method"], **r["versus"]}.items())
         compared = f" {means} ({r['value']})" if means else ""
-        lines.append(f"- {r['says']}{f' ({where})' if where else ''}:{compared} -> **{r['verdict']}**")
+        paired = ""
+        if not pd.isna(r.get("pairs")):
+            lo, hi = r["interval"]
+            paired = (f"; paired difference {_fmt(r['difference'])} (95% CI {_fmt(lo)} to {_fmt(hi)}, "
+                      f"{int(r['pairs'])} seeds; needs > 0 and >= {_fmt(r['needs'])})")
+        lines.append(f"- {r['says']}{f' ({where})' if where else ''}:{compared}{paired} -> **{r['verdict']}**")
     return "\n".join(lines)
 
 

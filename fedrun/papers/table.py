@@ -118,6 +118,32 @@ def listing() -> str:
     return "\n".join(lines)
 
 
+def tracks_files(folder: Path) -> bool:
+    """Whether git tracks files in ``folder`` (results/<paper>: where committed tables live)."""
+    if not folder.is_dir():
+        return False
+    listed = subprocess.run(["git", "-C", str(folder), "ls-files", "."], capture_output=True, text=True)
+    return listed.returncode == 0 and bool(listed.stdout.strip())
+
+
+def mixed_commits(found) -> list[str]:
+    """Why ``found``'s runs are not all made at one clean commit (a committed table's rule): the commits they were
+    made at when there are several, those with uncommitted changes (``-dirty``) and runs that record none."""
+    made = [summary.get("git_commits") or [summary.get("git_commit")] for summary in found.get("summary", [])
+            if summary]
+    commits = sorted({str(c) for cs in made for c in cs if c})
+    problems = []
+    if len(commits) > 1:
+        problems.append(f"made at {len(commits)} commits ({', '.join(commits)})")
+    dirty = [c for c in commits if c.endswith("-dirty")]
+    if dirty:
+        problems.append(f"with uncommitted changes ({', '.join(dirty)})")
+    unknown = sum(1 for cs in made if not any(cs))
+    if unknown:
+        problems.append(f"{unknown} run(s) record no commit")
+    return problems
+
+
 def committed_table_differs(out: Path, name: str, found) -> list[str]:
     """How the table ``found``'s runs would make differs from the committed one (tracked by git) at
     ``<out>/<name>.md``: its rounds, seeds and the runs' commits, each as ``what: there, here``; empty when there is
@@ -168,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                                                      "runs; results/<paper> holds the committed tables)")
     parser.add_argument("--replace", action="store_true", help="replace a committed table in --out even when it was "
                                                                "made with other settings (rounds, seeds, commits)")
+    parser.add_argument("--mixed-commits", action="store_true", help="write into a folder of committed tables "
+                                                                     "(results/) from runs of several commits or with "
+                                                                     "uncommitted changes (refused by default)")
     args = parser.parse_intermixed_args(argv)  # options and overrides in any order
     if args.list:
         print(listing())
@@ -208,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedrun-table: no runs of {artefact.name} under {runs / artefact.name}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else runs / artefact.name
+    mixed = [] if args.mixed_commits or not tracks_files(out) else mixed_commits(found)
+    if mixed:
+        print(f"fedrun-table: {out} holds committed tables, whose runs are made at one clean commit; these runs are "
+              f"{'; '.join(mixed)}. Run them again at one commit (commit your changes first), write the table "
+              f"elsewhere (--out DIR), or add --mixed-commits to write it anyway (its header names the commits)",
+              file=sys.stderr)
+        return 2
     differs = [] if args.replace else committed_table_differs(out, artefact.name, found)
     if differs:
         print(f"fedrun-table: {out / artefact.name}.md is a committed table made with other settings "

@@ -304,7 +304,7 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
     text = [f"# {paper.cite}, {artefact.source}: {artefact.what}\n", f"{paper.reference}. {made_by} {how}\n",
             markdown(artefact, table),
             claims.markdown(claims.check(artefact.claims, table, summary_keys(artefact, table),
-                                         frozenset(v.name for v in artefact.values if v.reaching)))]
+                                         frozenset(v.name for v in artefact.values if v.reaching), runs))]
     if not runs.empty:
         text.append(unfinished(runs).strip())
     (out / f"{artefact.name}.md").write_text("\n".join(t for t in text if t) + "\n")
