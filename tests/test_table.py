@@ -633,3 +633,23 @@ def test_a_committed_table_is_made_from_runs_of_one_clean_commit(tmp_path, monke
     assert main([*collect, "--mixed-commits"]) == 0 and "ccc3333-dirty" in (committed / "tiny_fig.md").read_text()
     _made_at(runs, "ddd4444")
     assert main([*collect, "--replace"]) == 0  # one clean commit (replacing the table written above)
+
+
+def test_a_preregistered_effect_may_differ_by_a_grid_keys_value():
+    """DGT states its gain per dataset: effect {preset: {...}} gives each point its own margin; a point the paper
+    states nothing of is not checked."""
+    from fedrun.papers import artefacts
+    from fedrun.papers.claims import check
+
+    (claim,) = artefacts._claims([{"says": "x", "value": "acc", "method": {"dgt": "dgt"}, "versus": {"dgt": "none"},
+                                   "effect": {PRESET: {"mnist": 2, "fmnist": 10}}}],
+                                 (artefacts.Value("acc", "final_test_acc"),), "p")
+    runs = pd.concat([_paired_runs({s: 1.5 for s in range(5)}).assign(**{PRESET: p}) for p in ("mnist", "fmnist",
+                                                                                                  "cifar")])
+    table = pd.DataFrame({PRESET: ["mnist", "mnist", "fmnist", "fmnist", "cifar", "cifar"],
+                          "dgt": ["dgt", "none"] * 3, "runs": [5] * 6, "acc": [81.5, 80.0] * 3,
+                          "fixture": [""] * 6})
+    out = check((claim,), table, [PRESET, "dgt"], runs=runs)
+    assert out["verdict"].tolist() == ["holds", "does not hold", f"not checked: the paper states no effect at "
+                                                                 f"{PRESET}=cifar"]
+    assert out["needs"].tolist()[:2] == [1.0, 5.0]

@@ -65,6 +65,18 @@ class Claim:
     effect: float | None = None  # the paper's effect: set, the claim is pre-registered (the paired rule decides it)
     seeds: int = 5  # the paired rule: seeds it needs before it decides
     share: float = 0.5  # the paired rule: the share of the paper's effect the mean difference must reach
+    effect_by: str | None = None  # the paper's effect differs by this grid key's value (a dataset's preset)...
+    effects: tuple[tuple[str, float], ...] = ()  # ...as (value, effect)
+
+    @property
+    def preregistered(self) -> bool:
+        return self.effect is not None or bool(self.effects)
+
+    def paper_effect(self, where: dict) -> float | None:
+        """The paper's effect at a point of the other grid keys (None: the paper states none there)."""
+        if self.effect_by is None:
+            return self.effect
+        return dict(self.effects).get(normalise(where.get(self.effect_by)))
 
 
 @dataclass(frozen=True)
@@ -170,8 +182,13 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Cl
             problems.append(f"{at}: value {value!r} is not one of the artefact's values {sorted(names)}")
         if c.get("better", "higher") not in ("higher", "lower"):
             problems.append(f"{at}: better={c.get('better')!r}; use higher or lower")
-        if "effect" in c and not (isinstance(c["effect"], (int, float)) and c["effect"] > 0):
-            problems.append(f"{at}: effect={c['effect']!r}: the paper's effect, a number > 0 in the value's unit")
+        effect = c.get("effect")
+        by = effect if isinstance(effect, dict) and len(effect) == 1 else None
+        each = list(next(iter(by.values())).values()) if by and isinstance(next(iter(by.values())), dict) else \
+            [effect] if "effect" in c and not isinstance(effect, dict) else [None]
+        if "effect" in c and not all(isinstance(e, (int, float)) and e > 0 for e in each):
+            problems.append(f"{at}: effect={effect!r}: the paper's effect, a number > 0 in the value's unit, or one "
+                            "grid key's values each with its effect ({preset: {dgt_fig5_mnist: 5, ...}})")
         if not (isinstance(c.get("seeds", 5), int) and c.get("seeds", 5) >= 2):
             problems.append(f"{at}: seeds={c.get('seeds')!r}: the seed pairs the rule needs, an integer >= 2")
         if not (isinstance(c.get("share", 0.5), (int, float)) and 0 <= c.get("share", 0.5) <= 1):
@@ -190,8 +207,10 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Cl
         out.append(Claim(says=c.get("says", ""), value=value, key=key, method=listed[0], versus=listed[1],
                          better=c.get("better", "higher"), margin=float(c.get("margin", 0.0)),
                          across=tuple(c.get("across", ())),
-                         effect=float(c["effect"]) if "effect" in c else None, seeds=int(c.get("seeds", 5)),
-                         share=float(c.get("share", 0.5))))
+                         effect=float(effect) if "effect" in c and not by else None, seeds=int(c.get("seeds", 5)),
+                         share=float(c.get("share", 0.5)), effect_by=next(iter(by)) if by else None,
+                         effects=tuple((normalise(v), float(e)) for v, e in next(iter(by.values())).items())
+                         if by else ()))
     return tuple(out)
 
 

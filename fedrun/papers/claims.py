@@ -24,15 +24,16 @@ UNDECIDED = "not decided"
 RESAMPLES = 10_000  # bootstrap resamples of the mean paired difference (seeded: the same runs, the same interval)
 
 
-def paired_verdict(claim: Claim, method: dict[int, float], versus: dict[int, float], missing: dict[int, str]
-                   ) -> dict:
+def paired_verdict(claim: Claim, method: dict[int, float], versus: dict[int, float], missing: dict[int, str],
+                   effect: float) -> dict:
     """The pre-registered rule on one comparison: ``method`` and ``versus`` map a seed to its run's value (finished or
-    diverged runs), ``missing`` a seed to why a side has no value there (failed, interrupted, not run). Returns the
-    verdict, the pairs, the mean difference in the claimed direction and its 95% bootstrap interval."""
+    diverged runs), ``missing`` a seed to why a side has no value there (failed, interrupted, not run), ``effect`` is
+    the paper's there. Returns the verdict, the pairs, the mean difference in the claimed direction and its 95%
+    bootstrap interval."""
     seeds = sorted(set(method) & set(versus))
     d = np.array([method[s] - versus[s] for s in seeds], dtype=float) * (1 if claim.better == "higher" else -1)
     out = {"pairs": len(seeds), "difference": float(d.mean()) if len(d) else math.nan,
-           "interval": (math.nan, math.nan), "needs": claim.share * claim.effect}
+           "interval": (math.nan, math.nan), "needs": claim.share * effect}
     if len(seeds) >= 2:
         draws = np.random.default_rng(0).integers(0, len(d), size=(RESAMPLES, len(d)))
         out["interval"] = tuple(float(x) for x in np.percentile(d[draws].mean(axis=1), [2.5, 97.5]))
@@ -60,7 +61,11 @@ def _paired(claim: Claim, where: dict, runs: pd.DataFrame) -> dict:
             missing[int(r["seed"])] = f"{name} {r['status']}"
     for s in set(sides["method"]) ^ set(sides["versus"]):
         missing.setdefault(s, "method not run" if s not in sides["method"] else "versus not run")
-    return paired_verdict(claim, sides["method"], sides["versus"], missing)
+    effect = claim.paper_effect(where)
+    if effect is None:
+        return {"verdict": f"not checked: the paper states no effect at {claim.effect_by}="
+                           f"{where.get(claim.effect_by)}"}
+    return paired_verdict(claim, sides["method"], sides["versus"], missing, effect)
 
 
 def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reaching: frozenset[str] = frozenset(),
@@ -82,7 +87,7 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
         for where, group in groups:
             where = dict(zip(others, where if isinstance(where, tuple) else (where,)))
             row = _verdict(claim, where, group, claim.value in reaching)
-            if claim.effect is not None and runs is not None and not row["verdict"].startswith("not checked: fixture"):
+            if claim.preregistered and runs is not None and not row["verdict"].startswith("not checked: fixture"):
                 row |= _paired(claim, where, runs)
             rows.append(row)
     return pd.DataFrame(rows, columns=["says", "where", "value", "method", "versus", "verdict", "pairs", "difference",
