@@ -12,9 +12,9 @@ def test_the_collector_is_held_while_the_run_is_built_and_given_back_for_its_rou
     seen = {}
     build, step = Simulation.__init__, Simulation.run_round
 
-    def init(self, cfg):
+    def init(self, cfg, **kwargs):
         seen["building"] = gc.get_threshold()
-        build(self, cfg)
+        build(self, cfg, **kwargs)
 
     def run_round(self, rnd):
         seen.setdefault("rounds", gc.get_threshold())
