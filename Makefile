@@ -30,7 +30,7 @@ lint: setup
 	$(VENV)/bin/ruff check fedrun tests scripts
 
 test: data lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 test-slow: data setup-ray
 	$(PY) -m pytest -q -m slow
