@@ -9,13 +9,13 @@ value, the allowed range and a fix; all problems are reported at once.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from fedrun.algorithms import check_parts
+from fedrun.algorithms.schema import is_int
 from fedrun.config.schema import section_problems
 from fedrun.data import DATASETS
 from fedrun.data.base import DatasetSpec
@@ -48,10 +48,6 @@ class Requirement:
     needs_data: bool = True
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
 def _problem(key: str, value, rule: str, fix: str) -> str:
     if isinstance(value, str) and rule.startswith(("must be >", "must be in", "must be null or >")):
         rule = rule.replace("must be ", "must be a number ", 1)  # eval.every_s=fast: not a number at all
@@ -80,8 +76,8 @@ def classes_per_client_within_the_datasets(cfg, spec: DatasetSpec) -> str | None
         return None
     num_classes = spec.meta(cfg.data)[2]
     k = p.classes_per_client
-    ks = [k] if _is_int(k) else list(k) if hasattr(k, "__len__") else [k]
-    if len(ks) in (1, 2) and all(_is_int(v) and 1 <= v <= num_classes for v in ks) and ks == sorted(ks):
+    ks = [k] if is_int(k) else list(k) if hasattr(k, "__len__") else [k]
+    if len(ks) in (1, 2) and all(is_int(v) and 1 <= v <= num_classes for v in ks) and ks == sorted(ks):
         return None
     return _problem("partition.classes_per_client", k, f"must be an integer or [lo, hi] within [1, {num_classes}]",
                     "partition.classes_per_client=2")

@@ -35,6 +35,7 @@ from fedrun.errors import FedrunError
 from fedrun.config.overrides import override_key
 from fedrun.papers.artefacts import Artefact, artefacts, grid, is_sweep, outline, preset_config
 from fedrun.papers.table_summary import FIXTURE_FILE, SUMMARY_FILE, collect, write
+from fedrun.rundir.files import commits_of
 
 
 def sweep_command(preset: str, folder: Path, overrides: list[str]) -> list[str]:
@@ -129,16 +130,15 @@ def tracks_files(folder: Path) -> bool:
 def mixed_commits(found) -> list[str]:
     """Why ``found``'s runs are not all made at one clean commit (a committed table's rule): the commits they were
     made at when there are several, those with uncommitted changes (``-dirty``) and runs that record none."""
-    made = [summary.get("git_commits") or [summary.get("git_commit")] for summary in found.get("summary", [])
-            if summary]
-    commits = sorted({str(c) for cs in made for c in cs if c})
+    made = [commits_of(summary) for summary in found.get("summary", []) if summary]
+    commits = sorted({c for cs in made for c in cs})
     problems = []
     if len(commits) > 1:
         problems.append(f"made at {len(commits)} commits ({', '.join(commits)})")
     dirty = [c for c in commits if c.endswith("-dirty")]
     if dirty:
         problems.append(f"with uncommitted changes ({', '.join(dirty)})")
-    unknown = sum(1 for cs in made if not any(cs))
+    unknown = sum(1 for cs in made if not cs)
     if unknown:
         problems.append(f"{unknown} run(s) record no commit")
     return problems
@@ -165,8 +165,7 @@ def committed_table_differs(out: Path, name: str, found) -> list[str]:
     rounds = sorted({int(r) for r in csv["rounds"].dropna()}) if "rounds" in csv else None
     here_seeds = str(sorted({int(v) for v in found["seed"].dropna()}) or "–")
     here_rounds = sorted({int(r) for r in found["rounds"].dropna()}) if "rounds" in found else None
-    made = {str(c) for summary in found.get("summary", []) if summary
-            for c in summary.get("git_commits") or [summary.get("git_commit")] if c}
+    made = {c for summary in found.get("summary", []) if summary for c in commits_of(summary)}
     here_commits = ", ".join(sorted(made)) or "unknown"
     differences = []
     if rounds is not None and rounds != here_rounds:

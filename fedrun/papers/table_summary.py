@@ -16,7 +16,7 @@ from fedrun.papers import claims
 from fedrun.papers import measures
 from fedrun.papers.artefacts import PRESET, RESERVED, Artefact, Paper, grid, normalise, override_key, preset_config
 from fedrun.rundir.report import SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
-from fedrun.rundir.files import CONFIG_FILE, METRICS_FILE, git_commit
+from fedrun.rundir.files import CONFIG_FILE, METRICS_FILE, commits_of, git_commit
 
 FIXTURE_FILE = "fixture.json"  # in a preset's sweep folder: the runs there ran on a stand-in for absent data
 
@@ -278,7 +278,7 @@ def provenance(command: str, summaries: list[dict], made: str = "runs") -> str:
 
     from fedrun.bench.workloads import device_name
 
-    commits = sorted({str(c) for s in summaries for c in s.get("git_commits") or [s.get("git_commit")] if c})
+    commits = sorted({c for s in summaries for c in commits_of(s)})
     compute = sum(s.get("total_wall_time_s", s.get("wall_time_s", 0.0)) for s in summaries)
     unknown = sum(1 for s in summaries if "resumed_from_round" in s and "total_wall_time_s" not in s)
     before = (f" (not counting the rounds before the resumption of {unknown} run(s), whose checkpoints predate that "

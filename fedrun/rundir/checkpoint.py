@@ -20,7 +20,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from fedrun.errors import ConfigError
-from fedrun.rundir.files import EXECUTION_SETTINGS, changes_results, config_differences
+from fedrun.rundir.files import EXECUTION_SETTINGS, changes_results, commits_of, config_differences
 
 log = logging.getLogger("fedrun")
 PREFIX = "checkpoint_"
@@ -93,7 +93,7 @@ def earlier_work(saved: dict, run_dir: Path) -> tuple[list[str], float | None]:
         return list(saved["commits"]), saved.get("wall_time_s")
     summary = run_dir / "summary.json"
     old = json.loads(summary.read_text()) if summary.exists() else {}
-    return [str(c) for c in old.get("git_commits") or [old.get("git_commit")] if c], None
+    return commits_of(old), None
 
 
 def checkpoints(run_dir: str | os.PathLike) -> list[Path]:

@@ -23,6 +23,12 @@ BASE_COLUMNS = ["round", "test_acc", "test_loss", "train_loss", "tau", "num_clie
                 "bytes_down"]
 
 
+def commits_of(summary: dict) -> list[str]:
+    """The commits that computed a run's rounds, as its summary.json records them (a resumed run: every one, in
+    order; an older summary: its one ``git_commit``)."""
+    return [str(c) for c in summary.get("git_commits") or [summary.get("git_commit")] if c]
+
+
 def git_commit(tree: Path | None = None) -> str | None:
     """The commit of a fedrun source tree (this one by default), with ``-dirty`` when its code has uncommitted
     changes; changes under ``results/`` do not count (a bench run rewrites its tables there before the next one
