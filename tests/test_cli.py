@@ -137,7 +137,7 @@ def test_every_problem_is_said_at_once_a_wrong_type_among_them(tmp_path):
 
 
 def test_a_setting_that_changes_results_makes_a_finished_run_stale_and_one_that_does_not_does_not(tmp_path):
-    """A sweep's job over a finished run made with another hardware.dtype (or tf32, deterministic) is another run,
+    """A sweep's job over a finished run made with another hardware.dtype (or precision, deterministic) is another run,
     refused with the setting named; another thread count, executor or logger is the same run, skipped; resuming it
     in float64 is refused as another experiment."""
     from fedrun.config.compose import compose_config
@@ -146,7 +146,7 @@ def test_a_setting_that_changes_results_makes_a_finished_run_stale_and_one_that_
 
     base = ["data=digits", "model=logreg", "fl.rounds=1", "fl.num_clients=2", "fl.clients_per_round=2"]
     run_experiment(compose_config(base), tmp_path)
-    for other in ("hardware.dtype=float64", "hardware.tf32=true", "hardware.deterministic=true"):
+    for other in ("hardware.dtype=float64", "hardware.precision=bfloat16", "hardware.deterministic=true"):
         with pytest.raises(StaleRunError, match=rf"{other.split('=')[0]}: \S+ there, \S+ asked"):
             finished_summary(tmp_path, compose_config([*base, other]))
     same = compose_config([*base, "hardware.num_threads=1", "hardware.executor=loop", "logger=none", "resume=true"])

@@ -491,14 +491,16 @@ def test_every_algorithm_family_gives_the_same_rounds_under_both_executors(cfg_f
     # the 1/sqrt(var + 1e-8) of nearly constant features (1e-9 after one round, 4e-4 after two): one round for it
     rounds = (1,) if family == "feddecorr" else (1, 2)
     states = {}
-    # vmap: a batchable rule's cohort steps as one network (hardware.cohort_network), the others under torch.func
-    for executor in ("loop", "vmap", "vmap,hardware.cohort_network=false"):
+    # vmap: a batchable rule's cohort steps as one network (hardware.cohort_network), the others under torch.func;
+    # graph: every step of the whole stack, finished clients masked (on a CPU its steps run eagerly)
+    executors = ("loop", "vmap", "vmap,hardware.cohort_network=false", "graph")
+    for executor in executors:
         sim = Simulation(cfg_factory(*common, *f"hardware.executor={executor}".split(",")))
         for rnd in rounds:
             sim.run_round(rnd)
         states[executor] = vars(sim.state)
-    assert_close_tree(states["vmap"], states["loop"])
-    assert_close_tree(states["vmap,hardware.cohort_network=false"], states["loop"])
+    for executor in executors[1:]:
+        assert_close_tree(states[executor], states["loop"], executor)
 
 
 @pytest.mark.parametrize("family", ["scaffold", "bherd"])

@@ -44,8 +44,11 @@ def test_a_gpus_rounds_equal_the_cpu_loops(monkeypatch, cfg_factory, family):
         data_name = "tiny"
     overrides = [*overrides, "hardware.dtype=float64", "hardware.layout=contiguous"]
     cpu, _ = two_rounds(cfg_factory, overrides, "loop", data_name, device="cpu")
-    for executor in ("loop", "vmap"):
-        gpu, _ = two_rounds(cfg_factory, overrides, executor, data_name, device="cuda")
+    # on a GPU too, a Sequential CNN's cohort may step as one network (hardware.cohort_network=true)
+    runs = [("loop", {}), ("vmap", {}), ("graph", {}), ("vmap", {"cohort_network": "true"}),
+            ("graph", {"cohort_network": "true"})]
+    for executor, hw in runs:
+        gpu, _ = two_rounds(cfg_factory, overrides, executor, data_name, device="cuda", **hw)
         assert gpu.state.params.is_cuda
         torch.testing.assert_close(gpu.state.params.cpu(), cpu.state.params, rtol=1e-9, atol=1e-11)
         for name in cpu.state.buffers:
@@ -53,10 +56,10 @@ def test_a_gpus_rounds_equal_the_cpu_loops(monkeypatch, cfg_factory, family):
 
 
 @NEEDS_GPU
-@pytest.mark.parametrize("executor", ["loop", "vmap"])
+@pytest.mark.parametrize("executor", ["loop", "vmap", "graph"])
 def test_the_same_config_and_seed_give_the_same_model_on_a_gpu(cfg_factory, executor):
     """hardware.deterministic=true: cuDNN's convolutions would otherwise pick kernels that add in a varying order;
-    hardware.tf32=false (the default): float32 products and convolutions in float32."""
+    hardware.precision=float32 (the default): float32 products and convolutions in float32."""
     def final():
         sim = Simulation(cfg_factory("data=digits", "model=cnn3", "fl.clients_per_round=4", "hardware.device=cuda",
                                      f"hardware.executor={executor}", "hardware.deterministic=true"))
@@ -65,4 +68,43 @@ def test_the_same_config_and_seed_give_the_same_model_on_a_gpu(cfg_factory, exec
         return sim.state.params
 
     assert torch.equal(final(), final())
-    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32, "hardware.tf32=false"
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32, "precision=float32"
+
+
+@NEEDS_GPU
+@pytest.mark.parametrize("family", ["fedavg", "scaffold", "bherd", "fedprox", "fedgh", "gift", "fsvrg"])
+@pytest.mark.parametrize("model", ["mlp", "cnn3"])
+def test_captured_steps_equal_the_loops_and_replay_a_graph(monkeypatch, cfg_factory, family, model):
+    """The graph executor on a GPU captures a local step as a CUDA graph and replays it for every later step of a
+    ragged cohort: its rounds equal the loop's (float64), and each chunk replays its graph."""
+    from test_executor import EVERY_FAMILY, assert_close_tree
+
+    replays = []
+    original = torch.cuda.CUDAGraph.replay
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda self: (replays.append(1), original(self))[1])
+    common = ["data=digits", f"model={model}", *EVERY_FAMILY.get(family, [f"algo={family}"]),
+              "fl.clients_per_round=4", "fl.batch_size=16", "hardware.dtype=float64", "fl.momentum=0.5",
+              "partition=dirichlet", "partition.alpha=0.3", "hardware.device=cuda", "hardware.layout=contiguous"]
+    states = {}
+    for executor in ("loop", "graph"):
+        sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
+        plans = [sim.run_round(rnd).plans for rnd in (1, 2)]
+        states[executor] = vars(sim.state)
+    assert sim.executor.capture is None, "no capture failed"
+    assert len(replays) >= sum(max(p.tau for p in round_plans) - 1 for round_plans in plans)
+    assert_close_tree(states["graph"], states["loop"])
+
+
+@NEEDS_GPU
+def test_bfloat16_steps_on_a_gpu_stay_near_float32(cfg_factory):
+    """bfloat16 autocast in captured steps (its cast cache off, as capture requires) moves a round by its rounding."""
+    params = {}
+    for precision in ("float32", "bfloat16", "tf32"):
+        sim = Simulation(cfg_factory("data=digits", "model=cnn3", "fl.clients_per_round=4", "hardware.device=cuda",
+                                     "hardware.executor=graph", f"hardware.precision={precision}"))
+        start = sim.state.params.clone()
+        sim.run_round(1)
+        params[precision] = sim.state.params
+    step = (params["float32"] - start).norm()
+    for reduced in ("bfloat16", "tf32"):
+        assert (params[reduced] - params["float32"]).norm() < 0.05 * step, reduced

@@ -217,6 +217,7 @@ def unknown_option(group: str, option: str, groups: dict[str, list[str]]) -> str
 REPLACED = {
     "hardware.fused_conv": "hardware.native (true|false|null: every compiled kernel, the fused convolutions included)",
     "hardware.indexed_rows": "hardware.native (true|false|null: every compiled kernel, the rows-in-place one included)",
+    "hardware.tf32": "hardware.precision (tf32 for true, float32 for false; bfloat16 too)",
 }
 
 

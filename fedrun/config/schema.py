@@ -149,7 +149,8 @@ class RunConfig:
 
 # the allowed values of the groups' string settings, owned here (the modules that act on them import them from here), so
 # that checking a config imports neither torch nor the engine
-EXECUTOR_NAMES = ("loop", "vmap")  # hardware.executor, besides auto (fedrun/engine/executor.py)
+EXECUTOR_NAMES = ("loop", "vmap", "graph")  # hardware.executor, besides auto (fedrun/engine/executor.py)
+PRECISIONS = ("float32", "tf32", "bfloat16")  # hardware.precision (fedrun/engine/precision.py)
 DELAYS = ("exponential", "uniform", "lognormal")  # participation.delay (fedrun/engine/sampling.py)
 PARTITIONS = ("iid", "dirichlet", "dirichlet_resample", "classes", "case1", "case2", "case3", "natural")
 NORMALIZATIONS = ("standardize", "unit", "raw")  # data.normalize (fedrun/data/base.py)
@@ -163,8 +164,8 @@ POLICIES = ("cifar10", "imagenet", "svhn")  # data.augment_policy: torchvision's
 
 @dataclass
 class HardwareConfig(Section):
-    """Where and how a round computes; execution only: nothing here changes what is computed (but ``dtype`` and, on
-    a GPU, ``tf32``)."""
+    """Where and how a round computes; execution only: nothing here changes what is computed (but ``dtype``,
+    ``precision`` and, on a GPU, ``deterministic``)."""
 
     prefix = "hardware"
     device: str = MISSING
@@ -177,12 +178,12 @@ class HardwareConfig(Section):
     loop_threads: Optional[int] = MISSING
     gradient: str = MISSING
     onednn: bool = MISSING
-    cohort_network: bool = MISSING
+    cohort_network: Optional[bool] = MISSING
     native: Optional[bool] = MISSING
     blocks: bool = MISSING
     layout: str = MISSING
     dtype: str = MISSING
-    tf32: bool = MISSING
+    precision: str = MISSING
     deterministic: bool = MISSING
     num_threads: Optional[int] = MISSING
     host_memory: str = MISSING
@@ -206,6 +207,10 @@ class HardwareConfig(Section):
         layouts = ("auto", "channels_last", "contiguous")
         yield self.layout in layouts, "layout", f"must be one of {layouts}", "auto"
         yield self.dtype in ("float32", "float64"), "dtype", "must be float32 or float64", "float32"
+        yield self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}", "float32"
+        yield (self.precision == "float32" or self.dtype == "float32", "precision",
+               f"reduced precision applies to float32 runs, and dtype={self.dtype}", "float32 (or keep it and set "
+               "hardware.dtype=float32)")
         yield (self.num_threads is None or self.num_threads >= 1, "num_threads", "must be null or an integer >= 1",
                "2")
         yield self.host_memory in ("keep", "system"), "host_memory", "must be keep or system", "keep"

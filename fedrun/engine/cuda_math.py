@@ -1,4 +1,5 @@
-"""How a GPU computes float32 and whether a run repeats itself there (``hardware.tf32``, ``hardware.deterministic``).
+"""How a GPU computes float32 and whether a run repeats itself there (``hardware.precision=tf32``,
+``hardware.deterministic``).
 
 PyTorch's own defaults differ between operations (TF32 on for cuDNN's convolutions, off for matrix products) and let
 cuDNN pick kernels that add in a varying order, so that the same config and seed give different models on a GPU. A

@@ -42,6 +42,7 @@ from fedrun.errors import ConfigError
 from fedrun.model.functional import FunctionalModel
 from fedrun.model.native.indexed_rows import of as rows_in_place
 from fedrun.engine import blocked, tree
+from fedrun.engine.precision import carried_to_threads
 from fedrun.engine.sampling import ClientPlan
 
 log = logging.getLogger("fedrun")
@@ -97,15 +98,17 @@ class LoopExecutor:
         # client does, and a long one taken last would train alone while the other threads idle
         claim = iter(sorted(range(len(jobs)), key=lambda i: -plans[i].tau))
         lock = threading.Lock()
+        precision = carried_to_threads(x.device.type)
 
         def work(replica: FunctionalModel) -> None:
             torch.set_num_threads(1)
-            while True:
-                with lock:
-                    i = next(claim, None)
-                if i is None:
-                    return
-                outputs[i] = _train_client(rule, replica, ctx, *jobs[i], x, y, record)
+            with precision():
+                while True:
+                    with lock:
+                        i = next(claim, None)
+                    if i is None:
+                        return
+                    outputs[i] = _train_client(rule, replica, ctx, *jobs[i], x, y, record)
 
         before = torch.get_num_threads()
         try:
@@ -414,7 +417,6 @@ def free_memory_bytes(device: torch.device) -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-EXECUTORS = {"loop": LoopExecutor, "vmap": VmapExecutor}
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 # Above this many FLOPs per client step, a loop of convolutions beats vmap's batched ones on a CPU; below it,
 # vmap's saving of per-call overhead wins: the two break even near LeNet-5 at B = 32 (about 100 MFLOP) in
@@ -500,6 +502,13 @@ def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch
             shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++", "c++")):
         raise ConfigError(["hardware.compile=true: torch.compile needs a C++ compiler on the CPU and none is on PATH "
                            "(g++, clang++ or $CXX); install one (apt-get install g++) or set hardware.compile=false"])
+    if name == "graph":
+        from fedrun.engine.graph_executor import GraphExecutor  # it builds on this module's vmap executor
+
+        if compile_:
+            log.warning("hardware.compile=true has no effect with hardware.executor=graph (its steps replay a CUDA "
+                        "graph on a GPU)")
+        return GraphExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction)
     if name == "vmap":
         tail = vmap_tail(model, device) if hw_cfg.vmap_tail is None else hw_cfg.vmap_tail
         return VmapExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction, compile_, tail,
@@ -542,17 +551,22 @@ _RANDOM_LAYERS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.Alpha
                   nn.RReLU)
 
 
+def random_layers(model: FunctionalModel) -> list[str]:
+    """The names of the model's layers that draw random numbers in training (dropout), sorted."""
+    return sorted({type(m).__name__ for m in model.module.modules() if isinstance(m, _RANDOM_LAYERS)})
+
+
 def loop_threads(given: int | None, model: FunctionalModel, device: torch.device, cohort_size: int) -> int:
     """Clients the loop trains at once: ``given``, or (null) on a CPU one per intra-op thread torch would use, at
     most the cohort; one on a GPU, or where the model draws random numbers in training (dropout: the threads would
     share one generator, and its draws would depend on their timing)."""
-    random_layers = sorted({type(m).__name__ for m in model.module.modules() if isinstance(m, _RANDOM_LAYERS)})
+    drawing = random_layers(model)
     if given is not None:
-        if given > 1 and random_layers:
-            raise ConfigError([f"hardware.loop_threads={given}: the model has {', '.join(random_layers)}, whose "
+        if given > 1 and drawing:
+            raise ConfigError([f"hardware.loop_threads={given}: the model has {', '.join(drawing)}, whose "
                                "random draws would depend on how the threads interleave; set hardware.loop_threads=1 "
                                "(or null)"])
         return given
-    if device.type != "cpu" or random_layers:
+    if device.type != "cpu" or drawing:
         return 1
     return max(1, min(torch.get_num_threads(), cohort_size))

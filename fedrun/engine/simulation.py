@@ -35,6 +35,7 @@ from fedrun.engine.evaluation import Evaluation
 from fedrun.engine.executor import CohortResult, make_executor
 from fedrun.engine.full_batch import full_losses_and_gradients
 from fedrun.engine.host_memory import keep_freed_memory
+from fedrun.engine.precision import check_device, local_steps
 from fedrun.engine.state import ServerState
 
 log = logging.getLogger("fedrun")
@@ -77,8 +78,9 @@ class Simulation:
         if cfg.hardware.host_memory == "keep":
             keep_freed_memory()
         self.device = resolve_device(cfg.hardware.device)
+        check_device(cfg.hardware.precision, self.device)
         if self.device.type == "cuda":
-            configure_cuda(cfg.hardware.tf32, cfg.hardware.deterministic)
+            configure_cuda(cfg.hardware.precision == "tf32", cfg.hardware.deterministic)
         self.dtype = getattr(torch, cfg.hardware.dtype)
         self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
         if cfg.eval.test_subset is not None:
@@ -96,7 +98,8 @@ class Simulation:
                                      by_hand=cfg.hardware.gradient == "auto",
                                      channels_last=layout == "channels_last" or layout == "auto"
                                      and prefers_channels_last(module, self.device),
-                                     cohort_network=cfg.hardware.cohort_network and self.device.type == "cpu",
+                                     cohort_network=cfg.hardware.cohort_network is True or (
+                                         cfg.hardware.cohort_network is None and self.device.type == "cpu"),
                                      onednn=cfg.hardware.onednn, fused_conv=kernels[FUSED_CONV],
                                      indexed_rows=kernels[INDEXED_ROWS])
         if cfg.hardware.native is None and self.model.cohort is not None:  # a CNN's cohort network, on a CPU
@@ -202,11 +205,13 @@ class Simulation:
                                          indices, points, int(self.cfg.eval.batch_size), own)
 
     def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list) -> CohortResult:
-        """The cohort's local training through the run's executor (steps recorded where the selector keeps them)."""
+        """The cohort's local training through the run's executor (steps recorded where the selector keeps them), in
+        the run's ``hardware.precision``."""
         if isinstance(self.train_inputs, AugmentedImages):
             self.train_inputs.begin_round(ctx.round)
-        return self.executor.run(rule, self.model, ctx, plans, self.train_inputs, self.data.y_train, client_states,
-                                 self.step_store)
+        with local_steps(self.cfg.hardware.precision, self.device):
+            return self.executor.run(rule, self.model, ctx, plans, self.train_inputs, self.data.y_train,
+                                     client_states, self.step_store)
 
     def run_round(self, rnd: int) -> RoundOutput:
         """Round ``rnd`` of the run: its state becomes the round's new one."""

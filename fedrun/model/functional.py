@@ -130,7 +130,7 @@ class FunctionalModel:
         image batches of at least CHANNELS_LAST_MIN_BATCH images enter the model in channels-last strides
         (one client at a time and in evaluation; a vmapped cohort keeps its layout), the same arithmetic to
         float rounding. ``cohort_network``: a (K, d) stack of a Sequential CNN's clients steps as one network
-        (``fedrun/model/cohort_network.py``: grouped convolutions in channels-last; for a CPU). ``onednn``: a dense
+        (``fedrun/model/cohort_network.py``: grouped convolutions). ``onednn``: a dense
         chain's forward without a graph (evaluation) runs by hand, and the large products of a forward by
         hand without a graph (a dense chain's, a CNN's Linear layers) go through oneDNN (``dense_product``);
         training steps keep torch's products, the same in every executor. ``fused_conv`` (with ``cohort_network``):

@@ -110,9 +110,9 @@ def _fmt(v):
 
 # How a run executes or is logged, and where its data files are: not what it computes...
 EXECUTION_SETTINGS = ("hardware", "progress", "checkpoint", "resume", "overwrite", "logger", "data.root")
-# ...but for these hardware settings, which change the numbers a run computes (float64; TF32's products; the order
-# of a GPU's sums): a run made with another of them is another run
-RESULT_SETTINGS = ("hardware.dtype", "hardware.tf32", "hardware.deterministic")
+# ...but for these hardware settings, which change the numbers a run computes (float64; TF32's or bfloat16's
+# products; the order of a GPU's sums): a run made with another of them is another run
+RESULT_SETTINGS = ("hardware.dtype", "hardware.precision", "hardware.deterministic")
 
 
 def changes_results(key: str) -> bool:
@@ -124,10 +124,23 @@ def changes_results(key: str) -> bool:
     return not any(key == s or key.startswith(s + ".") for s in EXECUTION_SETTINGS)
 
 
+def upgraded(config: dict) -> dict:
+    """A run's saved config (a plain dict) in today's keys: ``hardware.tf32`` (true|false) is now
+    ``hardware.precision`` (tf32|float32), so a run saved before the rename compares as what it computed."""
+    hardware = config.get("hardware")
+    if not isinstance(hardware, dict) or "tf32" not in hardware:
+        return config
+    hardware = {k: v for k, v in hardware.items() if k != "tf32"}
+    hardware.setdefault("precision", "tf32" if config["hardware"]["tf32"] else "float32")
+    return {**config, "hardware": hardware}
+
+
 def config_differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
     """The settings both configs (plain dicts) hold with different values, as ``key: saved there, wanted asked``.
     A setting only one of them holds (added to fedrun after a run was made) is not compared, nor are those that do
-    not change results (:func:`changes_results`)."""
+    not change results (:func:`changes_results`); a renamed one is compared under its new name (:func:`upgraded`)."""
+    if not prefix:
+        saved, wanted = upgraded(saved), upgraded(wanted)
     out = []
     for key in sorted(saved.keys() & wanted.keys(), key=str):
         name = f"{prefix}{key}"

@@ -1,0 +1,122 @@
+"""The ``graph`` executor: a cohort's local steps in static shapes, each step on a GPU one replay of a CUDA graph.
+
+A GPU runs a small client's step in microseconds, so launching its few hundred kernels from Python costs more than
+running them (a 100-client LeNet-5 round's eager vmap is launch-bound). A CUDA graph records one step's kernels once
+and replays them with one launch; what it replays must keep its shapes and its tensors' addresses. So every step here
+runs the chunk's whole stack: the round's minibatch indices lie on the device as a (K, tau_max, B) table, each step
+copies its column into a fixed index tensor, and a fixed mask keeps the state of a client that has taken its tau_i
+steps (its row still steps, and the mask discards the result). The step writes its new state into the same tensors it
+read, and adds each active client's loss into a fixed sum: no host copy and no Python decision depend on a step's
+values, so nothing waits for the device inside a round.
+
+The first step of a chunk runs eagerly (on a side stream, as CUDA graph capture asks: lazy initialisations happen
+outside the capture), the second is captured, and it and every later step replay the graph. A graph is captured per
+chunk and round: the round's context (the server's model, the learning rate) is part of what it recorded.
+
+On a CPU (or wherever capture is off: a model drawing random numbers, augmented inputs that change with the step),
+the same masked steps run eagerly: the bookkeeping that a GPU replays, run where it can be tested; there the
+``vmap`` executor, which steps only the active clients, is faster.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import torch
+
+from fedrun.algorithms.base import LocalRule
+from fedrun.data.augment import AugmentedImages, minibatch, rows
+from fedrun.engine import tree
+from fedrun.engine.executor import (VmapExecutor, client_results, initial_states, random_layers, steps_natively)
+from fedrun.model.functional import FunctionalModel
+
+log = logging.getLogger("fedrun")
+
+
+class GraphExecutor(VmapExecutor):
+    """The vmap executor's cohort (a stack of client states, chunks sized from free memory) stepped in static
+    shapes, captured as a CUDA graph where ``capture`` (null: on a GPU)."""
+
+    name = "graph"
+
+    def __init__(self, chunk_size: int | None = None, memory_fraction: float = 0.5, capture: bool | None = None):
+        super().__init__(chunk_size, memory_fraction, compile=False, tail=0, blocks=False, cache_fraction=None)
+        self.capture = capture
+
+    def captures(self, model: FunctionalModel, x) -> bool:
+        """Whether this chunk's steps replay a CUDA graph: on a GPU, unless the model draws random numbers (dropout:
+        a replay would repeat its draws) or the inputs are augmented per step (the step's index picks the
+        augmentation), or a capture failed earlier in the run."""
+        wanted = x.device.type == "cuda" if self.capture is None else self.capture
+        return wanted and x.device.type == "cuda" and not isinstance(x, AugmentedImages) and not random_layers(model)
+
+    def _run_chunk(self, rule: LocalRule, model: FunctionalModel, ctx, plans, x, y, cstates, record=None):
+        k = len(plans)
+        state = initial_states(rule, ctx, cstates)
+        if steps_natively(rule, model):
+            step = functools.partial(_plain_step, rule, model)
+        else:
+            step = self._vmapped_step(rule, model)
+        taus = torch.tensor([p.tau for p in plans], device=x.device)
+        tau_max = max(p.tau for p in plans)
+        batches = torch.nn.utils.rnn.pad_sequence([p.batches for p in plans], batch_first=True)  # (K, tau_max, b)
+        active = torch.arange(tau_max, device=x.device) < taus[:, None]  # (K, tau_max): client i steps at t
+        index, mask = batches[:, 0].clone(), active[:, 0].clone()  # the step's inputs, at fixed addresses
+        loss_sum = torch.zeros(k, device=x.device, dtype=ctx.params.dtype)
+        steps = torch.zeros(k, tau_max, len(ctx.params), device=record, dtype=ctx.params.dtype) \
+            if record is not None else None
+
+        def masked_step(t: int) -> None:
+            # the step gets its own dicts (a rule may set their entries: ``LocalRule.descend``), the same tensors
+            new, loss = step(ctx, tree.tree_map(lambda a: a, state), minibatch(x, index, t), rows(y, index))
+            tree.tree_map(lambda old, fresh: old.copy_(torch.where(mask.view(k, *[1] * (old.dim() - 1)), fresh, old)),
+                          state, new)
+            loss_sum.add_(torch.where(mask, loss.detach().to(loss_sum.dtype), 0))
+
+        graph = None
+        capture = self.captures(model, x)
+        for t in range(tau_max):
+            if t:
+                index.copy_(batches[:, t])
+                mask.copy_(active[:, t])
+            if graph is not None:
+                graph.replay()
+            elif capture and t == 0:
+                side = torch.cuda.Stream(x.device)
+                side.wait_stream(torch.cuda.current_stream(x.device))
+                with torch.cuda.stream(side):  # warm-up: lazy initialisations happen outside the capture
+                    masked_step(t)
+                torch.cuda.current_stream(x.device).wait_stream(side)
+            elif capture:
+                graph = self._captured(masked_step, t)
+                if graph is None:
+                    capture = False
+                    masked_step(t)
+                else:
+                    graph.replay()
+            else:
+                masked_step(t)
+            if record is not None:
+                steps[:, t].copy_(state["direction"], non_blocking=True)
+        return client_results(rule, ctx, state, cstates, plans, loss_sum, steps)
+
+    def _captured(self, masked_step, t: int):
+        """One masked step captured as a CUDA graph (not run); None, with a warning and capture off for the rest of
+        the run, where the step cannot be captured (an operation that waits for the device or changes shapes)."""
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                masked_step(t)
+        except RuntimeError as err:
+            log.warning("hardware.executor=graph: a local step could not be captured as a CUDA graph (%s); its steps "
+                        "run eagerly for the rest of the run", str(err).splitlines()[0])
+            self.capture = False
+            return None
+        return graph
+
+
+def _plain_step(rule: LocalRule, model: FunctionalModel, ctx, state, xb, yb):
+    """A batchable rule's step of the whole stack without vmap (``steps_natively``), making new tensors: the masked
+    step keeps a finished client's old row, so the step may not update it in place."""
+    return rule.client_step(model, ctx, state, xb, yb)
