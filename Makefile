@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup setup-ray data run lint test test-slow docs bench bench-scale bench-addons clean
+.PHONY: setup setup-ray data run lint test test-slow docs bench bench-scale bench-addons bench-limits clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench-scale: setup
 
 bench-addons: setup
 	$(PY) -m fedrun.bench.workloads --only $(ADDONS) --repeats 2 --out results/bench/addons-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
+
+# each cohort's round under the vmap and graph executors and every precision, beside the chip's FLOP and byte floors
+# (a GPU's table: results/bench/limits-<device>.*)
+bench-limits: setup
+	$(PY) -m fedrun.bench.limits --out results/bench/limits-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache site

@@ -108,3 +108,21 @@ def test_bfloat16_steps_on_a_gpu_stay_near_float32(cfg_factory):
     step = (params["float32"] - start).norm()
     for reduced in ("bfloat16", "tf32"):
         assert (params[reduced] - params["float32"]).norm() < 0.05 * step, reduced
+
+
+def test_a_memory_share_caps_what_a_job_takes_of_a_shared_gpu(monkeypatch):
+    """hardware.memory_share (jobs sharing a GPU, hydra/launcher=gpu_shared): torch's allocator is capped at the
+    share, and the executors size their chunks within the share less what this process holds, not within all that
+    the device has free (tested with the CUDA calls stood in for)."""
+    from fedrun.engine import cuda_math
+
+    fractions = []
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, i: fractions.append((f, i)))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (60 << 30, 80 << 30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: 5 << 30)
+    gpu = torch.device("cuda", 0)
+    cuda_math.share_memory(0.25, gpu)
+    assert fractions == [(0.25, 0)]
+    assert cuda_math.free_bytes(gpu) == (20 << 30) - (5 << 30)
+    cuda_math.share_memory(None, gpu)
+    assert fractions[-1] == (1.0, 0) and cuda_math.free_bytes(gpu) == 60 << 30

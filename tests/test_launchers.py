@@ -12,6 +12,7 @@ from conftest import run_cli
 
 PRESETS = {  # preset: (plugin module, the launcher class it must select, a setting the preset pins)
     "parallel": ("hydra_plugins.hydra_joblib_launcher", "JoblibLauncher", ("n_jobs", 2)),
+    "gpu_shared": ("hydra_plugins.hydra_joblib_launcher", "JoblibLauncher", ("n_jobs", 4)),
     "slurm": ("hydra_plugins.hydra_submitit_launcher", "SlurmLauncher", ("gpus_per_node", 1)),
     "slurm_local": ("hydra_plugins.hydra_submitit_launcher", "LocalLauncher", ("cpus_per_task", 2)),
     "ray_cluster": ("hydra_plugins.hydra_ray_launcher", "RayLauncher", ("ray", None)),

@@ -172,6 +172,7 @@ class HardwareConfig(Section):
     executor: str = MISSING
     chunk_size: Optional[int] = MISSING
     memory_fraction: float = MISSING
+    memory_share: Optional[float] = MISSING
     cache_fraction: Optional[float] = MISSING
     compile: bool = MISSING
     vmap_tail: Optional[int] = MISSING
@@ -197,6 +198,8 @@ class HardwareConfig(Section):
         yield (self.chunk_size is None or self.chunk_size >= 1, "chunk_size",
                "must be null (sized from free memory) or an integer >= 1", "null")
         yield 0 < self.memory_fraction <= 1, "memory_fraction", "must be in (0, 1]", "0.5"
+        yield (self.memory_share is None or 0 < self.memory_share <= 1, "memory_share",
+               "must be null (the whole GPU) or in (0, 1]", "null")
         yield (self.cache_fraction is None or 0 < self.cache_fraction <= 1, "cache_fraction",
                "must be null (no cache limit) or in (0, 1]", "0.5")
         yield (self.vmap_tail is None or self.vmap_tail >= 0, "vmap_tail",

@@ -25,3 +25,29 @@ def configure_cuda(tf32: bool, deterministic: bool) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.backends.cudnn.deterministic = deterministic
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
+
+
+_shares: dict[int, float] = {}  # device index -> the share of its memory this process may allocate
+
+
+def share_memory(share: float | None, device: torch.device) -> None:
+    """``hardware.memory_share``: this process allocates at most ``share`` of the GPU's memory (torch's allocator
+    refuses more), so that several jobs of a sweep can share one GPU (``hydra/launcher=gpu_shared``); the vmap and
+    graph executors size their chunks within it (:func:`free_bytes`). None: the whole GPU."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if share is None:
+        _shares.pop(index, None)
+        torch.cuda.set_per_process_memory_fraction(1.0, index)
+        return
+    _shares[index] = share
+    torch.cuda.set_per_process_memory_fraction(share, index)
+
+
+def free_bytes(device: torch.device) -> int:
+    """The GPU memory this process may still take: what the device has free, within its share
+    (:func:`share_memory`) less what its allocator holds."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    free, total = torch.cuda.mem_get_info(index)
+    if index in _shares:
+        free = min(free, int(_shares[index] * total) - torch.cuda.memory_reserved(index))
+    return max(0, free)

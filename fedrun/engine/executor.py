@@ -42,6 +42,7 @@ from fedrun.errors import ConfigError
 from fedrun.model.functional import FunctionalModel
 from fedrun.model.native.indexed_rows import of as rows_in_place
 from fedrun.engine import blocked, tree
+from fedrun.engine.cuda_math import free_bytes
 from fedrun.engine.precision import carried_to_threads
 from fedrun.engine.sampling import ClientPlan
 
@@ -408,7 +409,7 @@ def activation_bytes_per_sample(model: FunctionalModel, x: torch.Tensor) -> int:
 
 def free_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+        return free_bytes(device)
     try:
         with open("/proc/meminfo") as f:
             info = dict(line.split(":", 1) for line in f)

@@ -30,7 +30,7 @@ from fedrun.model.native.build import FUSED_CONV, INDEXED_ROWS, has_avx512, kern
 from fedrun.data.partition import Partition, held_out, make_partition, refuse_single_sample_batches
 from fedrun.engine.accounting import nbytes, simulated_times, tracked_values
 from fedrun.engine.sampling import ClientPlan, earliest_reporters, plan_client, report_delays, sample_clients
-from fedrun.engine.cuda_math import configure_cuda
+from fedrun.engine.cuda_math import configure_cuda, free_bytes, share_memory
 from fedrun.engine.evaluation import Evaluation
 from fedrun.engine.executor import CohortResult, make_executor
 from fedrun.engine.full_batch import full_losses_and_gradients
@@ -81,6 +81,7 @@ class Simulation:
         check_device(cfg.hardware.precision, self.device)
         if self.device.type == "cuda":
             configure_cuda(cfg.hardware.precision == "tf32", cfg.hardware.deterministic)
+            share_memory(cfg.hardware.memory_share, self.device)
         self.dtype = getattr(torch, cfg.hardware.dtype)
         self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
         if cfg.eval.test_subset is not None:
@@ -148,7 +149,7 @@ class Simulation:
         need = sum(taus[: self.cfg.fl.clients_per_round]) * len(self.state.params) * self.state.params.element_size()
         choice = hw.step_store
         if choice == "auto":
-            free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
+            free = free_bytes(self.device) if self.device.type == "cuda" else None
             choice = "host" if free is not None and need > hw.memory_fraction * free else "device"
         store = torch.device("cpu") if choice == "host" else self.device
         if choice == "host":

@@ -1,0 +1,185 @@
+"""A cohort's round against the chip's limits, under each executor form and precision (the GPU's table).
+
+    python -m fedrun.bench.limits [--device cuda] [--only W1,W2] [--forms vmap,graph,...] [--precisions ...]
+                                  [--out FILE.json]
+
+Each workload is one round of local SGD on random data of its paper's shape (``fedrun.bench.workloads``), timed
+under each form (``vmap``: the vmap executor, a GPU's ``auto``; ``graph``: the graph executor, its steps replaying a
+CUDA graph on a GPU; ``graph_network``/``vmap_network``: with a Sequential CNN's cohort stepping as one network,
+``hardware.cohort_network=true``) and each ``hardware.precision``. Beside each time stand the two floors of that
+round on this chip, measured in the same run: its FLOPs at the chip's matrix-product peak in that precision, and its
+minimal memory traffic at the chip's copy bandwidth. ``speedup`` is over ``vmap`` in float32, the GPU path this
+table is meant to improve on, timed in the same run.
+
+Minimal traffic, a floor rather than an estimate: each client step writes its activations once and reads them once
+in the backward pass, and reads and writes its step state (parameters, direction, optimiser buffers) once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from fedrun.algorithms.schema import make
+from fedrun.bench.workloads import (SCALE_WORKLOADS, WORKLOADS, device_name, flops_per_round, machine, quick, seconds,
+                                    setup, time_rounds)
+from fedrun.engine import tree
+from fedrun.engine.cuda_math import configure_cuda
+from fedrun.engine.executor import VmapExecutor, activation_bytes_per_sample
+from fedrun.engine.graph_executor import GraphExecutor
+from fedrun.engine.precision import local_steps
+from fedrun.model.functional import FunctionalModel
+
+FORMS = ("vmap", "graph", "vmap_network", "graph_network")
+PRECISIONS = ("float32", "tf32", "bfloat16")
+DEFAULT_WORKLOADS = ("lenet5_cifar_1000", "mlp_mnist_1000", "lenet5_cifar_100", "lenet5_mnist_10", "cnn_fedgh_20")
+
+
+class InPrecision:
+    """An executor whose rounds run in ``precision`` (TF32 is a process-wide switch: set around each round)."""
+
+    def __init__(self, executor, precision: str, device: torch.device):
+        self.executor, self.precision, self.device = executor, precision, device
+
+    def run(self, *args, **kwargs):
+        if self.device.type == "cuda":
+            configure_cuda(self.precision == "tf32", False)
+        try:
+            with local_steps(self.precision, self.device):
+                return self.executor.run(*args, **kwargs)
+        finally:
+            if self.device.type == "cuda":
+                configure_cuda(False, False)
+
+
+def matmul_peak(device: torch.device, precision: str, repeats: int = 3) -> float:
+    """FLOP/s of a large matrix product in ``precision`` (float32, TF32 units, or bfloat16 operands)."""
+    n = 8192 if device.type == "cuda" else 1024
+    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    if device.type == "cuda":
+        configure_cuda(precision == "tf32", False)
+    try:
+        best = min(seconds(lambda: a @ b, device) for _ in range(repeats + 1))
+    finally:
+        if device.type == "cuda":
+            configure_cuda(False, False)
+    return 2 * n**3 / best
+
+
+def copy_bandwidth(device: torch.device, repeats: int = 3) -> float:
+    """Bytes/s of a large copy on the device (each byte read once and written once)."""
+    n = (1 << 28) if device.type == "cuda" else (1 << 24)
+    a = torch.empty(n, device=device)
+    b = torch.empty_like(a)
+    best = min(seconds(lambda: b.copy_(a), device) for _ in range(repeats + 1))
+    return 2 * n * a.element_size() / best
+
+
+def traffic_per_round(rule, model: FunctionalModel, ctx, plans, x) -> int:
+    """The round's minimal memory traffic in bytes (the module docstring's floor)."""
+    state_bytes = sum(t.numel() * t.element_size() for t in tree.leaves(rule.client_init(ctx, None)))
+    per_step = 2 * plans[0].batches.shape[1] * activation_bytes_per_sample(model, x) + 2 * state_bytes
+    return per_step * sum(p.tau for p in plans)
+
+
+def executor_of(form: str):
+    return GraphExecutor() if form.startswith("graph") else VmapExecutor(tail=1, blocks=False)
+
+
+def run_limits(w, device: torch.device, forms, precisions, repeats: int, peaks: dict, bandwidth: float) -> list[dict]:
+    model, x, y, plans, ctx = setup(w, device)
+    rule = make("local", "sgd")
+    kinds = {network: FunctionalModel(model.module, model.objective, channels_last=model.channels_last,
+                                      cohort_network=network) for network in (False, True)}
+    forms = [f for f in forms if not f.endswith("_network") or kinds[True].cohort is not None]
+    executors = {(f, p): InPrecision(executor_of(f), p, device) for f in forms for p in precisions}
+    names = {key: f"{key[0]} {key[1]}" for key in executors}
+    models = {names[key]: kinds[key[0].endswith("_network")] for key in executors}
+    best, memory, first = time_rounds({names[k]: e for k, e in executors.items()}, rule, model, ctx, plans, x, y,
+                                      repeats, models, w.name)
+    flops, traffic = flops_per_round(model, x, y, plans), traffic_per_round(rule, model, ctx, plans, x)
+    base = best.get("vmap float32")
+    return [{"workload": w.name, "paper": w.paper, "clients": w.clients, "steps": sum(p.tau for p in plans),
+             "form": form, "precision": precision, "round_s": best[names[form, precision]],
+             "first_round_s": first[names[form, precision]], "peak_mem_mb": memory[names[form, precision]],
+             "flops": flops, "bytes": traffic, "flops_floor_s": flops / peaks[precision],
+             "bytes_floor_s": traffic / bandwidth, "achieved_tflops": flops / best[names[form, precision]] / 1e12,
+             "share_of_peak": flops / best[names[form, precision]] / peaks[precision],
+             "speedup": base / best[names[form, precision]] if base else None, "device": device_name(device)}
+            for form, precision in executors]
+
+
+def speedup(record: dict) -> str:
+    return "" if record["speedup"] is None else f"{record['speedup']:.1f}x"
+
+
+def markdown(records: list[dict], info: dict, command: str) -> str:
+    rows = "".join(
+        f"| {r['workload']} | {r['clients']} | {r['steps']} | {r['form']} | {r['precision']} "
+        f"| {r['round_s'] * 1e3:.1f} | {r['first_round_s']:.2f} | {r['flops_floor_s'] * 1e3:.2f} "
+        f"| {r['bytes_floor_s'] * 1e3:.2f} "
+        f"| {r['achieved_tflops']:.2f} | {100 * r['share_of_peak']:.1f}% | "
+        f"{speedup(r)} | {r['peak_mem_mb']:.0f} |\n" for r in records)
+    peaks = ", ".join(f"{p} {v / 1e12:.1f} TFLOP/s" for p, v in info["matmul_peak"].items())
+    return (f"# A cohort's round against the chip's limits\n\nDevice: {records[0]['device'] if records else '?'}. "
+            f"Matrix-product peaks measured in this run: {peaks}; copy bandwidth {info['copy_bandwidth'] / 1e9:.0f} "
+            f"GB/s.\n\n| workload | clients | steps | form | precision | round ms | first round s | FLOP floor ms | "
+            "byte floor ms | TFLOP/s | of peak | speedup over vmap float32 | peak MB |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + rows +
+            "\nround ms: the best of the timed rounds after the first; FLOP floor: the round's FLOPs (forward and "
+            "backward, as torch.utils.flop_counter counts them) at the measured peak of its precision; byte floor: "
+            "its minimal traffic (each activation written and read once, each step state read and written once) at "
+            "the measured copy bandwidth; of peak: achieved FLOP/s over the peak of its precision.\n\n"
+            f"Command: `{command}`; commit {info['git_commit']}, {info['date']}.\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fedrun.bench.limits", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--only", default=",".join(DEFAULT_WORKLOADS), help="comma-separated workload names")
+    parser.add_argument("--forms", default=",".join(FORMS))
+    parser.add_argument("--precisions", default=None, help="default: float32,tf32,bfloat16 on a GPU, else "
+                                                           "float32,bfloat16")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="smaller cohorts (a smoke run)")
+    parser.add_argument("--out", default=None, help="write the records as JSON here (and a .md table beside it)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    precisions = (args.precisions.split(",") if args.precisions else
+                  [p for p in PRECISIONS if device.type == "cuda" or p != "tf32"])
+    forms = args.forms.split(",")
+    if bad := [f for f in forms if f not in FORMS] + [p for p in precisions if p not in PRECISIONS]:
+        parser.error(f"unknown form or precision {bad}: forms are {FORMS}, precisions {PRECISIONS}")
+    if "tf32" in precisions and device.type != "cuda":
+        parser.error("--precisions tf32 needs a GPU (TF32 matrix units)")
+    every = {w.name: w for w in [*WORKLOADS, *SCALE_WORKLOADS]}
+    if unknown := [n for n in args.only.split(",") if n not in every]:
+        parser.error(f"--only {unknown}: workloads are {sorted(every)}")
+    workloads = [quick(every[n]) if args.quick else every[n] for n in args.only.split(",")]
+    info = machine() | {"matmul_peak": {p: matmul_peak(device, p) for p in precisions},
+                        "copy_bandwidth": copy_bandwidth(device)}
+    command = "python -m fedrun.bench.limits " + " ".join(argv if argv is not None else sys.argv[1:])
+    records = []
+    for w in workloads:
+        done = run_limits(w, device, forms, precisions, args.repeats, info["matmul_peak"], info["copy_bandwidth"])
+        records += done
+        for r in done:
+            print(f"{r['workload']:18s} {r['form']:14s} {r['precision']:9s} {r['round_s'] * 1e3:9.2f} ms "
+                  f"floors {r['flops_floor_s'] * 1e3:.2f} / {r['bytes_floor_s'] * 1e3:.2f} ms "
+                  f"{100 * r['share_of_peak']:.1f}% of peak", flush=True)
+        if args.out:  # rewritten after every workload: a run stopped by a time limit keeps what it finished
+            out = Path(args.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps([r | {"machine": info, "command": command} for r in records], indent=2) + "\n")
+            out.with_suffix(".md").write_text(markdown(records, info, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

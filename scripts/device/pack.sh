@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# What a lent GPU machine needs beside the working tree, in .device/ (ignored; carry it: `run` with carry [".device"]):
+# pure-Python copies of Hydra, OmegaConf, ANTLR's runtime, PyYAML, tqdm, joblib, the Hydra launcher plugins and
+# pytest from .venv (the machine's image has PyTorch only), and MNIST as the idx files its loader reads (gzipped: the carried
+# paths hold 64 MiB in all). Then, on the machine: bash scripts/device/check.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=.venv/bin/python
+SITE=$($PY -c "import site; print(site.getsitepackages()[0])")
+rm -rf .device && mkdir -p .device/site .device/data/mnist/MNIST/raw
+for pkg in hydra omegaconf antlr4 yaml tqdm joblib hydra_plugins pytest _pytest pluggy iniconfig packaging py.py; do
+  cp -r "$SITE/$pkg" .device/site/
+done
+find .device/site -depth -name '__pycache__' -exec rm -rf {} +
+find .device/site -name '*.so' -delete
+$PY - <<'PYEOF'
+"""MNIST from fedrun's cache as the four idx files (gzipped), the format fedrun/data/mnist.py also reads."""
+import gzip, struct
+from pathlib import Path
+import numpy as np
+from fedrun.data.mnist import cache_file
+from fedrun.data.base import default_root
+
+arrays = np.load(cache_file(Path(default_root())))
+out = Path(".device/data/mnist/MNIST/raw")
+for split, prefix in (("train", "train"), ("test", "t10k")):
+    x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+    with gzip.open(out / f"{prefix}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">IIII", 2051, len(x), 28, 28) + x.astype(np.uint8).tobytes())
+    with gzip.open(out / f"{prefix}-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">II", 2049, len(y)) + y.astype(np.uint8).tobytes())
+PYEOF
+git rev-parse HEAD > .device/commit
+du -sh .device
