@@ -8,7 +8,7 @@ import torch
 from conftest import register_tiny
 
 from fedrun.algorithms.schema import make
-from fedrun.engine.sampling import plan_client, sample_clients
+from fedrun.engine.sampling import plan_client, plan_cohort, sample_clients
 from fedrun.engine.simulation import Simulation
 
 FIXED = make("schedule", "fixed")
@@ -125,6 +125,21 @@ def test_batch_orders_and_cohorts_do_not_depend_on_the_algorithm(cfg_factory):
     fedavg = Simulation(cfg_factory("data=digits", "model=mlp", "fl.clients_per_round=3")).run_round(2).plans
     assert [p.id for p in fedavg] == [p.id for p in plans["fedavg"]]
     assert all(torch.equal(a.batches, b.batches) for a, b in zip(fedavg, plans["fedavg"]))
+
+
+@pytest.mark.parametrize("reshuffle", [True, False])
+def test_a_cohorts_plans_moved_in_one_copy_are_each_clients_own(reshuffle):
+    """plan_cohort gives every client the plan plan_client gives it (clients of several sizes and step counts, one
+    with more steps than an epoch), its minibatches views of one tensor."""
+    indices = [np.arange(s, s + n) for s, n in ((0, 30), (30, 7), (37, 55), (92, 12))]
+    clients, taus = [3, 0, 2], [4, 2, 9]
+    plans = plan_cohort(clients, indices, taus, 8, 5, 3, reshuffle, "cpu")
+    for plan, c, tau in zip(plans, clients, taus):
+        alone = plan_client(c, indices[c], tau, 8, 5, 3, reshuffle, "cpu")
+        assert (plan.id, plan.num_samples, plan.tau) == (alone.id, alone.num_samples, alone.tau)
+        assert torch.equal(plan.batches, alone.batches)
+    assert plans[0].batches.untyped_storage().data_ptr() == plans[2].batches.untyped_storage().data_ptr()
+    assert plan_cohort([], indices, [], 8, 5, 3, reshuffle, "cpu") == []
 
 
 def test_no_reshuffle_keeps_one_order_per_client_across_rounds():

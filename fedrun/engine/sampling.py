@@ -60,6 +60,27 @@ def plan_client(client: int, indices: np.ndarray, tau: int, batch_size: int, see
     """``tau`` consecutive minibatches of size min(B, n_i) from a permutation of the client's data, continued into
     the next epoch's permutation when tau * B exceeds n_i. With ``reshuffle`` each (round, epoch) has a fresh
     permutation; without it the client keeps one fixed order, the same every round (BHerd's non-RR protocol)."""
+    batches = client_batches(client, indices, tau, batch_size, seed, round_, reshuffle)
+    return ClientPlan(client, len(indices), tau, torch.from_numpy(batches).to(device))
+
+
+def plan_cohort(clients, indices: list[np.ndarray], taus, batch_size: int, seed: int, round_: int, reshuffle: bool,
+                device) -> list[ClientPlan]:
+    """:func:`plan_client` for each of ``clients`` (with its sample ``indices`` and ``taus``), the same plans, their
+    minibatches moved to ``device`` in one copy: a copy from host memory waits for the device's queued work, so one
+    per client would make a GPU round's start wait as many times."""
+    tables = [client_batches(c, indices[c], tau, batch_size, seed, round_, reshuffle) for c, tau in zip(clients, taus)]
+    if not tables:
+        return []
+    moved = torch.from_numpy(np.concatenate([t.reshape(-1) for t in tables])).to(device)
+    views = moved.split([t.size for t in tables])
+    return [ClientPlan(c, len(indices[c]), tau, v.view(t.shape))
+            for c, tau, t, v in zip(clients, taus, tables, views)]
+
+
+def client_batches(client: int, indices: np.ndarray, tau: int, batch_size: int, seed: int, round_: int,
+                   reshuffle: bool) -> np.ndarray:
+    """The (tau, b) global sample indices of :func:`plan_client`'s minibatches."""
     n = len(indices)
     b = min(batch_size, n)
     epochs_needed = math.ceil(tau * b / n)
@@ -68,5 +89,4 @@ def plan_client(client: int, indices: np.ndarray, tau: int, batch_size: int, see
         order = np.concatenate([rng.permutation(n) for _ in range(epochs_needed)])
     else:
         order = np.tile(rng.permutation(n), epochs_needed)
-    batches = indices[order[: tau * b]].reshape(tau, b)
-    return ClientPlan(client, n, tau, torch.from_numpy(batches).to(device))
+    return indices[order[: tau * b]].reshape(tau, b)

@@ -29,7 +29,7 @@ from fedrun.model.zoo import MODELS, build_model
 from fedrun.model.native.build import FUSED_CONV, INDEXED_ROWS, has_avx512, kernels_on
 from fedrun.data.partition import Partition, held_out, make_partition, refuse_single_sample_batches
 from fedrun.engine.accounting import nbytes, simulated_times, tracked_values
-from fedrun.engine.sampling import ClientPlan, earliest_reporters, plan_client, report_delays, sample_clients
+from fedrun.engine.sampling import ClientPlan, earliest_reporters, plan_cohort, report_delays, sample_clients
 from fedrun.engine.cuda_math import configure_cuda, free_bytes, share_memory
 from fedrun.engine.evaluation import Evaluation
 from fedrun.engine.executor import CohortResult, make_executor
@@ -177,8 +177,8 @@ class Simulation:
         gets minibatches of k*B samples and tau_i = floor(E n_i / (k B)). The config is read once per round: its
         attribute lookups would cost more than the plans of a 400-machine round."""
         width, seed, reshuffle = self.batch_width, self.cfg.seed, self.cfg.fl.reshuffle
-        return [plan_client(c, self.partition.indices[c], tau, width, seed, rnd, reshuffle, self.device)
-                for c, tau in zip(map(int, cohort), self.local_steps(state, cohort))]
+        return plan_cohort(list(map(int, cohort)), self.partition.indices, self.local_steps(state, cohort), width,
+                           seed, rnd, reshuffle, self.device)
 
     @property
     def batch_width(self) -> int:
