@@ -48,3 +48,21 @@ if [[ $what == *,all,* || $what == *,sweep,* ]]; then
   step sweep-shared 120 $PY -m fedrun.cli -m "seed=range(16)" hardware=$HW hardware.executor=graph $EXTRA \
     hydra/launcher=gpu_shared hardware.memory_share=0.25 "hydra.sweep.dir=$OUT/sweeps/shared"
 fi
+# one table of the runs above: process seconds, first round, the later rounds' mean, final accuracy
+$PY - "$OUT" > "$OUT/summary.md" 2>&1 <<'PYEOF'
+import csv, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+steps = {row[0]: row[1:] for row in csv.reader((out / "steps.tsv").open(), delimiter="\t")} if (out / "steps.tsv").exists() else {}
+print("| step | exit | process s | first round s | later rounds ms (mean) | final test acc |\n|---|---|---|---|---|---|")
+for name, (rc, secs) in steps.items():
+    metrics = out / "runs" / name / "metrics.csv"
+    first = later = acc = ""
+    if metrics.exists():
+        rows = list(csv.DictReader(metrics.open()))
+        t = [float(r["elapsed_s"]) for r in rows]
+        first, acc = f"{t[0]:.2f}", rows[-1]["test_acc"]
+        later = f"{1e3 * (t[-1] - t[0]) / (len(t) - 1):.0f}" if len(t) > 1 else ""
+    print(f"| {name} | {rc} | {secs} | {first} | {later} | {acc} |")
+PYEOF
+cat "$OUT/summary.md"
