@@ -180,7 +180,7 @@ def test_a_resumed_runs_summary_names_every_commit_that_computed_it_and_their_ti
 def test_an_extension_killed_midway_is_not_taken_for_a_finished_run(tmp_path, cfg_factory):
     """SIGKILL leaves no summary of its own: the folder must not keep the short run's "finished" beside the longer
     run's config.yaml, or scripts and sweeps would skip the job as done. Resuming then completes it."""
-    run_dir, longer = tmp_path / "run", [*BASE, "fl.rounds=30", "resume=true"]
+    run_dir, longer = tmp_path / "run", [*BASE, "fl.rounds=16", "resume=true"]  # killed after 7: 9 still ahead
     run_experiment(cfg_factory(*BASE, "fl.rounds=5"), run_dir)
     proc = start_cli(run_dir, longer)
     wait_for_rows(proc, run_dir, rows=7)
@@ -189,8 +189,8 @@ def test_an_extension_killed_midway_is_not_taken_for_a_finished_run(tmp_path, cf
     assert proc.returncode == -signal.SIGKILL, f"the extension ended before it could be killed: {proc.stderr.read()}"
     assert finished_summary(run_dir, cfg_factory(*longer)) is None
     summary = run_experiment(cfg_factory(*longer), run_dir)
-    assert summary["status"] == "finished" and summary["rounds_completed"] == 30
-    run_experiment(cfg_factory(*BASE, "fl.rounds=30"), tmp_path / "reference")
+    assert summary["status"] == "finished" and summary["rounds_completed"] == 16
+    run_experiment(cfg_factory(*BASE, "fl.rounds=16"), tmp_path / "reference")
     pd.testing.assert_frame_equal(metrics(run_dir), metrics(tmp_path / "reference"))
 
 
@@ -250,7 +250,8 @@ def test_rerunning_a_run_directory_without_resume_refuses_and_overwrite_keeps_th
 
 def test_sigterm_stops_a_sweep_and_resubmitting_with_resume_finishes_it(tmp_path):
     sweep = tmp_path / "sweep"
-    args = [*BASE, "fl.rounds=30", "checkpoint.every=0", "seed=0,1,2", f"hydra.sweep.dir={sweep}"]
+    # 12 rounds: the signal comes after 3, while the first job still has most of its rounds ahead
+    args = [*BASE, "fl.rounds=12", "checkpoint.every=0", "seed=0,1,2", f"hydra.sweep.dir={sweep}"]
     proc = subprocess.Popen([sys.executable, "-m", "fedrun.cli", "--multirun", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     wait_for_rows(proc, sweep / "0", rows=3)

@@ -91,6 +91,7 @@ def test_vmap_round_equals_loop_round(monkeypatch, cfg_factory, family):
             torch.testing.assert_close(vec.state.buffers[name], loop.state.buffers[name], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # a control of the test above's design, not of fedrun's code: six MobileNetV2 rounds in float64
 def test_the_batchnorm_familys_training_amplifies_rounding_so_its_rounds_share_a_start(monkeypatch, cfg_factory):
     """The control behind test_vmap_round_equals_loop_round's shared start: the loop against itself, its second round
     started from its own state nudged by 1e-12 (float64 rounding's size), moves by more than 1e-8; so two executors'

@@ -21,6 +21,7 @@ import torch
 
 from fedrun.algorithms.base import LocalRule
 from fedrun.algorithms.schema import PartConfig, register
+from fedrun.config.schema import DEFAULT
 
 
 class ClippedSGD(LocalRule):
@@ -43,7 +44,7 @@ class ClippedConfig(PartConfig):
     clip: float = 1.0
 
     def rules(self):
-        yield self.clip > 0, "clip", "must be > 0", "1.0"
+        yield self.clip > 0, "clip", "must be > 0", DEFAULT
 '''
 
 TOY_YAML = "defaults:\n  - clipped_schema\n  - _self_\n\nname: clipped\n"

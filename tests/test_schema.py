@@ -154,3 +154,30 @@ def test_the_schemas_own_their_allowed_values_and_check_without_torch_or_the_eng
             "print(loaded)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_fix_that_is_a_default_reads_it_where_it_is_written():
+    """A rule whose fix is the key's default (``DEFAULT``) names the value ``conf/`` gives the key (a section's, the
+    chosen option's, else the group's default option's) or the part's dataclass gives it; it resolves for every option
+    of every group, so no refusal fails for want of a default."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from fedrun.config.compose import compose_config
+    from fedrun.config.schema import CONF_DIR, DEFAULT, GROUPS, SECTIONS, as_override
+
+    cfg = compose_config([])
+    for name, cls in SECTIONS.items():
+        node = cls(**OmegaConf.to_container(cfg[name], resolve=True))
+        for _, key, _, fix in node.rules():
+            if fix is DEFAULT:
+                assert node.default(key) == cfg[name][key], f"{name}.{key}"
+    for group, cls in GROUPS.items():
+        for option in sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml")):
+            node = cls(**OmegaConf.to_container(compose_config([f"{group}={option}"])[group], resolve=True))
+            for _, key, _, fix in node.rules():
+                if fix is DEFAULT:
+                    as_override(node.default(key))  # resolves
+    problems = SECTIONS["fl"](**{**OmegaConf.to_container(cfg.fl, resolve=True), "batch_size": 0}).problems()
+    assert problems == [f"fl.batch_size=0: must be an integer >= 1. Fix: fl.batch_size={cfg.fl.batch_size}"]

@@ -50,6 +50,11 @@ class PartConfig(Section):
     def prefix(self) -> str:
         return f"algo.{self.part}"
 
+    def default(self, key: str):
+        """A part's defaults are its dataclass's: written once, beside its rules."""
+        field_ = next(f for f in dataclasses.fields(self) if f.name == key)
+        return field_.default if field_.default is not dataclasses.MISSING else field_.default_factory()
+
     def __post_init__(self):
         if self.name not in self.options:
             raise ConfigError([f"algo.{self.part}.name={self.name!r}: must be one of {list(self.options)}. "

@@ -15,28 +15,103 @@ dataset's, a model against its inputs) are in :mod:`fedrun.config.checks`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, ClassVar, Iterator, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-Rule = tuple[bool, str, str, str]  # (holds, key, what the key must be, a value that fixes it)
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+class _Default:
+    """A rule's fix that is the key's default, read where the default is written (``DEFAULT``)."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT = _Default()
+Rule = tuple[bool, str, str, Any]  # (holds, key, what the key must be, a value that fixes it, or DEFAULT)
+
+
+def as_override(value) -> str:
+    """A value as it is typed on the command line (``null``, ``true``, ``0.5``, ``[1, 2]``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(as_override(v) for v in value)}]"
+    return str(value)
 
 
 @dataclass
 class Section:
     """A config node (a section, a group, an algorithm part) whose ``rules`` state each key's range, as
-    (holds, key, what the key must be, a value that fixes it); ``problems`` words each that fails as one line."""
+    (holds, key, what the key must be, a value that fixes it); ``problems`` words each that fails as one line. A fix
+    that is the key's default is ``DEFAULT``: its value is read from where the default is written (``default``), never
+    repeated in a rule."""
 
     prefix: ClassVar[str]
 
     def rules(self) -> Iterator[Rule]:
         yield from ()
 
+    def default(self, key: str):
+        """The key's default: a section's, in ``conf/config.yaml``; a group's, in the YAML of the node's option
+        (its ``name``) where it sets the key, else of the group's default option, else its schema's."""
+        group = self.prefix
+        if group in SECTIONS:
+            return _yaml(CONF_DIR / "config.yaml")[group][key]
+        option = getattr(self, "name", None)
+        if option and (CONF_DIR / group / f"{option}.yaml").is_file():
+            try:
+                return _option_value(group, option, key)
+            except KeyError:
+                pass  # an option that leaves the key to the group's default option
+        try:
+            return _option_value(group, _default_options()[group], key)
+        except KeyError:
+            field_ = next((f for f in fields(self) if f.name == key), None)  # a default of the group's schema
+            if field_ is None or field_.default in (MISSING, dataclasses.MISSING):
+                raise
+            return field_.default
+
     def problems(self) -> list[str]:
-        return [f"{self.prefix}.{key}={getattr(self, key)!r}: {rule}. Fix: {self.prefix}.{key}={fix}"
+        return [f"{self.prefix}.{key}={getattr(self, key)!r}: {rule}. Fix: {self.prefix}.{key}="
+                f"{as_override(self.default(key)) if fix is DEFAULT else fix}"
                 for ok, key, rule, fix in self.rules() if not ok]
+
+
+@lru_cache(maxsize=None)
+def _yaml(path: Path) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+
+
+@lru_cache(maxsize=1)
+def _default_options() -> dict[str, str]:
+    """Each group's default option, from ``conf/config.yaml``'s defaults list."""
+    entries = [e for e in _yaml(CONF_DIR / "config.yaml")["defaults"] if isinstance(e, dict)]
+    return {group: option for e in entries for group, option in e.items()}
+
+
+def _option_value(group: str, option: str, key: str):
+    """``key`` as the group's option sets it, or as an option of the same group that it extends (its defaults
+    list) sets it."""
+    node = _yaml(CONF_DIR / group / f"{option}.yaml")
+    if key in node:
+        return node[key]
+    for entry in node.get("defaults", []):
+        if isinstance(entry, str) and (CONF_DIR / group / f"{entry}.yaml").is_file():
+            try:
+                return _option_value(group, entry, key)
+            except KeyError:
+                continue
+    raise KeyError(f"{group}/{option}.yaml sets no {key}")
 
 
 @dataclass
@@ -57,20 +132,20 @@ class FLConfig(Section):
     reshuffle: bool = MISSING
 
     def rules(self) -> Iterator[Rule]:
-        yield self.rounds >= 1, "rounds", "must be an integer >= 1", "10"
-        yield self.num_clients >= 1, "num_clients", "must be an integer >= 1", "10"
+        yield self.rounds >= 1, "rounds", "must be an integer >= 1", DEFAULT
+        yield self.num_clients >= 1, "num_clients", "must be an integer >= 1", DEFAULT
         if self.num_clients >= 1:
             yield (1 <= self.clients_per_round <= self.num_clients, "clients_per_round",
                    f"must be an integer in [1, fl.num_clients={self.num_clients}]",
                    str(min(self.num_clients, self.clients_per_round) if self.clients_per_round > 0 else 1))
         yield (self.local_epochs > 0, "local_epochs", "must be > 0 (fractions allowed: tau_i = floor(E n_i / B))",
-               "1")
-        yield self.batch_size >= 1, "batch_size", "must be an integer >= 1", "32"
-        yield self.lr > 0, "lr", "must be > 0", "0.01"
+               DEFAULT)
+        yield self.batch_size >= 1, "batch_size", "must be an integer >= 1", DEFAULT
+        yield self.lr > 0, "lr", "must be > 0", DEFAULT
         yield all(m >= 1 for m in self.lr_milestones), "lr_milestones", "must be a list of rounds >= 1", "[50]"
-        yield 0 < self.lr_gamma <= 1, "lr_gamma", "must be in (0, 1]", "0.5"
-        yield 0 <= self.momentum < 1, "momentum", "must be in [0, 1)", "0.9 or 0"
-        yield self.weight_decay >= 0, "weight_decay", "must be >= 0", "0"
+        yield 0 < self.lr_gamma <= 1, "lr_gamma", "must be in (0, 1]", DEFAULT
+        yield 0 <= self.momentum < 1, "momentum", "must be in [0, 1)", DEFAULT
+        yield self.weight_decay >= 0, "weight_decay", "must be >= 0", DEFAULT
 
 
 @dataclass
@@ -88,10 +163,10 @@ class EvalConfig(Section):
     class_metrics: bool = MISSING
 
     def rules(self) -> Iterator[Rule]:
-        yield self.every >= 1, "every", "must be an integer >= 1", "1"
+        yield self.every >= 1, "every", "must be an integer >= 1", DEFAULT
         yield (self.target_acc is None or 0 < self.target_acc <= 1, "target_acc",
                "must be null or an accuracy in (0, 1]", "0.95")
-        yield self.batch_size >= 1, "batch_size", "must be an integer >= 1", "2048"
+        yield self.batch_size >= 1, "batch_size", "must be an integer >= 1", DEFAULT
         yield (self.test_subset is None or self.test_subset >= 1, "test_subset",
                "must be null (the whole test set) or an integer >= 1 (a seeded subset of that many test samples)",
                "2500")
@@ -121,8 +196,8 @@ class CheckpointConfig(Section):
     keep: int = MISSING
 
     def rules(self) -> Iterator[Rule]:
-        yield self.every >= 0, "every", "must be an integer >= 0 (0: no periodic checkpoints)", "10"
-        yield self.keep >= 1, "keep", "must be an integer >= 1", "2"
+        yield self.every >= 0, "every", "must be an integer >= 0 (0: no periodic checkpoints)", DEFAULT
+        yield self.keep >= 1, "keep", "must be an integer >= 1", DEFAULT
 
 
 @dataclass
@@ -192,33 +267,33 @@ class HardwareConfig(Section):
     gram_block: int = MISSING
 
     def rules(self) -> Iterator[Rule]:
-        yield self.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda", "auto"
+        yield self.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda", DEFAULT
         executors = ("auto", *EXECUTOR_NAMES)
-        yield self.executor in executors, "executor", f"must be one of {executors}", "auto"
+        yield self.executor in executors, "executor", f"must be one of {executors}", DEFAULT
         yield (self.chunk_size is None or self.chunk_size >= 1, "chunk_size",
-               "must be null (sized from free memory) or an integer >= 1", "null")
-        yield 0 < self.memory_fraction <= 1, "memory_fraction", "must be in (0, 1]", "0.5"
+               "must be null (sized from free memory) or an integer >= 1", DEFAULT)
+        yield 0 < self.memory_fraction <= 1, "memory_fraction", "must be in (0, 1]", DEFAULT
         yield (self.memory_share is None or 0 < self.memory_share <= 1, "memory_share",
-               "must be null (the whole GPU) or in (0, 1]", "null")
+               "must be null (the whole GPU) or in (0, 1]", DEFAULT)
         yield (self.cache_fraction is None or 0 < self.cache_fraction <= 1, "cache_fraction",
-               "must be null (no cache limit) or in (0, 1]", "0.5")
+               "must be null (no cache limit) or in (0, 1]", DEFAULT)
         yield (self.vmap_tail is None or self.vmap_tail >= 0, "vmap_tail",
-               "must be null (auto) or an integer >= 0 (0: every step vmapped)", "null")
+               "must be null (auto) or an integer >= 0 (0: every step vmapped)", DEFAULT)
         yield (self.loop_threads is None or self.loop_threads >= 1, "loop_threads",
-               "must be null (auto) or an integer >= 1", "null")
-        yield self.gradient in ("auto", "autograd"), "gradient", "must be auto or autograd", "auto"
+               "must be null (auto) or an integer >= 1", DEFAULT)
+        yield self.gradient in ("auto", "autograd"), "gradient", "must be auto or autograd", DEFAULT
         layouts = ("auto", "channels_last", "contiguous")
-        yield self.layout in layouts, "layout", f"must be one of {layouts}", "auto"
-        yield self.dtype in ("float32", "float64"), "dtype", "must be float32 or float64", "float32"
-        yield self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}", "float32"
+        yield self.layout in layouts, "layout", f"must be one of {layouts}", DEFAULT
+        yield self.dtype in ("float32", "float64"), "dtype", "must be float32 or float64", DEFAULT
+        yield self.precision in PRECISIONS, "precision", f"must be one of {PRECISIONS}", DEFAULT
         yield (self.precision == "float32" or self.dtype == "float32", "precision",
                f"reduced precision applies to float32 runs, and dtype={self.dtype}", "float32 (or keep it and set "
                "hardware.dtype=float32)")
         yield (self.num_threads is None or self.num_threads >= 1, "num_threads", "must be null or an integer >= 1",
                "2")
-        yield self.host_memory in ("keep", "system"), "host_memory", "must be keep or system", "keep"
-        yield self.step_store in ("auto", "device", "host"), "step_store", "must be auto, device or host", "auto"
-        yield self.gram_block >= 1, "gram_block", "must be an integer >= 1", "65536"
+        yield self.host_memory in ("keep", "system"), "host_memory", "must be keep or system", DEFAULT
+        yield self.step_store in ("auto", "device", "host"), "step_store", "must be auto, device or host", DEFAULT
+        yield self.gram_block >= 1, "gram_block", "must be an integer >= 1", DEFAULT
 
 
 @dataclass
@@ -234,7 +309,7 @@ class ParticipationConfig(Section):
     delay_scale: Optional[float] = None
 
     def rules(self) -> Iterator[Rule]:
-        yield self.name in ("uniform", "earliest"), "name", "must be uniform or earliest", "uniform"
+        yield self.name in ("uniform", "earliest"), "name", "must be uniform or earliest", DEFAULT
         if self.name == "earliest":
             yield _positive(self.fraction) and self.fraction <= 1, "fraction", "must be in (0, 1]", "0.4"
             yield self.delay in DELAYS, "delay", f"must be one of {DELAYS}", "exponential"
@@ -256,10 +331,10 @@ class TimingConfig(Section):
         yield self.name in ("none", "simulated"), "name", "must be none or simulated", "simulated"
         if self.name == "simulated":
             yield (self.step_time_s is None or self.step_time_s > 0, "step_time_s", "must be null (measured) or > 0",
-                   "null")
+                   DEFAULT)
             yield _positive(self.bandwidth_mbps), "bandwidth_mbps", "must be > 0", "25"
             yield _positive(self.server_bandwidth_mbps), "server_bandwidth_mbps", "must be > 0", "10000"
-            yield self.budget_s is None or self.budget_s > 0, "budget_s", "must be null or > 0", "null"
+            yield self.budget_s is None or self.budget_s > 0, "budget_s", "must be null or > 0", DEFAULT
 
 
 @dataclass
@@ -275,7 +350,7 @@ class LoggerConfig(Section):
     mode: Optional[str] = None
 
     def rules(self) -> Iterator[Rule]:
-        yield self.name in ("csv", "wandb", "none"), "name", "must be csv, wandb or none", "csv"
+        yield self.name in ("csv", "wandb", "none"), "name", "must be csv, wandb or none", DEFAULT
         yield (self.mode in (None, "online", "offline", "disabled"), "mode",
                "must be null ($WANDB_MODE or W&B's default), online, offline or disabled", "offline")
 
@@ -295,12 +370,12 @@ class PartitionConfig(Section):
     label_deal: Optional[str] = None  # case2, case3
 
     def rules(self) -> Iterator[Rule]:
-        yield self.name in PARTITIONS, "name", f"must be one of {PARTITIONS}", "dirichlet"
+        yield self.name in PARTITIONS, "name", f"must be one of {PARTITIONS}", DEFAULT
         if self.name in ("dirichlet", "dirichlet_resample"):
             yield (_positive(self.alpha), "alpha",
-                   "must be > 0 (Dirichlet concentration: small = skewed, large = close to IID)", "0.5")
+                   "must be > 0 (Dirichlet concentration: small = skewed, large = close to IID)", DEFAULT)
         if self.name == "dirichlet":
-            yield self.min_size is None or self.min_size >= 0, "min_size", "must be an integer >= 0", "1"
+            yield self.min_size is None or self.min_size >= 0, "min_size", "must be an integer >= 0", DEFAULT
         if self.name == "dirichlet_resample":
             yield (_positive(self.client_fraction) and self.client_fraction <= 1, "client_fraction",
                    "must be in (0, 1]", "0.01")
@@ -388,8 +463,8 @@ class DataConfig(Section):
     spreads: Optional[List[float]] = None
 
     def rules(self) -> Iterator[Rule]:
-        yield self.normalize in (None, *NORMALIZATIONS), "normalize", f"must be one of {NORMALIZATIONS}", "standardize"
-        yield self.augment in AUGMENTS, "augment", f"must be one of {AUGMENTS}", "none"
+        yield self.normalize in (None, *NORMALIZATIONS), "normalize", f"must be one of {NORMALIZATIONS}", DEFAULT
+        yield self.augment in AUGMENTS, "augment", f"must be one of {AUGMENTS}", DEFAULT
         if self.augment == "autoaugment":
             yield self.augment_policy in POLICIES, "augment_policy", f"must be one of {POLICIES}", "cifar10"
         yield (self.hog_normalize in (None, *HOG_NORMALIZATIONS), "hog_normalize",

@@ -8,7 +8,7 @@ from typing import Iterator
 
 
 from fedrun.algorithms.schema import PartConfig, register
-from fedrun.config.schema import Rule
+from fedrun.config.schema import DEFAULT, Rule
 
 
 @register
@@ -22,7 +22,7 @@ class MeanConfig(PartConfig):
     weighting: str = "samples"
 
     def rules(self) -> Iterator[Rule]:
-        yield self.weighting in ("samples", "uniform"), "weighting", "must be samples or uniform", "samples"
+        yield self.weighting in ("samples", "uniform"), "weighting", "must be samples or uniform", DEFAULT
 
 
 @register

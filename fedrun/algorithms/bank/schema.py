@@ -8,7 +8,7 @@ from typing import Any, Iterator, Optional
 
 
 from fedrun.algorithms.schema import PartConfig, is_int, is_number, is_unit, register
-from fedrun.config.schema import Rule
+from fedrun.config.schema import DEFAULT, Rule
 
 FORMS = ("paper", "adam")  # the bank's central acceleration, eq. 64 as printed or Adam's
 GROUPINGS = ("kmeans", "preference")
@@ -50,18 +50,18 @@ class BankConfig(PartConfig):
 
     def rules(self) -> Iterator[Rule]:
         yield (is_int(self.models) and self.models >= 1, "models",
-               "must be an integer >= 1 (C; 4 in Zhao et al.'s MNIST runs)", "4")
-        yield is_int(self.threshold) and self.threshold >= 0, "threshold", "must be an integer >= 0", "4"
+               "must be an integer >= 1 (C; 4 in Zhao et al.'s MNIST runs)", DEFAULT)
+        yield is_int(self.threshold) and self.threshold >= 0, "threshold", "must be an integer >= 0", DEFAULT
         yield (is_number(self.alpha_g) and self.alpha_g >= 0, "alpha_g", "must be >= 0 (0: no central acceleration)",
-               "0.02")
-        yield is_unit(self.beta1), "beta1", "must be in [0, 1)", "0.0"
-        yield is_unit(self.beta2), "beta2", "must be in [0, 1)", "0.999"
+               DEFAULT)
+        yield is_unit(self.beta1), "beta1", "must be in [0, 1)", DEFAULT
+        yield is_unit(self.beta2), "beta2", "must be in [0, 1)", DEFAULT
         yield is_number(self.eps) and self.eps > 0, "eps", "must be > 0", "1e-8"
-        yield self.form in FORMS, "form", f"must be one of {FORMS}", "adam"
+        yield self.form in FORMS, "form", f"must be one of {FORMS}", DEFAULT
         yield is_number(self.kmeans_eps) and self.kmeans_eps > 0, "kmeans_eps", "must be > 0", "1e-4"
         yield (is_int(self.kmeans_max_iter) and self.kmeans_max_iter >= 1, "kmeans_max_iter",
-               "must be an integer >= 1", "100")
-        yield self.grouping in GROUPINGS, "grouping", f"must be one of {GROUPINGS}", "kmeans"
+               "must be an integer >= 1", DEFAULT)
+        yield self.grouping in GROUPINGS, "grouping", f"must be one of {GROUPINGS}", DEFAULT
 
 
 @register
@@ -74,4 +74,4 @@ class GABankConfig(BankConfig):
     def rules(self) -> Iterator[Rule]:
         yield from super().rules()
         yield (self.ga_step is None or (is_number(self.ga_step) and self.ga_step > 0), "ga_step",
-               "must be null (from the clients' steps) or > 0", "null")
+               "must be null (from the clients' steps) or > 0", DEFAULT)

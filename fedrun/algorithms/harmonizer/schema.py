@@ -9,7 +9,7 @@ from typing import Iterator
 from omegaconf import II
 
 from fedrun.algorithms.schema import PartConfig, is_int, is_unit, register
-from fedrun.config.schema import Rule
+from fedrun.config.schema import DEFAULT, Rule
 
 DGT_MODES = ("calibrate", "norm_only")
 
@@ -29,7 +29,7 @@ class FedGHConfig(PartConfig):
     seed: int = II("seed")  # the random order in which conflicting pairs are projected
 
     def rules(self) -> Iterator[Rule]:
-        yield is_int(self.seed), "seed", "must be an integer", "${seed}"
+        yield is_int(self.seed), "seed", "must be an integer", DEFAULT
 
 
 @register
@@ -43,5 +43,5 @@ class DGTConfig(PartConfig):
     mode: str = "calibrate"
 
     def rules(self) -> Iterator[Rule]:
-        yield is_unit(self.momentum), "momentum", "must be in [0, 1)", "0.5"
-        yield self.mode in DGT_MODES, "mode", f"must be one of {DGT_MODES}", "calibrate"
+        yield is_unit(self.momentum), "momentum", "must be in [0, 1)", DEFAULT
+        yield self.mode in DGT_MODES, "mode", f"must be one of {DGT_MODES}", DEFAULT

@@ -8,7 +8,7 @@ from typing import Iterator
 
 
 from fedrun.algorithms.schema import PartConfig, is_number, is_unit, register
-from fedrun.config.schema import Rule
+from fedrun.config.schema import DEFAULT, Rule
 
 SCALINGS = ("features", "none")  # fsvrg: S_i from the features' frequencies, or none
 OMEGAS = ("all", "round")  # fsvrg: A from all clients' data, or this round's
@@ -43,7 +43,7 @@ class FedDynConfig(SGDConfig):
 
     def rules(self) -> Iterator[Rule]:
         yield from super().rules()
-        yield is_number(self.alpha) and self.alpha > 0, "alpha", "must be > 0 (the server divides by it)", "0.01"
+        yield is_number(self.alpha) and self.alpha > 0, "alpha", "must be > 0 (the server divides by it)", DEFAULT
 
 
 @register
@@ -55,7 +55,7 @@ class FedDecorrConfig(SGDConfig):
 
     def rules(self) -> Iterator[Rule]:
         yield from super().rules()
-        yield is_number(self.beta) and self.beta >= 0, "beta", "must be >= 0 (0: plain local SGD)", "0.1"
+        yield is_number(self.beta) and self.beta >= 0, "beta", "must be >= 0 (0: plain local SGD)", DEFAULT
 
 
 @register
@@ -68,9 +68,9 @@ class PerFedAvgConfig(PartConfig):
     delta: float = 1.0e-3  # the Hessian-free finite difference
 
     def rules(self) -> Iterator[Rule]:
-        yield is_number(self.beta) and self.beta > 0, "beta", "must be > 0", "0.001"
-        yield self.variant in ("fo", "hf"), "variant", "must be fo (first-order) or hf (Hessian-free)", "fo"
-        yield is_number(self.delta) and self.delta > 0, "delta", "must be > 0", "0.001"
+        yield is_number(self.beta) and self.beta > 0, "beta", "must be > 0", DEFAULT
+        yield self.variant in ("fo", "hf"), "variant", "must be fo (first-order) or hf (Hessian-free)", DEFAULT
+        yield is_number(self.delta) and self.delta > 0, "delta", "must be > 0", DEFAULT
 
 
 @register
@@ -82,8 +82,8 @@ class MimeConfig(PartConfig):
     weighting: str = "uniform"  # how the full gradients are averaged into c: uniform (paper) | samples (fedjax)
 
     def rules(self) -> Iterator[Rule]:
-        yield is_unit(self.momentum), "momentum", "must be in [0, 1)", "0.9"
-        yield self.weighting in ("uniform", "samples"), "weighting", "must be uniform or samples", "uniform"
+        yield is_unit(self.momentum), "momentum", "must be in [0, 1)", DEFAULT
+        yield self.weighting in ("uniform", "samples"), "weighting", "must be uniform or samples", DEFAULT
 
 
 @register
@@ -103,5 +103,5 @@ class FSVRGConfig(PartConfig):
     omega: str = "all"  # A_r of eq. 59 counts omega^j over all machines (as printed) | round: the round's clients
 
     def rules(self) -> Iterator[Rule]:
-        yield self.scaling in SCALINGS, "scaling", f"must be one of {SCALINGS}", "features"
-        yield self.omega in OMEGAS, "omega", f"must be one of {OMEGAS}", "all"
+        yield self.scaling in SCALINGS, "scaling", f"must be one of {SCALINGS}", DEFAULT
+        yield self.omega in OMEGAS, "omega", f"must be one of {OMEGAS}", DEFAULT

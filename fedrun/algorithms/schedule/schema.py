@@ -8,7 +8,7 @@ from typing import Iterator, Optional
 
 
 from fedrun.algorithms.schema import PartConfig, is_int, is_number, is_unit, register
-from fedrun.config.schema import Rule
+from fedrun.config.schema import DEFAULT, Rule
 
 
 @register
@@ -22,9 +22,9 @@ class FixedScheduleConfig(PartConfig):
 
     def rules(self) -> Iterator[Rule]:
         yield (self.tau is None or (is_int(self.tau) and self.tau >= 1), "tau",
-               "must be null (tau_i = floor(E n_i / B)) or an integer >= 1", "null")
+               "must be null (tau_i = floor(E n_i / B)) or an integer >= 1", DEFAULT)
         yield (self.switch_round is None or (is_int(self.switch_round) and self.switch_round >= 2), "switch_round",
-               "must be null (no switch) or the round (>= 2) from which every client takes switch_tau steps", "null")
+               "must be null (no switch) or the round (>= 2) from which every client takes switch_tau steps", DEFAULT)
         yield (self.switch_round is None or (is_int(self.switch_tau) and self.switch_tau >= 1), "switch_tau",
                "must be an integer >= 1 when switch_round is set (GIFT Fig. 3: 1)", "1")
 
@@ -44,8 +44,8 @@ class GIFTConfig(PartConfig):
     warmup: int = 0  # rounds before C_r is compared (0: the paper's rule; the EMAs fill from zero meanwhile)
 
     def rules(self) -> Iterator[Rule]:
-        yield is_int(self.tau0) and self.tau0 >= 1, "tau0", "must be an integer >= 1", "100"
-        yield is_unit(self.beta), "beta", "must be in [0, 1)", "0.9"
+        yield is_int(self.tau0) and self.tau0 >= 1, "tau0", "must be an integer >= 1", DEFAULT
+        yield is_unit(self.beta), "beta", "must be in [0, 1)", DEFAULT
         for key, low, fix in (("patience", 1, "2"), ("factor", 2, "2"), ("relax_after", 1, "10"),
                               ("relax_step", 1, "5"), ("warmup", 0, "0")):
             value = getattr(self, key)
@@ -64,12 +64,12 @@ class AdaCommConfig(PartConfig):
     tau_max: Optional[int] = None  # cap on tau (Paddle uses 16); null: none
 
     def rules(self) -> Iterator[Rule]:
-        yield is_int(self.tau0) and self.tau0 >= 1, "tau0", "must be an integer >= 1", "100"
+        yield is_int(self.tau0) and self.tau0 >= 1, "tau0", "must be an integer >= 1", DEFAULT
         yield (self.interval_s is None or (is_number(self.interval_s) and self.interval_s > 0), "interval_s",
-               "must be null (every round) or > 0 seconds of simulated time (with timing=simulated)", "null")
-        yield self.form in ("paper", "paddle"), "form", "must be paper or paddle", "paper"
+               "must be null (every round) or > 0 seconds of simulated time (with timing=simulated)", DEFAULT)
+        yield self.form in ("paper", "paddle"), "form", "must be paper or paddle", DEFAULT
         yield (self.tau_max is None or (is_int(self.tau_max) and self.tau_max >= 1), "tau_max",
-               "must be null or an integer >= 1", "null")
+               "must be null or an integer >= 1", DEFAULT)
 
 
 @register
@@ -91,4 +91,4 @@ class AFLConfig(PartConfig):
         for key, fix in (("tau_init", "1"), ("tau_max", "100"), ("search_factor", "10")):
             value = getattr(self, key)
             yield is_int(value) and value >= 1, key, "must be an integer >= 1", fix
-        yield is_unit(self.moving_average), "moving_average", "must be in [0, 1)", "0.0"
+        yield is_unit(self.moving_average), "moving_average", "must be in [0, 1)", DEFAULT

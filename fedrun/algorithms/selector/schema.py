@@ -9,7 +9,7 @@ from typing import Any, Iterator
 from omegaconf import II
 
 from fedrun.algorithms.schema import PartConfig, is_int, is_number, register
-from fedrun.config.schema import Rule
+from fedrun.config.schema import DEFAULT, Rule
 
 
 @register
@@ -34,9 +34,9 @@ class HerdConfig(PartConfig):
 
     def rules(self) -> Iterator[Rule]:
         yield (is_number(self.alpha) and 0 < self.alpha <= 1, "alpha",
-               "must be in (0, 1] (the fraction of each client's steps that is sent; 1: every step, FedAvg)", "0.5")
+               "must be in (0, 1] (the fraction of each client's steps that is sent; 1: every step, FedAvg)", DEFAULT)
         yield (is_number(self.local_epochs) and self.local_epochs > 0, "local_epochs", "must be > 0",
-               "${fl.local_epochs}")
+               DEFAULT)
 
 
 @register
@@ -57,4 +57,4 @@ class RandomSubsetConfig(HerdConfig):
 
     def rules(self) -> Iterator[Rule]:
         yield from super().rules()
-        yield is_int(self.seed), "seed", "must be an integer", "${seed}"
+        yield is_int(self.seed), "seed", "must be an integer", DEFAULT

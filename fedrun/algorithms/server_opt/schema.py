@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 
 from fedrun.algorithms.schema import PartConfig, is_number, is_unit, register
-from fedrun.config.schema import Rule
+from fedrun.config.schema import DEFAULT, Rule
 
 
 def _server_lr(lr) -> Rule:
@@ -35,7 +35,7 @@ class ServerMomentumConfig(ServerSGDConfig):
 
     def rules(self) -> Iterator[Rule]:
         yield from super().rules()
-        yield is_unit(self.momentum), "momentum", "must be in [0, 1)", "0.9"
+        yield is_unit(self.momentum), "momentum", "must be in [0, 1)", DEFAULT
 
 
 @register
@@ -57,7 +57,7 @@ class ServerAdaptiveConfig(PartConfig):
         return {"kind": self.name, **super().arguments()}
 
     def rules(self) -> Iterator[Rule]:
-        yield is_number(self.lr) and self.lr > 0, "lr", "must be > 0", "0.01"
-        yield is_unit(self.beta1), "beta1", "must be in [0, 1)", "0.9"
-        yield is_unit(self.beta2), "beta2", "must be in [0, 1)", "0.99"
-        yield is_number(self.tau) and self.tau > 0, "tau", "must be > 0", "0.001"
+        yield is_number(self.lr) and self.lr > 0, "lr", "must be > 0", DEFAULT
+        yield is_unit(self.beta1), "beta1", "must be in [0, 1)", DEFAULT
+        yield is_unit(self.beta2), "beta2", "must be in [0, 1)", DEFAULT
+        yield is_number(self.tau) and self.tau > 0, "tau", "must be > 0", DEFAULT
