@@ -653,3 +653,30 @@ def test_a_preregistered_effect_may_differ_by_a_grid_keys_value():
     assert out["verdict"].tolist() == ["holds", "does not hold", f"not checked: the paper states no effect at "
                                                                  f"{PRESET}=cifar"]
     assert out["needs"].tolist()[:2] == [1.0, 5.0]
+
+
+def test_a_preregistered_effect_may_be_the_papers_own_difference_at_each_point():
+    """effect: paper takes each point's effect from the paper's printed numbers (method minus versus there); a point
+    where the paper's own numbers show no gain is not checked, and a point it prints nothing of neither."""
+    from fedrun.papers import artefacts
+    from fedrun.papers.claims import check
+
+    values = (artefacts.Value("acc", "final_test_acc"),)
+    numbers = artefacts._numbers("preset, algo, h, acc\nmnist, fedavg, none, 80.0\nmnist, fedavg, gh, 82.0\n"
+                                 "mnist, prox, none, 70.0\nmnist, prox, gh, 69.5\n", values, "p")
+    (claim,) = artefacts._claims([{"says": "x", "value": "acc", "method": {"h": "gh"}, "versus": {"h": "none"},
+                                   "effect": "paper"}], values, "p", numbers)
+    assert claim.paper_effect({"preset": "mnist", "algo": "fedavg"}) == pytest.approx(2.0)
+    assert claim.paper_effect({"preset": "mnist", "algo": "prox"}) == pytest.approx(-0.5)
+    runs = pd.concat([_paired_runs({s: 1.5 for s in range(5)}).rename(columns={"dgt": "h"}).replace(
+        {"h": {"dgt": "gh"}}).assign(preset="mnist", algo=a) for a in ("fedavg", "prox", "nova")])
+    table = pd.DataFrame({"preset": ["mnist"] * 6, "algo": ["fedavg", "fedavg", "prox", "prox", "nova", "nova"],
+                          "h": ["gh", "none"] * 3, "runs": [5] * 6, "acc": [81.5, 80.0] * 3, "fixture": [""] * 6})
+    out = check((claim,), table, ["preset", "algo", "h"], runs=runs)
+    assert out["verdict"].tolist() == [
+        "holds", "not checked: the paper's own numbers show no gain at algo=prox, preset=mnist (-0.5)",
+        "not checked: the paper states no effect at algo=nova, preset=mnist"]
+    assert out["needs"].iloc[0] == pytest.approx(1.0)
+    with pytest.raises(Exception, match="effect=paper, but the paper's numbers have no 'acc'"):
+        artefacts._claims([{"says": "x", "value": "acc", "method": {"h": "gh"}, "versus": {"h": "other"},
+                            "effect": "paper"}], values, "p", numbers)

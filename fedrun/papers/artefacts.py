@@ -65,8 +65,9 @@ class Claim:
     effect: float | None = None  # the paper's effect: set, the claim is pre-registered (the paired rule decides it)
     seeds: int = 5  # the paired rule: seeds it needs before it decides
     share: float = 0.5  # the paired rule: the share of the paper's effect the mean difference must reach
-    effect_by: str | None = None  # the paper's effect differs by this grid key's value (a dataset's preset)...
-    effects: tuple[tuple[str, float], ...] = ()  # ...as (value, effect)
+    # or the paper's effect differs by the point of the other grid keys (a dataset's preset; each cell of a table the
+    # paper prints): (the point's grid values, as (key, value) pairs, the effect there)
+    effects: tuple[tuple[tuple[tuple[str, str], ...], float], ...] = ()
 
     @property
     def preregistered(self) -> bool:
@@ -74,9 +75,10 @@ class Claim:
 
     def paper_effect(self, where: dict) -> float | None:
         """The paper's effect at a point of the other grid keys (None: the paper states none there)."""
-        if self.effect_by is None:
+        if not self.effects:
             return self.effect
-        return dict(self.effects).get(normalise(where.get(self.effect_by)))
+        at = {k: normalise(v) for k, v in where.items()}
+        return next((e for point, e in self.effects if all(at.get(k) == v for k, v in point)), None)
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,8 @@ def _reduction_problem(of: str) -> str | None:
             "(test_acc@mean_last_10)")
 
 
-def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Claim, ...]:
+def _claims(raw: list | None, values: tuple[Value, ...], where: str, numbers: pd.DataFrame | None = None
+            ) -> tuple[Claim, ...]:
     """The claims block: ``says``, ``value`` (one of the artefact's values), ``better`` (higher|lower), ``margin``
     (default 0), ``across`` (grid keys pooled) and two mappings of one grid key to a value or a list of values,
     ``method`` and ``versus``."""
@@ -186,9 +189,10 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Cl
         by = effect if isinstance(effect, dict) and len(effect) == 1 else None
         each = list(next(iter(by.values())).values()) if by and isinstance(next(iter(by.values())), dict) else \
             [effect] if "effect" in c and not isinstance(effect, dict) else [None]
-        if "effect" in c and not all(isinstance(e, (int, float)) and e > 0 for e in each):
-            problems.append(f"{at}: effect={effect!r}: the paper's effect, a number > 0 in the value's unit, or one "
-                            "grid key's values each with its effect ({preset: {dgt_fig5_mnist: 5, ...}})")
+        if "effect" in c and effect != "paper" and not all(isinstance(e, (int, float)) and e > 0 for e in each):
+            problems.append(f"{at}: effect={effect!r}: the paper's effect, a number > 0 in the value's unit, one "
+                            "grid key's values each with its effect ({preset: {dgt_fig5_mnist: 5, ...}}), or paper "
+                            "(the difference of the paper's own numbers at each point)")
         if not (isinstance(c.get("seeds", 5), int) and c.get("seeds", 5) >= 2):
             problems.append(f"{at}: seeds={c.get('seeds')!r}: the seed pairs the rule needs, an integer >= 2")
         if not (isinstance(c.get("share", 0.5), (int, float)) and 0 <= c.get("share", 0.5) <= 1):
@@ -204,13 +208,37 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str) -> tuple[Cl
         if "effect" in c and (len(listed[0]) != 1 or len(listed[1]) != 1):
             raise ConfigError([f"{at}: a pre-registered claim (effect) pairs one method value with one versus value "
                                f"by seed; it lists {list(listed[0])} against {list(listed[1])}"])
+        better = c.get("better", "higher")
+        if effect == "paper":
+            effects = paper_effects(pd.DataFrame() if numbers is None else numbers, key, listed[0][0], listed[1][0],
+                                    value, better)
+            if not effects:
+                raise ConfigError([f"{at}: effect=paper, but the paper's numbers have no {value!r} for both "
+                                   f"{key}={listed[0][0]} and {key}={listed[1][0]} at any point"])
+        else:
+            effects = tuple((((next(iter(by)), normalise(v)),), float(e)) for v, e in next(iter(by.values())).items()) \
+                if by else ()
         out.append(Claim(says=c.get("says", ""), value=value, key=key, method=listed[0], versus=listed[1],
-                         better=c.get("better", "higher"), margin=float(c.get("margin", 0.0)),
-                         across=tuple(c.get("across", ())),
-                         effect=float(effect) if "effect" in c and not by else None, seeds=int(c.get("seeds", 5)),
-                         share=float(c.get("share", 0.5)), effect_by=next(iter(by)) if by else None,
-                         effects=tuple((normalise(v), float(e)) for v, e in next(iter(by.values())).items())
-                         if by else ()))
+                         better=better, margin=float(c.get("margin", 0.0)), across=tuple(c.get("across", ())),
+                         effect=float(effect) if "effect" in c and not by and effect != "paper" else None,
+                         seeds=int(c.get("seeds", 5)), share=float(c.get("share", 0.5)), effects=effects))
+    return tuple(out)
+
+
+def paper_effects(numbers: pd.DataFrame, key: str, method: str, versus: str, value: str, better: str
+                  ) -> tuple[tuple[tuple[tuple[str, str], ...], float], ...]:
+    """The paper's own effect at each point of its table: ``method``'s number minus ``versus``'s (in the ``better``
+    direction), at every point of the other grid keys where the paper prints both."""
+    if numbers.empty or key not in numbers or value not in numbers:
+        return ()
+    others = [c for c in numbers.columns if c != key and c not in numbers.select_dtypes("number").columns]
+    out = []
+    for point, rows in numbers.groupby(others, sort=False) if others else [((), numbers)]:
+        point = point if isinstance(point, tuple) else (point,)
+        sides = [rows.loc[rows[key] == side, value].dropna() for side in (method, versus)]
+        if all(len(s) == 1 for s in sides):
+            gain = float(sides[0].iloc[0] - sides[1].iloc[0]) * (1 if better == "higher" else -1)
+            out.append((tuple(zip(others, point)), round(gain, 10)))
     return tuple(out)
 
 
@@ -239,6 +267,7 @@ def read_paper(path: Path) -> Paper:
             raise ConfigError([f"{where}: measure={a['measure']!r}; write it module:function "
                                "(fedrun.papers.measures.hog_ceiling:measure)"])
         values = _values(a)
+        numbers = _numbers(a.get("paper"), values, where)
         if taken := sorted({v.name for v in values} & RESERVED):
             raise ConfigError([f"{where}: a value may not be named {taken}: the summary has columns of that name "
                                f"({', '.join(sorted(RESERVED))}); name it otherwise ('rounds to target')"])
@@ -251,8 +280,9 @@ def read_paper(path: Path) -> Paper:
                                    figure=a.get("figure", "curves"), x=a.get("x", "round"),
                                    curves=tuple(a.get("curves", ("test_acc",))),
                                    runs_of=a.get("runs_of", ""), measure=a.get("measure", ""),
-                                   data=tuple(a.get("data", ())), claims=_claims(a.get("claims"), values, where),
-                                   paper_numbers=_numbers(a.get("paper"), values, where))
+                                   data=tuple(a.get("data", ())),
+                                   claims=_claims(a.get("claims"), values, where, numbers),
+                                   paper_numbers=numbers)
     return Paper(key=key, cite=raw["cite"], title=raw["title"], authors=raw.get("authors", ""),
                  venue=raw.get("venue", ""), artefacts=artefacts)
 

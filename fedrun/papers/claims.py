@@ -62,9 +62,11 @@ def _paired(claim: Claim, where: dict, runs: pd.DataFrame) -> dict:
     for s in set(sides["method"]) ^ set(sides["versus"]):
         missing.setdefault(s, "method not run" if s not in sides["method"] else "versus not run")
     effect = claim.paper_effect(where)
+    at = ", ".join(f"{k}={v}" for k, v in where.items())
     if effect is None:
-        return {"verdict": f"not checked: the paper states no effect at {claim.effect_by}="
-                           f"{where.get(claim.effect_by)}"}
+        return {"verdict": f"not checked: the paper states no effect at {at}"}
+    if effect <= 0:
+        return {"verdict": f"not checked: the paper's own numbers show no gain at {at} ({effect:+.4g})"}
     return paired_verdict(claim, sides["method"], sides["versus"], missing, effect)
 
 
@@ -88,7 +90,11 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
             where = dict(zip(others, where if isinstance(where, tuple) else (where,)))
             row = _verdict(claim, where, group, claim.value in reaching)
             if claim.preregistered and runs is not None and not row["verdict"].startswith("not checked: fixture"):
-                row |= _paired(claim, where, runs)
+                # the point in full: the grid keys all its rows share too (a table of one preset), which the
+                # paper's effect may differ by
+                same = {k: group[k].iloc[0] for k in keys if k in group and k != claim.key and k not in where
+                        and k not in claim.across and group[k].astype(str).nunique() == 1}
+                row |= _paired(claim, where | same, runs)
             rows.append(row)
     return pd.DataFrame(rows, columns=["says", "where", "value", "method", "versus", "verdict", "pairs", "difference",
                                        "interval", "needs"])
