@@ -3,7 +3,8 @@ same seeds, as their final test accuracy and wall time, in one run on one machin
 
     python scripts/precision_cost.py [--seeds 0,1,2] [--precisions float32,bfloat16] [--out results/bench]
 
-Writes <out>/precision-<device>.md and .json. TF32 is a GPU's (run it there: --precisions float32,tf32,bfloat16).
+Writes <out>/precision-<device>.md and .json (precision-<settings>-<device>.* for some of the settings). TF32 is a
+GPU's (run it there: --precisions float32,tf32,bfloat16).
 Each run is a real ``fedrun`` run (its run directory under a temporary folder); the table says which commit, data
 and seeds made it. On a CPU without bfloat16 units, bfloat16 is emulated: its times there say nothing of a GPU's.
 """
@@ -81,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                "GPU's." if device.type == "cpu" else "") + "\n")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"precision-{device.type}.md").write_text(text)
-    (out / f"precision-{device.type}.json").write_text(json.dumps(
+    chosen = args.settings.split(",")
+    stem = f"precision-{device.type}" if chosen == list(SETTINGS) else f"precision-{'-'.join(chosen)}-{device.type}"
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps(
         {"command": command, "commit": git_commit(), "device": device_name(device), "records": records}, indent=2)
         + "\n")
     print(text)

@@ -67,3 +67,22 @@ def test_a_run_saved_with_the_old_tf32_switch_compares_as_its_precision():
     assert config_differences(old, {"hardware": {"precision": "float32", "dtype": "float32"}, "seed": 0}) == [
         "hardware.precision: 'tf32' there, 'float32' asked"]
     assert config_differences({"hardware": {"tf32": False}}, {"hardware": {"precision": "float32"}}) == []
+
+
+def test_reduced_precision_turns_the_float32_kernels_off(cfg_factory):
+    """fedrun's compiled CPU kernels compute in float32 whatever autocast says: with bfloat16 a one-layer model's step
+    (their main user) runs torch's products, in bfloat16, so the round moves by bfloat16's rounding."""
+    from fedrun.model.native.build import wanted
+
+    params = {}
+    for precision in ("float32", "bfloat16"):
+        cfg = cfg_factory(*ROUND, "model=logreg", "fl.batch_size=5", "hardware.native=true",
+                          f"hardware.precision={precision}")
+        sim = Simulation(cfg)
+        assert sim.model.indexed_rows is (precision == "float32")
+        assert bool(wanted(cfg.hardware)) is (precision == "float32")
+        start = sim.state.params.clone()
+        sim.run_round(1)
+        params[precision] = sim.state.params
+    step = (params["float32"] - start).norm()
+    assert 1e-5 * step < (params["bfloat16"] - params["float32"]).norm() < 0.05 * step

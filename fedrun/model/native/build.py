@@ -231,9 +231,10 @@ def kernels_on(native: bool | None) -> dict[str, bool]:
 
 
 def wanted(hardware) -> list[str]:
-    """The kernels a run with these ``hardware`` settings may use: those ``hardware.native`` turns on, on a CPU."""
+    """The kernels a run with these ``hardware`` settings may use: those ``hardware.native`` turns on, on a CPU, in
+    float32 (``hardware.precision``)."""
     on_cpu = hardware.device == "cpu" or (hardware.device == "auto" and not torch.cuda.is_available())
-    if not on_cpu:
+    if not on_cpu or hardware.get("precision", "float32") != "float32":  # they compute in float32 only
         return []
     return [source for source, on in kernels_on(hardware.get("native")).items() if on]
 
