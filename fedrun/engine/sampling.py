@@ -1,7 +1,8 @@
 """Who trains in a round, for how many steps, on which minibatches.
 
 Every random choice here is a pure function of (seed, round, client), independent of the algorithm, so runs of
-different algorithms with the same seed sample the same clients and see the same batch orders (paired comparisons).
+different algorithms with the same seed sample the same clients and, where they order their batches alike
+(``fl.reshuffle``), see the same minibatches (paired comparisons).
 """
 
 from __future__ import annotations
