@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from fedrun.algorithms.schema import make
-from fedrun.bench.workloads import (SCALE_WORKLOADS, WORKLOADS, device_name, flops_per_round, machine, quick, seconds,
-                                    setup, time_rounds)
+from fedrun.bench.workloads import (SCALE_WORKLOADS, WORKLOADS, device_name, flops_per_round, machine,
+                                    matmul_peak_gflops, quick, seconds, setup, time_rounds)
 from fedrun.engine import tree
 from fedrun.engine.cuda_math import configure_cuda
 from fedrun.engine.executor import VmapExecutor, activation_bytes_per_sample
@@ -57,18 +57,15 @@ class InPrecision:
 
 
 def matmul_peak(device: torch.device, precision: str, repeats: int = 3) -> float:
-    """FLOP/s of a large matrix product in ``precision`` (float32, TF32 units, or bfloat16 operands)."""
-    n = 8192 if device.type == "cuda" else 1024
-    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    """FLOP/s of the workloads' large matrix product in ``precision`` (float32, TF32 units, or bfloat16 operands)."""
     if device.type == "cuda":
         configure_cuda(precision == "tf32", False)
     try:
-        best = min(seconds(lambda: a @ b, device) for _ in range(repeats + 1))
+        dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+        return matmul_peak_gflops(device, repeats, dtype) * 1e9
     finally:
         if device.type == "cuda":
             configure_cuda(False, False)
-    return 2 * n**3 / best
 
 
 def copy_bandwidth(device: torch.device, repeats: int = 3) -> float:

@@ -141,9 +141,11 @@ class PeakMemory:
             self.peak_mb = max(self._peak, self._rss()) / 2**20
 
 
-def matmul_peak_gflops(device: torch.device, repeats: int = 3) -> float:
+def matmul_peak_gflops(device: torch.device, repeats: int = 3, dtype: torch.dtype = torch.float32) -> float:
+    """GFLOP/s of a large matrix product of ``dtype`` operands (on a GPU, in float32 on TF32 units where the caller
+    has switched them on)."""
     n = 8192 if device.type == "cuda" else 2048
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     best = min(seconds(lambda: a @ b, device) for _ in range(repeats + 1))
     return 2 * n**3 / best / 1e9
 

@@ -54,10 +54,10 @@ class GraphExecutor(VmapExecutor):
     def _run_chunk(self, rule: LocalRule, model: FunctionalModel, ctx, plans, x, y, cstates, record=None):
         k = len(plans)
         state = initial_states(rule, ctx, cstates)
-        if steps_natively(rule, model):
-            step = functools.partial(_plain_step, rule, model)
-        else:
-            step = self._vmapped_step(rule, model)
+        # a batchable rule steps the stack without vmap, making new tensors (ctx.in_place is off: the mask keeps a
+        # finished client's old row, so a step may not update it in place)
+        step = functools.partial(rule.client_step, model) if steps_natively(rule, model) else \
+            self._vmapped_step(rule, model)
         taus = torch.tensor([p.tau for p in plans], device=x.device)
         tau_max = max(p.tau for p in plans)
         batches = torch.nn.utils.rnn.pad_sequence([p.batches for p in plans], batch_first=True)  # (K, tau_max, b)
@@ -115,8 +115,3 @@ class GraphExecutor(VmapExecutor):
             return None
         return graph
 
-
-def _plain_step(rule: LocalRule, model: FunctionalModel, ctx, state, xb, yb):
-    """A batchable rule's step of the whole stack without vmap (``steps_natively``), making new tensors: the masked
-    step keeps a finished client's old row, so the step may not update it in place."""
-    return rule.client_step(model, ctx, state, xb, yb)

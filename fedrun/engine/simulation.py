@@ -94,11 +94,7 @@ class Simulation:
         kind = get_spec(cfg.data.name).meta(cfg.data)[0]
         module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
         layout = cfg.hardware.layout
-        kernels = kernels_on(cfg.hardware.native)
-        if cfg.hardware.precision != "float32" and any(kernels.values()):  # they would run float32 regardless
-            log.info("hardware.precision=%s: fedrun's compiled CPU kernels compute in float32 only, so they are off",
-                     cfg.hardware.precision)
-            kernels = dict.fromkeys(kernels, False)
+        kernels = kernels_on(cfg.hardware.native, cfg.hardware.precision)
         self.model = FunctionalModel(module.to(self.device, self.dtype), objective,
                                      by_hand=cfg.hardware.gradient == "auto",
                                      channels_last=layout == "channels_last" or layout == "auto"

@@ -221,22 +221,23 @@ def has_avx512() -> bool:
     return " avx512f " in f" {_cpu_signature()} "
 
 
-def kernels_on(native: bool | None) -> dict[str, bool]:
+def kernels_on(native: bool | None, precision: str = "float32") -> dict[str, bool]:
     """``hardware.native`` resolved to each kernel: false, none; true, all; null (the default), those that pay on
     this CPU: the convolution kernels only where it has AVX-512 (on an AVX2 CPU their 16-float vectors are split in
-    two and they ran slower than oneDNN's layers)."""
-    if native is False:
+    two and they ran slower than oneDNN's layers). None under a reduced ``hardware.precision``: they compute in
+    float32 only, whatever autocast asks."""
+    if native is False or precision != "float32":
         return dict.fromkeys(SOURCES, False)
     return {FUSED_CONV: native is True or has_avx512(), INDEXED_ROWS: True}
 
 
 def wanted(hardware) -> list[str]:
-    """The kernels a run with these ``hardware`` settings may use: those ``hardware.native`` turns on, on a CPU, in
-    float32 (``hardware.precision``)."""
+    """The kernels a run with these ``hardware`` settings may use: those ``hardware.native`` turns on, on a CPU."""
     on_cpu = hardware.device == "cpu" or (hardware.device == "auto" and not torch.cuda.is_available())
-    if not on_cpu or hardware.get("precision", "float32") != "float32":  # they compute in float32 only
+    if not on_cpu:
         return []
-    return [source for source, on in kernels_on(hardware.get("native")).items() if on]
+    return [source for source, on in kernels_on(hardware.get("native"), hardware.get("precision", "float32")).items()
+            if on]
 
 
 def prepare(hardware) -> None:
