@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from fedrun.config.compose import CONF_DIR
 from fedrun.errors import ConfigError, FedrunError, OverwriteError, StaleRunError
 from fedrun.config.overrides import check_overrides, check_sweep_jobs, override_key
+from fedrun.config.renames import renamed_overrides
 from fedrun.process.quick_exit import ends_process
 from fedrun.rundir.resume import choose_run_dir
 from fedrun.rundir.files import (CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, move_aside,
@@ -158,6 +159,9 @@ def app_help(args: list[str]) -> str:
 
 def main() -> None:
     hold_collector()  # until the run is built (fedrun/process/startup.py)
+    sys.argv[1:], notes = renamed_overrides(sys.argv[1:])  # a renamed key typed in its old spelling
+    for note in notes:
+        print(f"fedrun: note: {note}", file=sys.stderr)
     if {"--help", "-h"} & set(sys.argv[1:]):
         print(app_help(sys.argv[1:]))
         return

@@ -7,7 +7,7 @@ The mechanism: BHerd's server step (eq. 6) is FedAvg's plus (eta E / alpha) time
 s_i = sum over the selected steps of (z - mean z); herding makes s_i small, so BHerd can differ from FedAvg only as
 far as s_i does. The hypothesis: BHerd gains over FedAvg somewhere in the readings the paper leaves open (Case 2's
 layout, the learning rate), and its gain comes from herding's choice of steps. The control that separates the two
-is BHerd with the same alpha*tau_i steps drawn at random (``algo/selector=random``): the same eqs. 5-6, a random
+is BHerd with the same alpha*tau_i steps drawn at random (``algo/step_selector=random``): the same eqs. 5-6, a random
 residual.
 
 Phase 1 (seed 0): every reading of Case 1/2 x the learning rates x FedAvg (random reshuffling, the paper's
@@ -51,9 +51,9 @@ READINGS = {  # name -> (overrides, what it is)
 }
 METHODS = {  # name -> overrides
     "FedAvg": ["algo=fedavg"],
-    **{f"BHerd a={a}": ["algo=bherd", f"algo.selector.alpha={a}"] for a in ("0.1", "0.3", "0.5", "0.7", "1.0")},
+    **{f"BHerd a={a}": ["algo=bherd", f"algo.step_selector.alpha={a}"] for a in ("0.1", "0.3", "0.5", "0.7", "1.0")},
     "GraB-FedAvg": ["algo=grab_fedavg"],
-    "random a=0.5": ["algo=bherd", "algo/selector=random"],
+    "random a=0.5": ["algo=bherd", "algo/step_selector=random"],
 }
 SEEDED = ("FedAvg", "BHerd a=0.5", "random a=0.5")
 PAPER_LR = 2e-4
@@ -65,12 +65,12 @@ SUBSET, DRAWS = 2500, 200
 HEADLINE = {  # `fedrun algo=bherd data=mnist` (LeNet-5, Dirichlet(0.5), 10 clients, 10 rounds) and its neighbours
     "FedAvg, lr 0.1": ["algo=fedavg"],
     "BHerd a=0.5, lr 0.1": ["algo=bherd"],
-    "random a=0.5, lr 0.1": ["algo=bherd", "algo/selector=random"],
+    "random a=0.5, lr 0.1": ["algo=bherd", "algo/step_selector=random"],
     "BHerd a=0.5, lr 0.1, reshuffled": ["algo=bherd", "fl.reshuffle=true"],  # a fresh batch order every round
-    "BHerd a=0.9, lr 0.1": ["algo=bherd", "algo.selector.alpha=0.9"],
+    "BHerd a=0.9, lr 0.1": ["algo=bherd", "algo.step_selector.alpha=0.9"],
     "FedAvg, lr 0.03": ["algo=fedavg", "fl.lr=0.03"],
     "BHerd a=0.5, lr 0.03": ["algo=bherd", "fl.lr=0.03"],
-    "BHerd a=0.9, lr 0.03": ["algo=bherd", "algo.selector.alpha=0.9", "fl.lr=0.03"],
+    "BHerd a=0.9, lr 0.03": ["algo=bherd", "algo.step_selector.alpha=0.9", "fl.lr=0.03"],
 }
 HEADLINE_SEEDS = 3
 

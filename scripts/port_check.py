@@ -82,7 +82,7 @@ def sweeps_cells(text: str) -> pd.DataFrame:
 
 
 def bherd_sweeps(old: Path, new: Path) -> pd.DataFrame:
-    swept = {"fig5a": "algo.selector.alpha", "fig8a": "fl.local_epochs", "fig8b": "fl.batch_size",
+    swept = {"fig5a": "algo.step_selector.alpha", "fig8a": "fl.local_epochs", "fig8b": "fl.batch_size",
              "fig8c": "fl.num_clients"}
     before = sweeps_cells(old.read_text())
     out = []

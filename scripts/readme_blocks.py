@@ -44,7 +44,7 @@ def groups_block() -> str:
     for group, options in group_options(CONF_DIR).items():
         if group in defaults:
             default = f"`{defaults[group]}`" if defaults[group] is not None else "none"
-        else:  # algo/local, algo/selector...: each algo/*.yaml picks its parts
+        else:  # algo/local, algo/step_selector...: each algo/*.yaml picks its parts
             default = "the algorithm's" if group.startswith("algo/") else "–"
         lines.append(f"| `{group}` | {default} | {', '.join(f'`{o}`' for o in options)} |")
     return "\n".join(lines)

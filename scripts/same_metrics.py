@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from fedrun.config.renames import RENAMED
 from fedrun.rundir.files import git_commit
 from startup_bench import REPO
 
@@ -34,7 +35,7 @@ FAMILIES = {
     **{algo: [f"algo={algo}"] for algo in ("fedavg", "fedprox", "scaffold", "feddyn", "fednova", "feddecorr", "fedadam",
                                            "bherd", "bherd_scaffold", "grab_fedavg", "fedgh", "dgt", "perfedavg",
                                            "mimesvrg", "losac", "centralized")},
-    "random subset": ["algo=bherd", "algo/selector=random"],
+    "random subset": ["algo=bherd", "algo/step_selector=random"],
     "dgt norm_only": ["algo=dgt", "algo.harmonizer.mode=norm_only"],
     "gift": ["algo=gift", "algo.schedule.tau0=6", "algo.schedule.patience=1"],
     "adacomm": ["algo/schedule=adacomm", "algo.schedule.tau0=6"],
@@ -54,7 +55,17 @@ def differing_columns(base: pd.DataFrame, this: pd.DataFrame) -> list[str]:
     return [c for c in this.columns if not base[c].equals(this[c])]
 
 
+def spelled_for(checkout: Path, overrides: list[str]) -> list[str]:
+    """The overrides as ``checkout`` reads them: a checkout from before a rename (``algo/step_selector`` was
+    ``algo/selector``) gets the old spelling."""
+    for old, new in RENAMED.items():
+        if not (checkout / "conf" / new.replace(".", "/")).is_dir():
+            overrides = [o.replace(new.replace(".", "/"), old.replace(".", "/")).replace(new, old) for o in overrides]
+    return overrides
+
+
 def metrics(checkout: Path, overrides: list[str], run_dir: Path) -> pd.DataFrame:
+    overrides = spelled_for(checkout, overrides)
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-m", "fedrun.cli", *COMMON, *overrides, f"hydra.run.dir={run_dir}"], env=env,
                    cwd=checkout, check=True, capture_output=True)  # a family's model= comes after --model's

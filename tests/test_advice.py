@@ -17,10 +17,10 @@ def test_bherds_step_is_said_at_start_for_lenet5_at_the_default_lr_and_not_for_t
     assert "0.1 x 1/0.5 = 0.2" in note and "lenet5" in note and "experiment=bherd_svm_mnist" in note
     assert "results/bherd/README.md" in note
     for quiet in (["experiment=bherd_svm_mnist", "algo=bherd"], ["experiment=bherd_cnn_cifar10", "algo=bherd"],
-                  ["experiment=bherd_rnn_imdb", "algo=bherd"], ["algo=fedavg"], ["algo=bherd", "algo.selector.alpha=1"],
-                  ["algo=bherd", "fl.lr=0.05"]):
+                  ["experiment=bherd_rnn_imdb", "algo=bherd"], ["algo=fedavg"],
+                  ["algo=bherd", "algo.step_selector.alpha=1"], ["algo=bherd", "fl.lr=0.05"]):
         assert selected_step_note(cfg_factory(*quiet)) is None, quiet
-    assert selected_step_note(cfg_factory("algo=fedavg", "algo/selector=random")) is not None  # the same scaling
+    assert selected_step_note(cfg_factory("algo=fedavg", "algo/step_selector=random")) is not None  # the same scaling
     steps = preset_steps()
     assert steps["lenet5"] == 0.1 and steps["svm"] == 0.05 and steps["cnn_bherd"] == 2 * 2.0e-4
 

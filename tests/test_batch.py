@@ -26,7 +26,7 @@ def test_grids_cover_every_job_once_and_nothing_else():
     """Jobs of several shapes (keys that only some set, a value missing from one corner of a grid) become grids
     whose combinations are exactly the jobs: none run twice, none invented."""
     jobs = [[f"algo={a}", f"seed={s}"] for a in ("fedavg", "bherd") for s in (0, 1, 2)]
-    jobs += [["algo=bherd", "algo.selector.alpha=0.9", f"seed={s}"] for s in (0, 1)]
+    jobs += [["algo=bherd", "algo.step_selector.alpha=0.9", f"seed={s}"] for s in (0, 1)]
     jobs += [["algo=fedprox", f"fl.lr={lr}", "seed=0"] for lr in ("0.1", "0.01")] + [["algo=fedprox", "fl.lr=0.1",
                                                                                         "seed=1"]]
     grids = batch.grids(jobs)

@@ -8,7 +8,7 @@ import torch
 from conftest import run_cli
 from omegaconf import OmegaConf
 
-from fedrun.algorithms.selector.herd import centred_gram, grab_order, herd_order, num_selected
+from fedrun.algorithms.step_selector.herd import centred_gram, grab_order, herd_order, num_selected
 from fedrun.data.fixtures import write_cifar, write_imdb
 from fedrun.engine.experiment import run_experiment
 from fedrun.engine.simulation import Simulation
@@ -97,24 +97,25 @@ def step_gradients(sim, plan, w0) -> torch.Tensor:
 
 
 def test_the_random_control_sends_a_seeded_uniform_subset_scaled_as_bherd(cfg_factory):
-    common = ["data=digits", "model=logreg", "algo=bherd", "algo/selector=random", "fl.clients_per_round=3",
+    common = ["data=digits", "model=logreg", "algo=bherd", "algo/step_selector=random", "fl.clients_per_round=3",
               "fl.batch_size=16", "hardware.executor=loop"]
     sim = Simulation(cfg_factory(*common))
-    assert sim.algo.selector.name == "random" and sim.cfg.fl.reshuffle is False
-    orders = {r: sim.algo.selector.order({}, torch.zeros(20, 3), 4, r, 10, "cpu") for r in (1, 2)}
+    assert sim.algo.step_selector.name == "random" and sim.cfg.fl.reshuffle is False
+    orders = {r: sim.algo.step_selector.order({}, torch.zeros(20, 3), 4, r, 10, "cpu") for r in (1, 2)}
     assert sorted(orders[1]) == list(range(20)) and orders[1] != orders[2], "a fresh permutation every round"
-    assert orders[1] == Simulation(cfg_factory(*common)).algo.selector.order({}, torch.zeros(20, 3), 4, 1, 10, "cpu")
+    selector = Simulation(cfg_factory(*common)).algo.step_selector
+    assert orders[1] == selector.order({}, torch.zeros(20, 3), 4, 1, 10, "cpu")
     w0 = sim.state.params.clone()
     out = sim.run_round(1)
     expected = torch.zeros_like(w0)
     for plan, p in zip(out.plans, out.weights):
         z = step_gradients(sim, plan, w0)
         k = num_selected(0.5, plan.tau)
-        expected += p * z[sim.algo.selector.order({}, z, plan.id, 1, k, "cpu")[:k]].sum(0)
+        expected += p * z[sim.algo.step_selector.order({}, z, plan.id, 1, k, "cpu")[:k]].sum(0)
     torch.testing.assert_close(sim.state.params, w0 - sim.cfg.fl.lr * 2.0 * expected, rtol=1e-5, atol=1e-6)
     # the residual: how far each client's asked-for step is from FedAvg's, 0 when every step is selected
     assert out.diagnostics["herd_residual"] > 0
-    full = Simulation(cfg_factory(*common, "algo.selector.alpha=1.0")).run_round(1)
+    full = Simulation(cfg_factory(*common, "algo.step_selector.alpha=1.0")).run_round(1)
     assert full.diagnostics["herd_residual"] == pytest.approx(0.0, abs=1e-6)
 
 
@@ -151,7 +152,7 @@ def test_bherd_with_alpha_one_reproduces_fedavg_metrics_exactly(tmp_path, cfg_fa
     common = ["data=digits", "model=logreg", "fl.rounds=3", "fl.clients_per_round=6", "fl.batch_size=16",
               "fl.reshuffle=false"]  # one batch protocol for both (BHerd's default is the fixed order)
     run_experiment(cfg_factory(*common, "algo=fedavg"), tmp_path / "fedavg")
-    run_experiment(cfg_factory(*common, "algo=bherd", "algo.selector.alpha=1.0"), tmp_path / "bherd")
+    run_experiment(cfg_factory(*common, "algo=bherd", "algo.step_selector.alpha=1.0"), tmp_path / "bherd")
     fedavg, bherd = _rows(tmp_path / "fedavg" / "metrics.csv"), _rows(tmp_path / "bherd" / "metrics.csv")
     for a, b in zip(fedavg, bherd):
         assert {k: v for k, v in a.items() if k != "elapsed_s"} == {k: b[k] for k in a if k != "elapsed_s"}
@@ -166,7 +167,7 @@ def test_herding_keeps_a_fixed_batch_order_by_default_and_baselines_reshuffle(cf
 
 
 def test_bherd_sends_the_herded_sum_scaled_by_e_over_alpha(cfg_factory):
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "algo=bherd", "algo.selector.alpha=0.5",
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "algo=bherd", "algo.step_selector.alpha=0.5",
                                  "fl.clients_per_round=3", "fl.batch_size=16", "fl.local_epochs=1",
                                  "hardware.executor=loop"))
     w0 = sim.state.params.clone()
@@ -229,7 +230,7 @@ def test_bherd_experiment_presets_run_two_rounds_from_the_cli(tmp_path):
 
 
 def test_the_fig5a_and_fig8_presets_sweep_the_papers_grids(tmp_path):
-    for fig, key, values in [("fig5a", "algo.selector.alpha", "0.1,0.3,0.5,0.7,1.0"),
+    for fig, key, values in [("fig5a", "algo.step_selector.alpha", "0.1,0.3,0.5,0.7,1.0"),
                              ("fig8a", "fl.local_epochs", "0.1,0.5,1.0,1.5,2.0"),
                              ("fig8b", "fl.batch_size", "10,50,100,500,1000"),
                              ("fig8c", "fl.num_clients", "1,5,10,15")]:
@@ -243,13 +244,13 @@ def test_fig5a_sweep_preset_runs_its_grid(tmp_path):
     run_cli("-m", "experiment=bherd_fig5a", "fl.rounds=1", "fl.batch_size=2000", "progress=false",
             f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     configs = [OmegaConf.load(p) for p in sorted(sweep.glob("*/config.yaml"))]
-    grid = {(c.partition.name, c.algo.selector.alpha) for c in configs}
+    grid = {(c.partition.name, c.algo.step_selector.alpha) for c in configs}
     assert grid == {(case, a) for case in ("case1", "case2") for a in (0.1, 0.3, 0.5, 0.7, 1.0)}
 
 
 def test_the_control_preset_sweeps_selectors_and_rates_and_case2_readings_compose(tmp_path, cfg_factory):
     hydra = run_cli("experiment=bherd_control", "--cfg", "hydra", cwd=tmp_path).stdout
-    assert "algo/selector: all,herd,random" in hydra and "fl.lr: 2e-4,0.01,0.05" in hydra
+    assert "algo/step_selector: all,herd,random" in hydra and "fl.lr: 2e-4,0.01,0.05" in hydra
     control = cfg_factory("experiment=bherd_control").partition
     assert (control.split, control.label_deal) == ("labels", "task")
     task = cfg_factory("experiment=bherd_svm_mnist", "partition=case2_task").partition
@@ -262,7 +263,7 @@ def test_bherd_control_preset_runs_its_grid(tmp_path):
     run_cli("-m", "experiment=bherd_control", "fl.rounds=2", "fl.batch_size=6000", "progress=false",
             f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     configs = [OmegaConf.load(p) for p in sorted(sweep.glob("*/config.yaml"))]
-    assert {(c.algo.selector.name, c.fl.lr) for c in configs} == {(s, lr) for s in ("all", "herd", "random")
+    assert {(c.algo.step_selector.name, c.fl.lr) for c in configs} == {(s, lr) for s in ("all", "herd", "random")
                                                                    for lr in (2e-4, 0.01, 0.05)}
     assert all((c.partition.split, c.partition.label_deal) == ("labels", "task") for c in configs)
     assert all(len(_rows(p.parent / "metrics.csv")) == 2 for p in sweep.glob("*/config.yaml"))

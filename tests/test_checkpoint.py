@@ -278,7 +278,7 @@ STATEFUL = {  # a setting per stateful part, and the overrides that make its sta
 }
 
 
-PART_OF = {"grab": "selector", "dgt": "harmonizer", "fixed": "schedule", "gift": "schedule", "adacomm": "schedule",
+PART_OF = {"grab": "step_selector", "dgt": "harmonizer", "fixed": "schedule", "gift": "schedule", "adacomm": "schedule",
            "afl": "schedule", "mafsvrg": "bank"}
 
 
@@ -286,7 +286,8 @@ PART_OF = {"grab": "selector", "dgt": "harmonizer", "fixed": "schedule", "gift":
 def test_rounds_change_a_parts_state_never_its_settings_and_a_checkpoint_restores_it(cfg_factory, case):
     """What rounds change is in the ServerState (explicit state): the parts' attributes, their settings, stay as
     built; the state a checkpoint saves, loaded into a fresh simulation, is the state it was; and the checkpoint
-    format before ServerState (``server_state``, ``rule_state``, ``client_states``, ``parts``) loads to the same."""
+    format before ServerState (``server_state``, ``rule_state``, ``client_states``, ``parts``) and one written before
+    ``selector`` was renamed ``step_selector`` load to the same."""
     from fedrun.engine.simulation import Simulation
 
     cfg = cfg_factory(*BASE[:-1], *STATEFUL[case])
@@ -301,9 +302,12 @@ def test_rounds_change_a_parts_state_never_its_settings_and_a_checkpoint_restore
     old_format = {"params": saved["state"]["params"], "buffers": saved["state"]["buffers"],
                   "server_state": saved["state"]["server_opt"], "rule_state": saved["state"]["local"],
                   "client_states": saved["state"]["clients"], "sim_time": saved["state"]["sim_time"],
-                  "parts": {part: saved["state"][part] for part in ("selector", "harmonizer", "schedule", "bank")},
+                  "parts": {"selector": saved["state"]["step_selector"],
+                            **{part: saved["state"][part] for part in ("harmonizer", "schedule", "bank")}},
                   "torch_rng": saved["torch_rng"], "cuda_rng": saved["cuda_rng"]}
-    for checkpoint in (saved, old_format):
+    before_rename = {**saved, "state": {("selector" if k == "step_selector" else k): v
+                                        for k, v in saved["state"].items()}}
+    for checkpoint in (saved, old_format, before_rename):
         again = Simulation(cfg)
         again.load_state_dict(checkpoint)
         assert same(vars(again.state), vars(sim.state))

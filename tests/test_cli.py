@@ -125,13 +125,13 @@ def test_bad_value_exits_with_the_message_before_any_work(tmp_path):
 def test_every_problem_is_said_at_once_a_wrong_type_among_them(tmp_path):
     """A value of the wrong type no longer hides the others' problems: all of them in one message, nothing run."""
     run = tmp_path / "bad"
-    proc = run_cli("fl.rounds=-1", "partition.alpha=0", "fl.lr=fast", "algo=bherd", "algo.selector.alpha=x",
+    proc = run_cli("fl.rounds=-1", "partition.alpha=0", "fl.lr=fast", "algo=bherd", "algo.step_selector.alpha=x",
                    f"hydra.run.dir={run}", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     problems = [line for line in proc.stderr.splitlines() if line.startswith("  - ")]
     assert len(problems) == 4, proc.stderr
-    for said in ("fl.lr=fast: Value 'fast'", "algo.selector.alpha=x: Value 'x'", "fl.rounds=-1: must be an integer",
-                 "partition.alpha=0.0: must be > 0"):
+    for said in ("fl.lr=fast: Value 'fast'", "algo.step_selector.alpha=x: Value 'x'",
+                 "fl.rounds=-1: must be an integer", "partition.alpha=0.0: must be > 0"):
         assert any(p.startswith(f"  - {said}") for p in problems), said
     assert not run.exists()
 
@@ -294,6 +294,16 @@ def test_same_metrics_runs_every_family_on_the_chosen_model_a_familys_own_last(t
     fsvrg = [overrides for _, overrides in calls if "algo=fsvrg" in overrides]
     assert fsvrg[0] == ["model=cnn3", "algo=fsvrg", "model=logreg"] and fsvrg[1][-1] == "hardware.onednn=false"
     assert "model=cnn3 <overrides>" in (tmp_path / "same.md").read_text()
+
+
+def test_same_metrics_gives_a_checkout_from_before_a_rename_its_old_spelling(tmp_path):
+    from conftest import load_script
+
+    spelled_for = load_script("same_metrics").spelled_for
+    asked = ["algo=bherd", "algo/step_selector=random", "algo.step_selector.alpha=0.3"]
+    assert spelled_for(REPO, asked) == asked
+    (tmp_path / "conf" / "algo" / "selector").mkdir(parents=True)
+    assert spelled_for(tmp_path, asked) == ["algo=bherd", "algo/selector=random", "algo.selector.alpha=0.3"]
 
 
 def test_a_source_tree_copied_without_git_records_the_commit_its_sender_names(tmp_path):

@@ -447,7 +447,7 @@ def test_bench_addon_cost_records(tmp_path):
 
 
 LOGREG_BANK = ["model=logreg", "algo.bank.threshold=1", "algo.bank.models=2"]
-EVERY_FAMILY = {  # every local rule's hooks, a selector of each kind, a harmoniser, a schedule, FSVRG and its bank
+EVERY_FAMILY = {  # every local rule's hooks, a step selector of each kind, a harmoniser, a schedule, FSVRG and its bank
     **{algo: [f"algo={algo}"] for algo in ("centralized", "fedprox", "scaffold", "feddyn", "fednova", "fedadam",
                                            "feddecorr", "perfedavg", "mimesvrg", "losac", "bherd", "grab_fedavg",
                                            "dgt", "fedgh")},
@@ -727,7 +727,7 @@ def test_full_gradients_of_a_recurrent_sequence_model_equal_each_clients_own(mon
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "clang++", "c++")),
                     reason="torch.compile needs a C++ compiler on the CPU")
 @pytest.mark.parametrize("algo,more", [("fsvrg", ["fl.batch_size=1", "fl.weight_decay=0.01"]),
-                                       ("bherd", ["algo.selector.alpha=0.5"])])
+                                       ("bherd", ["algo.step_selector.alpha=0.5"])])
 def test_a_compiled_step_equals_the_eager_one(cfg_factory, algo, more):
     """hardware.compile=true: the whole stack steps and finished clients' states are set aside (unequal tau_i here);
     the rounds, client states and recorded step directions (BHerd) equal the uncompiled executor's."""

@@ -8,7 +8,7 @@ import torch
 from fedrun.config.compose import CONF_DIR
 from fedrun.engine.simulation import Simulation
 from fedrun.errors import ConfigError
-from fedrun.rundir.files import config_differences
+from fedrun.rundir.files import config_differences, saved_config
 
 ROUND = ["data=digits", "algo=scaffold", "fl.clients_per_round=4", "fl.num_clients=8", "hardware=cpu"]
 
@@ -59,14 +59,17 @@ def test_the_old_tf32_switch_names_its_replacement():
     assert any("hardware.tf32: this setting is now part of hardware.precision (tf32 for true" in p for p in problems)
 
 
-def test_a_run_saved_with_the_old_tf32_switch_compares_as_its_precision():
-    """A run directory from before the rename holds ``hardware.tf32``: it is the run of precision tf32 (true) or
-    float32 (false), for the staleness check, resuming and checkpoints alike."""
-    old = {"hardware": {"tf32": True, "dtype": "float32"}, "seed": 0}
+def test_a_run_saved_with_the_old_tf32_switch_compares_as_its_precision(tmp_path):
+    """A run directory from before the rename holds ``hardware.tf32``: read as every reader of a run's settings reads
+    it (the staleness check, resuming and checkpoints alike), it is the run of precision tf32 (true) or float32
+    (false)."""
+    (tmp_path / "config.yaml").write_text("hardware: {tf32: true, dtype: float32}\nseed: 0\n")
+    old = saved_config(tmp_path)
     assert config_differences(old, {"hardware": {"precision": "tf32", "dtype": "float32"}, "seed": 0}) == []
     assert config_differences(old, {"hardware": {"precision": "float32", "dtype": "float32"}, "seed": 0}) == [
         "hardware.precision: 'tf32' there, 'float32' asked"]
-    assert config_differences({"hardware": {"tf32": False}}, {"hardware": {"precision": "float32"}}) == []
+    (tmp_path / "config.yaml").write_text("hardware: {tf32: false}\n")
+    assert config_differences(saved_config(tmp_path), {"hardware": {"precision": "float32"}}) == []
 
 
 def test_reduced_precision_turns_the_float32_kernels_off(cfg_factory):

@@ -26,7 +26,7 @@ def test_the_config_groups_block_lists_every_option_of_every_group():
         row = next(line for line in block.splitlines() if line.startswith(f"| `{group}` |"))
         assert all(f"`{o}`" in row for o in options), group
     assert "| `data` | `mnist` |" in block and "| `experiment` | none |" in block
-    assert "| `algo/selector` | the algorithm's |" in block
+    assert "| `algo/step_selector` | the algorithm's |" in block
 
 
 def test_the_timings_block_is_the_committed_measurement(tmp_path, monkeypatch):

@@ -72,7 +72,7 @@ def test_every_setting_with_a_range_refuses_a_value_outside_it_naming_key_value_
 
 @pytest.mark.parametrize("overrides,key", [
     (("algo.local.mu=-1",), "algo.local.mu=-1.0"),  # typed: the schema's float
-    (("algo=bherd", "algo.selector.alpha=-1"), "algo.selector.alpha=-1.0"),
+    (("algo=bherd", "algo.step_selector.alpha=-1"), "algo.step_selector.alpha=-1.0"),
     (("algo=perfedavg", "algo.local.variant=so"), "algo.local.variant='so'"),
     (("algo=dgt", "algo.harmonizer.momentum=1.5"), "algo.harmonizer.momentum=1.5"),
     (("algo/server_opt=adam", "algo.server_opt.beta2=1.0"), "algo.server_opt.beta2=1.0"),
@@ -86,9 +86,9 @@ def test_a_composed_run_with_a_bad_part_value_is_refused_before_any_work(cfg_fac
 
 
 def test_parse_refuses_an_unknown_setting_with_the_nearest_valid_one():
-    with pytest.raises(ConfigError, match=r"algo.selector.alhpa: algo/selector=herd has no such setting; did you mean "
-                                          r"algo.selector.alpha\?"):
-        parse("selector", {"name": "herd", "alhpa": 0.5, "local_epochs": 1.0})
+    with pytest.raises(ConfigError, match=r"algo.step_selector.alhpa: algo/step_selector=herd has no such setting; "
+                                          r"did you mean algo.step_selector.alpha\?"):
+        parse("step_selector", {"name": "herd", "alhpa": 0.5, "local_epochs": 1.0})
     with pytest.raises(ConfigError, match=r"algo/local='nope' is unknown; choose one of .*Fix: algo/local=sgd"):
         parse("local", {"name": "nope"})
 
@@ -96,8 +96,8 @@ def test_parse_refuses_an_unknown_setting_with_the_nearest_valid_one():
 def test_the_built_parts_take_the_schemas_values(cfg_factory):
     from fedrun.algorithms import build_algorithm
 
-    algo = build_algorithm(cfg_factory("algo=bherd", "algo.selector.alpha=0.3", "fl.local_epochs=2").algo)
-    assert (algo.selector.alpha, algo.selector.epochs) == (0.3, 2.0)
+    algo = build_algorithm(cfg_factory("algo=bherd", "algo.step_selector.alpha=0.3", "fl.local_epochs=2").algo)
+    assert (algo.step_selector.alpha, algo.step_selector.epochs) == (0.3, 2.0)
     gift = build_algorithm(cfg_factory("algo=gift", "algo.schedule.tau0=40", "algo.schedule.relax=true").algo)
     assert (gift.schedule.tau0, gift.schedule.relax, gift.schedule.beta) == (40, True, 0.9)
 

@@ -1,5 +1,5 @@
 """Algorithms are compositions of plug-in parts chosen by config, each its own group under ``algo/``:
-``local`` (what a client computes, with its server-side bookkeeping), ``selector`` (which local steps a client's
+``local`` (what a client computes, with its server-side bookkeeping), ``step_selector`` (which local steps a client's
 update is made of), ``harmonizer`` (acts on the round's stacked updates before aggregation), ``aggregator``,
 ``server_opt`` and ``schedule`` (local steps per round).
 ``algo=<name>`` selects a preset of parts; ``algo/<part>=<option>`` swaps one."""
@@ -19,22 +19,22 @@ if TYPE_CHECKING:  # the parts themselves import torch; checking a config (fedru
     from fedrun.algorithms.bank.bank import ModelBank
     from fedrun.algorithms.base import Aggregator, LocalRule, ServerOptimizer
     from fedrun.algorithms.harmonizer.harmonize import DGT, FedGH
-    from fedrun.algorithms.selector.all_steps import AllSteps
+    from fedrun.algorithms.step_selector.all_steps import AllSteps
     from fedrun.algorithms.harmonizer.none import NoHarmonizer
     from fedrun.algorithms.schedule.schedules import AFL, GIFT, AdaComm, FixedSchedule
-    from fedrun.algorithms.selector.herd import GraB, Herd, RandomSubset
+    from fedrun.algorithms.step_selector.herd import GraB, Herd, RandomSubset
 
 PARTS = tuple(SCHEMAS)  # the plug points, in the order a round meets them
 # the parts whose settings are attributes and whose round-to-round state is their own (StatefulPart.init); the local
 # rule and the server optimiser have states of their own shapes (server_init, init)
-STATEFUL_PARTS = ("selector", "harmonizer", "schedule", "bank")
+STATEFUL_PARTS = ("step_selector", "harmonizer", "schedule", "bank")
 
 
 @dataclass
 class Algorithm:
     name: str
     local: LocalRule
-    selector: AllSteps | Herd | GraB | RandomSubset
+    step_selector: AllSteps | Herd | GraB | RandomSubset
     harmonizer: NoHarmonizer | FedGH | DGT
     aggregator: Aggregator
     server_opt: ServerOptimizer
@@ -65,20 +65,20 @@ def check_parts(algo_cfg) -> list[str]:
         problems.append(f"algo/aggregator=fednova with algo/local={local}: FedNova normalises each update by the "
                         f"client's count of SGD steps a_i, which {local} does not report. Fix: use a local rule of "
                         f"{sorted(n for n, r in rules.items() if r.reports_step_counts)}")
-    if algo_cfg.selector.name != "all" and not rule.one_gradient_per_step:
-        problems.append(f"algo/selector={algo_cfg.selector.name} with algo/local={local}: a {local} step is not one "
-                        f"minibatch gradient to herd. Fix: use an SGD-based local rule")
+    if algo_cfg.step_selector.name != "all" and not rule.one_gradient_per_step:
+        problems.append(f"algo/step_selector={algo_cfg.step_selector.name} with algo/local={local}: a {local} step is "
+                        f"not one minibatch gradient to herd. Fix: use an SGD-based local rule")
     if algo_cfg.bank.name != "none":
         if not rule.trains_a_bank:
             problems.append(f"algo/bank={algo_cfg.bank.name} with algo/local={local}: MA-/GA-FSVRG's clients run FSVRG "
                             "steps from their preferred model. Fix: use algo/local="
                             + next(n for n, r in rules.items() if r.trains_a_bank))
-        defaults = {"selector": "all", "harmonizer": "none", "schedule": "fixed"}
+        defaults = {"step_selector": "all", "harmonizer": "none", "schedule": "fixed"}
         others = [f"algo/{part}={algo_cfg[part].name}" for part, name in defaults.items()
                   if algo_cfg[part].name != name]
         if others:
             problems.append(f"algo/bank={algo_cfg.bank.name} with {', '.join(others)}: a bank round (Zhao et al. "
-                            "Procedures 1-4) has no plug point for them. Fix: use algo/selector=all, "
+                            "Procedures 1-4) has no plug point for them. Fix: use algo/step_selector=all, "
                             "algo/harmonizer=none and algo/schedule=fixed")
     if algo_cfg.pooled and rule.pooling_removes_its_correction:
         problems.append(f"algo=centralized with algo/local={local}: a single client holding all data makes the "
@@ -91,7 +91,7 @@ def method_name(algo_cfg) -> str:
     paper's part it does not already name (``fedavg+fedgh``, ``fedavg+gift``, ``bherd+random``, ``scaffold+dgt``)."""
     name = str(algo_cfg.name)
     parts = []
-    selector = algo_cfg.selector.name
+    selector = algo_cfg.step_selector.name
     if selector != "all" and not (selector == "herd" and "bherd" in name or selector == "grab" and "grab" in name):
         parts.append(selector)
     harmonizer = algo_cfg.harmonizer

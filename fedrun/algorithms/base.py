@@ -75,7 +75,7 @@ class LocalRule:
     personalizes = False  # evaluation also scores each client's personalize(...) model (Per-FedAvg)
     # What the other parts may rely on, checked before a run (algorithms.check_parts):
     reports_step_counts = False  # uploads FedNova's a_i ("a"), so algo/aggregator=fednova can normalise by it
-    one_gradient_per_step = True  # a step's direction is one minibatch gradient, which a selector may herd
+    one_gradient_per_step = True  # a step's direction is one minibatch gradient, which a step selector may herd
     trains_a_bank = False  # its clients can start from a preferred model of MA-/GA-FSVRG's bank with its anchor
     pooling_removes_its_correction = False  # with one client holding all data (centralized) it reduces to SGD
     # client_step on a (K, ...) stack of step states computes each row as it computes one client's (its operations

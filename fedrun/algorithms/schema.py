@@ -41,7 +41,7 @@ def is_unit(v) -> bool:
 class PartConfig(Section):
     """A part's settings. ``rules`` states the range of each (refused on construction); ``build`` makes the part."""
 
-    part: ClassVar[str]  # the plug point: local, selector, harmonizer, aggregator, server_opt, schedule, bank
+    part: ClassVar[str]  # the plug point: local, step_selector, harmonizer, aggregator, server_opt, schedule, bank
     target: ClassVar[str]  # the class this config builds, as a dotted path
     options: ClassVar[tuple[str, ...]]  # the YAML options (conf/algo/<part>/<option>.yaml) this config is the schema of
     name: str
@@ -86,7 +86,7 @@ def register(cls: type[PartConfig]) -> type[PartConfig]:
 
 # each part's schema module registers its options (@register) when imported; in the order a round meets the parts
 from fedrun.algorithms.local import schema as _local  # noqa: E402,F401
-from fedrun.algorithms.selector import schema as _selector  # noqa: E402,F401
+from fedrun.algorithms.step_selector import schema as _selector  # noqa: E402,F401
 from fedrun.algorithms.harmonizer import schema as _harmonizer  # noqa: E402,F401
 from fedrun.algorithms.aggregator import schema as _aggregator  # noqa: E402,F401
 from fedrun.algorithms.server_opt import schema as _server_opt  # noqa: E402,F401
@@ -115,8 +115,8 @@ def parse(part: str, node) -> PartConfig:
 
 def make(part: str, name: str, **settings):
     """The part ``name`` of ``part`` with its schema's defaults and ``settings``, checked like a composed config's
-    (for code and tests that build a part without one; an interpolated default, e.g. a selector's local_epochs, must
-    be given)."""
+    (for code and tests that build a part without one; an interpolated default, e.g. a step selector's local_epochs,
+    must be given)."""
     return parse(part, {"name": name, **settings}).build()
 
 

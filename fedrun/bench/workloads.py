@@ -337,7 +337,7 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     record = device if "herd" in addons else None
     weights = torch.full((len(plans),), 1.0 / len(plans), device=device)
     clients = [p.id for p in plans]
-    herd, fedgh = make("selector", "herd", alpha=0.5, local_epochs=1.0), make("harmonizer", "fedgh", seed=0)
+    herd, fedgh = make("step_selector", "herd", alpha=0.5, local_epochs=1.0), make("harmonizer", "fedgh", seed=0)
     dgt, gift = make("harmonizer", "dgt", momentum=0.5), make("schedule", "gift")
     run = {"herd": lambda r: herd(herd.init(), r.updates, r.steps, plans, r.uploads, ctx, weights),
            "fedgh": lambda r: fedgh(fedgh.init(), r.updates, weights, clients, 1)[1],

@@ -19,7 +19,7 @@ def preset_steps(conf_dir: str = CONF_DIR) -> dict[str, float]:
     """The largest step fedrun's default config and its experiment presets train each model with (the presets that
     name their model): ``fl.lr``, or for BHerd's own presets (``bherd_*``) the step lr x E / alpha they run BHerd
     with at the paper's alpha."""
-    from fedrun.algorithms.selector.schema import HerdConfig
+    from fedrun.algorithms.step_selector.schema import HerdConfig
 
     root = Path(conf_dir)
     steps: dict[str, float] = {}
@@ -40,14 +40,14 @@ def selected_step_note(cfg) -> str | None:
     lr x E / alpha: at alpha 0.5, twice the lr. A line when that step is above the largest step fedrun's presets
     train this model with (:func:`preset_steps`; past it a model may no longer be stable: LeNet-5 at the default
     experiment's lr), pointing to the paper's setting; None otherwise."""
-    selector = cfg.algo.get("selector")
+    selector = cfg.algo.get("step_selector")
     if selector is None or selector.name not in SCALING_SELECTORS:
         return None
     scale = float(selector.local_epochs) / float(selector.alpha)
     step, known = float(cfg.fl.lr) * scale, preset_steps().get(cfg.model.name)
     if known is None or step <= known:
         return None
-    return (f"note: algo/selector={selector.name} applies the selected steps times E/alpha (BHerd eq. 6): "
+    return (f"note: algo/step_selector={selector.name} applies the selected steps times E/alpha (BHerd eq. 6): "
             f"lr x E/alpha = {cfg.fl.lr:g} x {float(selector.local_epochs):g}/{float(selector.alpha):g} = {step:g}, "
             f"{step / known:.3g}x the largest step fedrun's presets train {cfg.model.name} with ({known:g}), where it "
             f"may not converge. BHerd's paper setting: experiment=bherd_svm_mnist (or bherd_cnn_cifar10, "

@@ -16,13 +16,20 @@ CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:
     """The config ``fedrun <overrides>`` would run (without a progress bar); with ``hydra``, Hydra's own node too
-    (a preset's sweep grid is ``hydra.sweeper.params``), else a job is one point."""
+    (a preset's sweep grid is ``hydra.sweeper.params``), else a job is one point. A renamed key is read in its old
+    spelling, with a FutureWarning."""
+    import warnings
+
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     from fedrun import algorithms  # noqa: F401  (they register the schemas conf/ extends)
     from fedrun.config import schema  # noqa: F401
+    from fedrun.config.renames import renamed_overrides
 
+    overrides, notes = renamed_overrides(overrides)
+    for note in notes:
+        warnings.warn(note, FutureWarning, stacklevel=2)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):

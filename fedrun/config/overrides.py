@@ -3,7 +3,9 @@ error (one line per problem, the valid choices, the nearest match, exit status 2
 
 Three kinds of mistakes are caught: an option a config group does not have (``data=svhn``; a method that is a part
 of an algorithm, ``algo=afl``, is told where it plugs in), a key the composed config does not have (``fl.round=3``,
-a part's setting while another part is chosen), and a key added with ``+`` that nothing in fedrun reads.
+a part's setting while another part is chosen) or a value of the wrong type, and a key added with ``+`` that nothing
+in fedrun reads. The keys' and values' mistakes are the errors Hydra's own composition raises, translated: fedrun
+does not look for them itself, it says them.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from fedrun.algorithms.schema import SCHEMAS, schema_keys
+from fedrun.config.renames import REPLACED
+from fedrun.config.schema import conf_node
 
 # What each algorithm part is called when its option is asked for in the wrong group
-PART_WORDS = {"local": "local rule", "selector": "selector", "harmonizer": "harmonizer", "aggregator": "aggregator",
-              "server_opt": "server optimiser", "schedule": "schedule", "bank": "model bank"}
+PART_WORDS = {"local": "local rule", "step_selector": "step selector", "harmonizer": "harmonizer",
+              "aggregator": "aggregator", "server_opt": "server optimiser", "schedule": "schedule",
+              "bank": "model bank"}
 
 
 @cache
@@ -61,9 +66,7 @@ def known_keys(conf_dir: str) -> frozenset[str]:
         group = path.parent.relative_to(root).as_posix()
         if group.startswith("hydra") or group == "experiment":
             continue
-        node = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
-        node.pop("defaults", None)
-        node.pop("hydra", None)
+        node = {k: v for k, v in conf_node(path).items() if k not in ("defaults", "hydra")}
         prefix = "" if group == "." else group.replace("/", ".") + "."
         keys |= {prefix + k for k in _flat(node)}
     return frozenset(keys | schema_keys())
@@ -90,9 +93,10 @@ def nearest(word: str, choices) -> str:
 
 def check_overrides(args: list[str], conf_dir: str) -> list[str]:
     """The problems of the command line's overrides, each one line naming the override, what is valid and the
-    nearest match; empty when Hydra can compose them."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    nearest match; empty when Hydra can compose them. Groups' options are checked against conf/'s files (no
+    composition for a command line of options alone); values are composed once, and each error Hydra raises is said
+    in fedrun's words and its override left out of the next composition, so that every problem is said at once, with
+    the ranges a run would refuse the well-typed values for."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -117,81 +121,27 @@ def check_overrides(args: list[str], conf_dir: str) -> list[str]:
             values.append(o)
     if problems or not values:  # group options alone: checked above (a preset's own problem: Hydra says it best)
         return problems
-    if not any(o.is_add() or o.is_sweep_override() for o in values) and _composes(
-            conf_dir, [*choices, *(o.input_line for o in values)]):
-        return []  # every key exists and has its type: one composition, not the two that name a problem
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-            composed = compose("config", overrides=choices)
-    except HydraException:
-        return []  # a defaults-list problem of the presets themselves: Hydra says it best
-    finally:
-        GlobalHydra.instance().clear()
-    present = set(_flat(OmegaConf.to_container(composed, resolve=False)))
     everywhere = known_keys(conf_dir)
-    for o in values:
-        key = o.key_or_group
-        if o.is_add():
-            if key in present:
-                value = o.input_line.split("=", 1)[1]
-                problems.append(f"+{key}: the key exists, so it is set, not added. Fix: {key}={value}")
-            elif key not in everywhere:
-                problems.append(f"+{key}: nothing in fedrun reads this key, so the run would ignore it. Fix: drop it"
-                                f"{nearest(key, everywhere).replace(' Did you mean', '; did you mean')}")
-        elif key not in present:
-            problems.append(unknown_key(key, composed, present, everywhere, groups, conf_dir))
-    return problems or wrong_types(composed, choices, [o for o in values if not o.is_sweep_override()], conf_dir)
-
-
-def _composes(conf_dir: str, overrides: list[str]) -> bool:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-            compose("config", overrides=overrides)
-        return True
-    except HydraException:
-        return False
-    finally:
-        GlobalHydra.instance().clear()
-
-
-def wrong_types(composed, choices: list[str], values: list, conf_dir: str) -> list[str]:
-    """Each value of the wrong type for its key (a typed part's setting: ``algo.local.mu=abc``), named with the value
-    the composed config has there as the fix, and then the other values' problems (their ranges, as a run checks
-    them), so that every problem is said at once; empty when Hydra can compose every override."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import ValidationError
-
-    problems, remaining = [], list(values)
+    unread = [o for o in values if o.is_add() and o.key_or_group not in everywhere]  # Hydra adds any key
+    problems += [f"+{o.key_or_group}: nothing in fedrun reads this key, so the run would ignore it. Fix: drop it"
+                 f"{nearest(o.key_or_group, everywhere).replace(' Did you mean', '; did you mean')}" for o in unread]
+    refused, remaining = [], [o for o in values if _first(o) and o not in unread]
     while True:
-        GlobalHydra.instance().clear()
         try:
-            with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-                cfg = compose("config", overrides=[*choices, *(o.input_line for o in remaining)])
+            cfg = _compose(conf_dir, [*choices, *map(_first, remaining)])
             break
         except HydraException as e:
-            cause = e.__cause__
-            if not isinstance(cause, ValidationError) or not cause.full_key:
-                return problems
-            bad = next((o for o in remaining if o.key_or_group.lstrip("+") == cause.full_key), None)
-            fix = OmegaConf.select(composed, cause.full_key)
-            fix = "null" if fix is None else str(fix).lower() if isinstance(fix, bool) else fix
-            problems.append(f"{bad.input_line if bad else cause.full_key}: {str(cause).splitlines()[0]}. "
-                            f"Fix: {cause.full_key}={fix}")
+            bad = _culprit(e, remaining)
             if bad is None:
-                return problems
-            remaining.remove(bad)  # and compose again: the next value of a wrong type, if any
-        finally:
-            GlobalHydra.instance().clear()
-    if problems:  # the well-typed values: the ranges a run would refuse them for, said now too
-        from fedrun.config.checks import validate
+                return []  # a problem of the presets themselves: Hydra says it best
+            refused.append((bad, e))
+            remaining.remove(bad)  # and compose again: the next problem, if any
+    present = set(_flat(OmegaConf.to_container(cfg, resolve=False)))
+    problems += [unknown_key(o.key_or_group, cfg, present, everywhere, groups, conf_dir) for o in values
+                 if not _first(o) and o.key_or_group not in present]  # a sweep whose values cannot be listed
+    problems = [_said(o, e, cfg, present, everywhere, groups, conf_dir) for o, e in refused] + problems
+    if any(_wrong_type(e) for _, e in refused):  # the well-typed values' ranges, said now too (a mistyped key alone
+        from fedrun.config.checks import validate  # does not pay for the run's checks: they import torch)
         from fedrun.errors import ConfigError
 
         try:
@@ -199,6 +149,59 @@ def wrong_types(composed, choices: list[str], values: list, conf_dir: str) -> li
         except ConfigError as e:
             problems += e.problems
     return problems
+
+
+def _first(o) -> str | None:
+    """An override as composed for the check: a sweep's first value (each job's own are checked by
+    :func:`check_sweep_jobs`); None for a sweep whose values cannot be listed (an Optuna interval)."""
+    from hydra.errors import HydraException
+
+    if not o.is_sweep_override():
+        return o.input_line
+    try:
+        return f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
+    except HydraException:
+        return None
+
+
+def _compose(conf_dir: str, overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+            return compose("config", overrides=overrides)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _culprit(error, overrides: list):
+    """The override a composition error is about: the key its cause names, else the one whose key the message
+    quotes (``+fl.lr`` where fl.lr exists); None for an error of the presets themselves."""
+    key = getattr(error.__cause__, "full_key", None)
+    if key is not None:
+        return next((o for o in overrides if o.key_or_group == key), None)
+    return next((o for o in overrides if f"'{o.key_or_group}'" in str(error)), None)
+
+
+def _wrong_type(error) -> bool:
+    from omegaconf.errors import ValidationError
+
+    return isinstance(error.__cause__, ValidationError)
+
+
+def _said(o, error, composed, present: set[str], everywhere: frozenset[str], groups: dict[str, list[str]],
+          conf_dir: str) -> str:
+    """A refused override's problem in fedrun's words, read against the config composed without the refused ones."""
+    key = o.key_or_group
+    if o.is_add():
+        return f"+{key}: the key exists, so it is set, not added. Fix: {key}={o.input_line.split('=', 1)[1]}"
+    if _wrong_type(error):
+        fix = OmegaConf.select(composed, key)
+        fix = "null" if fix is None else str(fix).lower() if isinstance(fix, bool) else fix
+        return f"{o.input_line}: {str(error.__cause__).splitlines()[0]}. Fix: {key}={fix}"
+    return unknown_key(key, composed, present, everywhere, groups, conf_dir)
 
 
 def unknown_option(group: str, option: str, groups: dict[str, list[str]]) -> str:
@@ -211,14 +214,6 @@ def unknown_option(group: str, option: str, groups: dict[str, list[str]]) -> str
                  if part.startswith("algo/") else f" {option} is an option of {part}: {part}={option}.")
     return (f"{group}={option}: {group} has no option {option!r}; its options are {', '.join(groups[group])}."
             f"{where or nearest(option, groups[group])}")
-
-
-# settings that fedrun had and merged into others: what to type instead
-REPLACED = {
-    "hardware.fused_conv": "hardware.native (true|false|null: every compiled kernel, the fused convolutions included)",
-    "hardware.indexed_rows": "hardware.native (true|false|null: every compiled kernel, the rows-in-place one included)",
-    "hardware.tf32": "hardware.precision (tf32 for true, float32 for false; bfloat16 too)",
-}
 
 
 def unknown_key(key: str, composed, present: set[str], everywhere: frozenset[str], groups: dict[str, list[str]],
@@ -241,10 +236,10 @@ def _option_sets(conf_dir: str, group: str, option: str, key: str) -> bool:
     path = Path(conf_dir) / group / f"{option}.yaml"
     if not path.is_file():  # an option of a hydra.searchpath folder
         return False
-    node = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+    node = conf_node(path)
     part = group.removeprefix("algo/")
     if part in SCHEMAS and node.get("name") in SCHEMAS[part]:  # an algorithm part: its settings are its schema's
-        node |= {f.name: None for f in dataclasses.fields(SCHEMAS[part][node["name"]])}
+        node = node | {f.name: None for f in dataclasses.fields(SCHEMAS[part][node["name"]])}
     return key.split(".")[-1] in node
 
 

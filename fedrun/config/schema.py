@@ -66,7 +66,7 @@ class Section:
         (its ``name``) where it sets the key, else of the group's default option, else its schema's."""
         group = self.prefix
         if group in SECTIONS:
-            return _yaml(CONF_DIR / "config.yaml")[group][key]
+            return conf_node(CONF_DIR / "config.yaml")[group][key]
         option = getattr(self, "name", None)
         if option and (CONF_DIR / group / f"{option}.yaml").is_file():
             try:
@@ -88,21 +88,22 @@ class Section:
 
 
 @lru_cache(maxsize=None)
-def _yaml(path: Path) -> dict:
+def conf_node(path: Path) -> dict:
+    """A config file of conf/ as a plain dict, interpolations unresolved (read once per process)."""
     return OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
 
 
 @lru_cache(maxsize=1)
 def _default_options() -> dict[str, str]:
     """Each group's default option, from ``conf/config.yaml``'s defaults list."""
-    entries = [e for e in _yaml(CONF_DIR / "config.yaml")["defaults"] if isinstance(e, dict)]
+    entries = [e for e in conf_node(CONF_DIR / "config.yaml")["defaults"] if isinstance(e, dict)]
     return {group: option for e in entries for group, option in e.items()}
 
 
 def _option_value(group: str, option: str, key: str):
     """``key`` as the group's option sets it, or as an option of the same group that it extends (its defaults
     list) sets it."""
-    node = _yaml(CONF_DIR / group / f"{option}.yaml")
+    node = conf_node(CONF_DIR / group / f"{option}.yaml")
     if key in node:
         return node[key]
     for entry in node.get("defaults", []):

@@ -89,7 +89,7 @@ class LoopExecutor:
     def run(self, rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan],
             x: torch.Tensor, y: torch.Tensor, client_states: list[State | None],
             record: torch.device | None = None) -> CohortResult:
-        """``record``: keep every step's direction (``state["direction"]``) on that device, for a selector (BHerd,
+        """``record``: keep every step's direction (``state["direction"]``) on that device, for a step selector (BHerd,
         GraB); the host's memory when they do not fit on the accelerator."""
         jobs = list(zip(plans, client_states))
         if self.threads <= 1 or len(jobs) <= 1:

@@ -130,8 +130,8 @@ class Simulation:
                                       self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients),
                                       self.algo.local)
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.state.buffers)
-        self.gram_block = None  # the selector's Gram matrix in column blocks of this many coordinates (host steps)
-        self.step_store = self._step_store() if self.algo.selector.records_steps else None
+        self.gram_block = None  # the step selector's Gram matrix in column blocks of this many coordinates (host steps)
+        self.step_store = self._step_store() if self.algo.step_selector.records_steps else None
         track = cfg.diagnostics.track_params
         self.tracked = np.sort(np.random.default_rng([cfg.seed, 0x7AC4ED]).choice(
             self.model.dim, min(track, self.model.dim), replace=False)) if track else None
@@ -140,8 +140,8 @@ class Simulation:
                                      cfg.seed)
 
     def _step_store(self) -> torch.device:
-        """Where a selector (BHerd, GraB) keeps the round's step gradients (``hardware.step_store``): on the compute
-        device, or in host memory with the Gram matrix accumulated over column blocks of ``hardware.gram_block``
+        """Where a step selector (BHerd, GraB) keeps the round's step gradients (``hardware.step_store``): on the
+        compute device, or in host memory with the Gram matrix accumulated over column blocks of ``hardware.gram_block``
         (``auto``: host only when the largest cohort's steps exceed memory_fraction of the accelerator's free
         memory)."""
         hw = self.cfg.hardware
@@ -154,8 +154,8 @@ class Simulation:
         store = torch.device("cpu") if choice == "host" else self.device
         if choice == "host":
             self.gram_block = hw.gram_block
-        log.info("%s keeps up to %.1f MB of step gradients per round on %s%s", self.algo.selector.name, need / 2**20,
-                 store, f" (Gram matrix in blocks of {self.gram_block})" if choice == "host" else "")
+        log.info("%s keeps up to %.1f MB of step gradients per round on %s%s", self.algo.step_selector.name,
+                 need / 2**20, store, f" (Gram matrix in blocks of {self.gram_block})" if choice == "host" else "")
         return store
 
     def state_dict(self) -> dict:
@@ -206,8 +206,8 @@ class Simulation:
                                          indices, points, int(self.cfg.eval.batch_size), own)
 
     def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list) -> CohortResult:
-        """The cohort's local training through the run's executor (steps recorded where the selector keeps them), in
-        the run's ``hardware.precision``."""
+        """The cohort's local training through the run's executor (steps recorded where the step selector keeps
+        them), in the run's ``hardware.precision``."""
         if isinstance(self.train_inputs, AugmentedImages):
             self.train_inputs.begin_round(ctx.round)
         with local_steps(self.cfg.hardware.precision, self.device):
@@ -249,9 +249,8 @@ class Simulation:
         new.clients = with_client_states(state.clients, plans, result)
         weights = algo.aggregator.weights(torch.tensor([p.num_samples for p in plans], dtype=torch.float64)).to(
             device=self.device, dtype=state.params.dtype)
-        new.selector, updates, uploads, selection = algo.selector(state.selector, result.updates, result.steps,
-                                                                    plans, result.uploads, ctx, weights,
-                                                                    self.gram_block)
+        new.step_selector, updates, uploads, selection = algo.step_selector(
+            state.step_selector, result.updates, result.steps, plans, result.uploads, ctx, weights, self.gram_block)
         clients = [p.id for p in plans]
         sent = updates  # what the schedule sees (GIFT uses nothing else)
         diagnostics = {}

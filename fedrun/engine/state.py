@@ -13,6 +13,7 @@ import torch
 
 from fedrun.algorithms import STATEFUL_PARTS
 from fedrun.algorithms.base import State
+from fedrun.config.renames import upgraded_state
 from fedrun.errors import ConfigError
 
 
@@ -20,7 +21,7 @@ from fedrun.errors import ConfigError
 class ServerState:
     """The global model w_t and its buffers, then each part's state under the part's name: the server optimiser's
     (momentum, Adam's moments), the local rule's server side (SCAFFOLD's c, FedDyn's h, FSVRG's omega), the
-    selector's (GraB's stale means), the harmoniser's (DGT's baselines), the schedule's (GIFT's EMAs and tau), the
+    step selector's (GraB's stale means), the harmoniser's (DGT's baselines), the schedule's (GIFT's EMAs and tau), the
     bank's (MA-/GA-FSVRG's models); ``clients``, each client's persistent state by id (SCAFFOLD's c_i, FSVRG's
     statics); ``sim_time``, the simulated seconds so far (``timing=simulated``)."""
 
@@ -28,7 +29,7 @@ class ServerState:
     buffers: dict[str, torch.Tensor]
     server_opt: State
     local: State
-    selector: State
+    step_selector: State
     harmonizer: State
     schedule: State
     bank: State
@@ -48,10 +49,9 @@ class ServerState:
     def from_plain(cls, saved: dict, device: torch.device, initial: ServerState) -> ServerState:
         """The state a checkpoint holds, on ``device``. Checkpoints of fedrun before this class (their keys
         ``server_state``, ``rule_state``, ``client_states`` and ``parts``) are read too: each part's state there is
-        the same dict of values; keys a part no longer has are dropped and those it gained keep ``initial``'s
-        values."""
-        if "server_opt" not in saved:
-            saved = _from_before_server_state(saved)
+        the same dict of values; a part renamed since is read under its new name; keys a part no longer has are
+        dropped and those it gained keep ``initial``'s values."""
+        saved = upgraded_state(saved if "server_opt" in saved else _from_before_server_state(saved))
         names = {f.name for f in fields(cls)}
         missing = names - saved.keys() - {"clients", "sim_time"}
         if missing:
@@ -74,7 +74,7 @@ def _from_before_server_state(saved: dict) -> dict:
     try:
         return {"params": saved["params"], "buffers": saved["buffers"], "server_opt": saved["server_state"],
                 "local": saved["rule_state"], "clients": saved["client_states"], "sim_time": saved["sim_time"],
-                **{part: saved["parts"].get(part, {}) for part in STATEFUL_PARTS}}
+                **{part: upgraded_state(saved["parts"]).get(part, {}) for part in STATEFUL_PARTS}}
     except KeyError as e:
         raise ConfigError([f"resume=true: the checkpoint has no {e.args[0]!r}: it is of a format fedrun cannot read. "
                            "Fix: start the run in a new directory"]) from None

@@ -85,8 +85,8 @@ class Claim:
 class Artefact:
     """One table or figure of a paper: the presets whose grids it runs (or the function that measures it, where it is
     not a training run: a timing, a centralised optimum), the values it reports, its ``rows`` and ``columns`` (grid
-    keys: override keys such as ``algo`` or ``algo.selector.alpha``, or ``preset``) and the paper's numbers, one row
-    per grid point the paper reports, one column per value."""
+    keys: override keys such as ``algo`` or ``algo.step_selector.alpha``, or ``preset``) and the paper's numbers, one
+    row per grid point the paper reports, one column per value."""
 
     name: str
     paper: str

@@ -10,13 +10,12 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from fedrun.papers import claims
 from fedrun.papers import measures
 from fedrun.papers.artefacts import PRESET, RESERVED, Artefact, Paper, grid, normalise, override_key, preset_config
 from fedrun.rundir.report import SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
-from fedrun.rundir.files import CONFIG_FILE, METRICS_FILE, commits_of, git_commit
+from fedrun.rundir.files import METRICS_FILE, commits_of, git_commit, saved_config, saved_overrides
 
 FIXTURE_FILE = "fixture.json"  # in a preset's sweep folder: the runs there ran on a stand-in for absent data
 
@@ -25,10 +24,7 @@ def _grid_values(run_dir: Path, keys: list[str], config: dict) -> dict[str, str]
     """The run's value of each grid key: from the overrides Hydra recorded for the job, else from its config (a
     dotted key as it is; a group, ``partition`` or ``algo/harmonizer``, by its option's ``name``). The job's other
     recorded overrides come too, marked ``OTHER`` (collect keeps those that vary)."""
-    recorded = run_dir / ".hydra" / "overrides.yaml"
-    given = {}
-    if recorded.exists():
-        given = {override_key(o): o.split("=", 1)[1] for o in yaml.safe_load(recorded.read_text()) or [] if "=" in o}
+    given = {override_key(o): o.split("=", 1)[1] for o in saved_overrides(run_dir) if "=" in o}
     out = {f"{OTHER}{k}": normalise(v) for k, v in given.items()
            if k not in keys and k not in ("seed", "experiment") and not k.startswith("hydra")}
     for key in keys:
@@ -97,7 +93,7 @@ def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
         planned = int(preset_config(preset).fl.rounds)
         rows = []
         for d in find_runs([str(folder)]):
-            config = yaml.safe_load((d / CONFIG_FILE).read_text()) or {}
+            config = saved_config(d)
             summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {}
             used_fixture = fixture and str(folder / "fixture-data") == str(config.get("data", {}).get("root"))
             metrics = _metrics(d) if any("@" in v.of for v in artefact.values) else None

@@ -16,11 +16,11 @@ import os
 from pathlib import Path
 
 import torch
-import yaml
 from omegaconf import OmegaConf
 
 from fedrun.errors import ConfigError
-from fedrun.rundir.files import EXECUTION_SETTINGS, changes_results, commits_of, config_differences
+from fedrun.rundir.files import (CONFIG_FILE, EXECUTION_SETTINGS, changes_results, commits_of, config_differences,
+                                 saved_config)
 
 log = logging.getLogger("fedrun")
 PREFIX = "checkpoint_"
@@ -51,9 +51,9 @@ def check_resumable(saved: dict, cfg, run_dir: Path) -> int:
     accepted: resuming it with more rounds extends the run, since nothing a round computes depends on the total.
     Checkpoints written before they recorded ``rounds`` take it from the run's config.yaml."""
     started = saved.get("rounds")
-    config = run_dir / "config.yaml"
-    if started is None and config.exists():
-        started = (yaml.safe_load(config.read_text()) or {}).get("fl", {}).get("rounds")
+    config = run_dir / CONFIG_FILE
+    if started is None:
+        started = saved_config(run_dir).get("fl", {}).get("rounds")
     started = int(started if started is not None else cfg.fl.rounds)
     if saved["config_fingerprint"] != config_fingerprint(cfg, rounds=started):
         differences = changed_settings(config, cfg, started)
@@ -79,7 +79,7 @@ def changed_settings(config: Path, cfg, started: int) -> list[str] | None:
         return None
     wanted = OmegaConf.to_container(cfg, resolve=True)
     wanted["fl"] = wanted["fl"] | {"rounds": started}
-    there = yaml.safe_load(config.read_text()) or {}
+    there = saved_config(config.parent)
     if isinstance(there.get("fl"), dict):
         there["fl"] = there["fl"] | {"rounds": started}
     return config_differences(there, wanted)

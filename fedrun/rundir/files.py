@@ -15,9 +15,11 @@ import yaml
 from omegaconf import OmegaConf
 
 from fedrun import __version__
+from fedrun.config.renames import renamed_override, upgraded
 from fedrun.errors import StaleRunError
 
 METRICS_FILE, SUMMARY_FILE, CONFIG_FILE, PARTITION_FILE = "metrics.csv", "summary.json", "config.yaml", "partition.json"
+OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"  # Hydra's record of a run's command-line overrides
 REFUSED_FILE = "refused.json"  # a sweep job refused to reuse this folder's run of another config: why (the run stays)
 BASE_COLUMNS = ["round", "test_acc", "test_loss", "train_loss", "tau", "num_clients", "elapsed_s", "bytes_up",
                 "bytes_down"]
@@ -124,23 +126,24 @@ def changes_results(key: str) -> bool:
     return not any(key == s or key.startswith(s + ".") for s in EXECUTION_SETTINGS)
 
 
-def upgraded(config: dict) -> dict:
-    """A run's saved config (a plain dict) in today's keys: ``hardware.tf32`` (true|false) is now
-    ``hardware.precision`` (tf32|float32), so a run saved before the rename compares as what it computed."""
-    hardware = config.get("hardware")
-    if not isinstance(hardware, dict) or "tf32" not in hardware:
-        return config
-    hardware = {k: v for k, v in hardware.items() if k != "tf32"}
-    hardware.setdefault("precision", "tf32" if config["hardware"]["tf32"] else "float32")
-    return {**config, "hardware": hardware}
+def saved_config(run_dir: str | Path) -> dict:
+    """The config a run saved (its ``config.yaml``, a plain dict; empty when it has none) in today's keys
+    (:func:`fedrun.config.renames.upgraded`): how every reader of a run's settings reads them."""
+    path = Path(run_dir) / CONFIG_FILE
+    return upgraded(yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def saved_overrides(run_dir: str | Path) -> list[str]:
+    """The command-line overrides Hydra recorded for the run (``.hydra/overrides.yaml``; none for a run a script
+    made), in today's spelling."""
+    path = Path(run_dir) / OVERRIDES_FILE
+    return [renamed_override(str(o)) for o in (yaml.safe_load(path.read_text()) or [])] if path.exists() else []
 
 
 def config_differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
     """The settings both configs (plain dicts) hold with different values, as ``key: saved there, wanted asked``.
     A setting only one of them holds (added to fedrun after a run was made) is not compared, nor are those that do
-    not change results (:func:`changes_results`); a renamed one is compared under its new name (:func:`upgraded`)."""
-    if not prefix:
-        saved, wanted = upgraded(saved), upgraded(wanted)
+    not change results (:func:`changes_results`). A saved config is compared as :func:`saved_config` reads it."""
     out = []
     for key in sorted(saved.keys() & wanted.keys(), key=str):
         name = f"{prefix}{key}"
@@ -169,10 +172,9 @@ def finished_summary(run_dir: str | Path, cfg=None) -> dict | None:
     summary = json.loads(path.read_text())
     if summary.get("status") not in ("finished", "diverged"):
         return None
-    saved = Path(run_dir) / CONFIG_FILE
-    if cfg is None or not saved.exists():
+    if cfg is None or not (Path(run_dir) / CONFIG_FILE).exists():
         return summary
-    config, wanted = yaml.safe_load(saved.read_text()) or {}, OmegaConf.to_container(cfg, resolve=True)
+    config, wanted = saved_config(run_dir), OmegaConf.to_container(cfg, resolve=True)
     differences = config_differences(config, wanted)
     started = config.get("fl", {}).get("rounds")
     longer = isinstance(started, int) and cfg.fl.rounds > started and not config_differences(

@@ -21,14 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from fedrun.rundir.files import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, changes_results
+from fedrun.rundir.files import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, changes_results, saved_config
 
 IGNORED_KEYS = {"seed"}
 COMPLETE = ("finished", "diverged")  # a run's outcome: what the means are over
 VALUE_COLUMNS = ["final_test_acc", "best_test_acc", "rounds_to_target", "wall_time_s"]
-NAME_KEYS = ("algo.name", "algo.local.name", "algo.selector.name", "algo.harmonizer.name", "algo.aggregator.name",
+NAME_KEYS = ("algo.name", "algo.local.name", "algo.step_selector.name", "algo.harmonizer.name", "algo.aggregator.name",
              "algo.server_opt.name", "algo.schedule.name", "algo.bank.name")  # what ``method`` already says
 STATUS_COLUMNS = ["status", "error", "diverged_round", "rounds_completed"]
 
@@ -57,7 +56,7 @@ def find_runs(paths: list[str]) -> list[Path]:
 def load_runs(run_dirs: list[Path]) -> pd.DataFrame:
     rows = []
     for d in run_dirs:
-        cfg = _flatten(yaml.safe_load((d / CONFIG_FILE).read_text()) or {})
+        cfg = _flatten(saved_config(d))
         summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {"status": "missing"}
         method = summary.get("method") or _method(cfg)
         rows.append({"run_dir": str(d), "method": method, **cfg,

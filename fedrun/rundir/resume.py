@@ -19,9 +19,8 @@ import yaml
 from omegaconf import OmegaConf
 
 from fedrun.config.overrides import override_key
-from fedrun.rundir.files import CONFIG_FILE, SUMMARY_FILE, config_differences
+from fedrun.rundir.files import CONFIG_FILE, SUMMARY_FILE, config_differences, saved_config, saved_overrides
 
-OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"  # Hydra's record of a run's command-line overrides
 _OWN_KEYS = ("resume", "overwrite", "hydra.run.dir")  # the resume command sets these itself
 
 
@@ -30,9 +29,7 @@ def resume_command(run_dir: str | Path) -> str:
     (the overrides as Hydra recorded them in ``.hydra/overrides.yaml``; a run made without them, by a script, names
     none, and resuming it with other settings is refused with the settings that differ)."""
     run_dir = Path(run_dir)
-    recorded = run_dir / OVERRIDES_FILE
-    overrides = (yaml.safe_load(recorded.read_text()) or []) if recorded.exists() else []
-    kept = [str(o) for o in overrides if override_key(str(o)) not in _OWN_KEYS]
+    kept = [o for o in saved_overrides(run_dir) if override_key(o) not in _OWN_KEYS]
     return shlex.join(["fedrun", *kept, f"hydra.run.dir={run_dir}", "resume=true"])
 
 
@@ -76,7 +73,7 @@ def resumable_runs(root: str | Path, cfg) -> list[Resumable]:
             continue
         try:
             status = json.loads(summary_file.read_text()).get("status", "unknown")
-            there = yaml.safe_load(config_file.read_text()) or {}
+            there = saved_config(run_dir)
         except (OSError, ValueError, yaml.YAMLError):
             continue
         started = (there.get("fl") or {}).get("rounds")

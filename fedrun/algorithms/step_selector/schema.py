@@ -1,5 +1,5 @@
-"""The typed config of each option of algo/selector: its settings, their defaults and ranges, registered as the schema
-its YAML (conf/algo/selector/) extends. No torch: checking a config needs none."""
+"""The typed config of each option of algo/step_selector: its settings, their defaults and ranges, registered as the
+schema its YAML (conf/algo/step_selector/) extends. No torch: checking a config needs none."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fedrun.config.schema import DEFAULT, Rule
 @register
 @dataclass
 class AllStepsConfig(PartConfig):
-    part, target, options = "selector", "fedrun.algorithms.selector.all_steps.AllSteps", ("all",)
+    part, target, options = "step_selector", "fedrun.algorithms.step_selector.all_steps.AllSteps", ("all",)
     name: str = "all"
     reshuffle: bool = True  # default of fl.reshuffle: random reshuffling, as the BHerd paper's baselines
 
@@ -26,7 +26,7 @@ class AllStepsConfig(PartConfig):
 @register
 @dataclass
 class HerdConfig(PartConfig):
-    part, target, options = "selector", "fedrun.algorithms.selector.herd.Herd", ("herd",)
+    part, target, options = "step_selector", "fedrun.algorithms.step_selector.herd.Herd", ("herd",)
     name: str = "herd"
     alpha: float = 0.5  # BHerd's alpha, the fraction of steps sent (the Dirichlet alpha is partition.alpha)
     local_epochs: float = II("fl.local_epochs")  # E of eq. 6
@@ -42,7 +42,7 @@ class HerdConfig(PartConfig):
 @register
 @dataclass
 class GraBConfig(HerdConfig):
-    part, target, options = "selector", "fedrun.algorithms.selector.herd.GraB", ("grab",)
+    part, target, options = "step_selector", "fedrun.algorithms.step_selector.herd.GraB", ("grab",)
     name: str = "grab"
 
 
@@ -51,7 +51,7 @@ class GraBConfig(HerdConfig):
 class RandomSubsetConfig(HerdConfig):
     """The control of herding: as many steps, taken at random."""
 
-    part, target, options = "selector", "fedrun.algorithms.selector.herd.RandomSubset", ("random",)
+    part, target, options = "step_selector", "fedrun.algorithms.step_selector.herd.RandomSubset", ("random",)
     name: str = "random"
     seed: int = II("seed")
 
