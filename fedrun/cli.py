@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import sys
 import traceback
@@ -40,16 +41,23 @@ log = logging.getLogger("fedrun")
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _main(cfg: DictConfig) -> float | None:
     from fedrun.engine.experiment import run_experiment  # torch and the engine: not for --help or a refused override
+    from fedrun.engine.ranks import start
 
     hold_collector()  # a sweep's next job starts again
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     if hc.mode != RunMode.MULTIRUN:
+        writer = True
         try:
-            keep_earlier_run(run_dir, cfg)
-            summary = run_experiment(cfg, run_dir)
+            ranks = start(cfg)  # torchrun's ranks (one process: the one rank)
+            writer = ranks.writer
+            if ranks.size > 1:
+                run_dir = ranks.from_writer(run_dir)  # the folder rank 0's clock named
+            ranks.on_writer(lambda: keep_earlier_run(run_dir, cfg))
+            summary = run_experiment(cfg, run_dir, ranks=ranks)
         except FedrunError as e:
-            print(f"fedrun: {e}", file=sys.stderr)
+            if writer:
+                print(f"fedrun: {e}", file=sys.stderr)
             sys.exit(2)
         if summary["status"] == "interrupted":  # checkpointed: `fedrun ... hydra.run.dir=<dir> resume=true` goes on
             sys.exit(128 + int(summary["signal"]))
@@ -166,6 +174,10 @@ def main() -> None:
         print(app_help(sys.argv[1:]))
         return
     problems = check_overrides(sys.argv[1:], CONF_DIR)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and {"-m", "--multirun"} & set(sys.argv[1:]):  # under torchrun
+        problems = ["--multirun under torchrun: each of a sweep's jobs would need every rank at once. Fix: one "
+                    "torchrun per run (a sweep's launcher can start them), or drop torchrun for a sweep of "
+                    "one-process runs"]
     if not problems and {"-m", "--multirun"} & set(sys.argv[1:]):
         problems = check_sweep_jobs(sys.argv[1:], CONF_DIR)  # every job's values, before the first job runs
     if not problems:

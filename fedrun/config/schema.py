@@ -227,6 +227,7 @@ class RunConfig:
 # that checking a config imports neither torch nor the engine
 EXECUTOR_NAMES = ("loop", "vmap", "graph")  # hardware.executor, besides auto (fedrun/engine/executor.py)
 PRECISIONS = ("float32", "tf32", "bfloat16")  # hardware.precision (fedrun/engine/precision.py)
+BACKENDS = ("auto", "gloo", "nccl")  # hardware.backend: torchrun's ranks (fedrun/engine/ranks.py)
 DELAYS = ("exponential", "uniform", "lognormal")  # participation.delay (fedrun/engine/sampling.py)
 PARTITIONS = ("iid", "dirichlet", "dirichlet_resample", "classes", "case1", "case2", "case3", "natural")
 NORMALIZATIONS = ("standardize", "unit", "raw")  # data.normalize (fedrun/data/base.py)
@@ -266,6 +267,7 @@ class HardwareConfig(Section):
     host_memory: str = MISSING
     step_store: str = MISSING
     gram_block: int = MISSING
+    backend: str = MISSING
 
     def rules(self) -> Iterator[Rule]:
         yield self.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda", DEFAULT
@@ -295,6 +297,7 @@ class HardwareConfig(Section):
         yield self.host_memory in ("keep", "system"), "host_memory", "must be keep or system", DEFAULT
         yield self.step_store in ("auto", "device", "host"), "step_store", "must be auto, device or host", DEFAULT
         yield self.gram_block >= 1, "gram_block", "must be an integer >= 1", DEFAULT
+        yield self.backend in BACKENDS, "backend", f"must be one of {BACKENDS}", DEFAULT
 
 
 @dataclass

@@ -23,6 +23,7 @@ from fedrun.rundir.loggers import ProgressBar, WandbLogger
 from fedrun.rundir.resume import resume_command
 from fedrun.rundir.files import RunDirectory, base_summary, move_aside
 from fedrun.process.startup import release_collector
+from fedrun.engine.ranks import Ranks
 from fedrun.engine.simulation import Simulation
 
 log = logging.getLogger("fedrun")
@@ -49,14 +50,16 @@ class EvaluationGrid:
         return self.every_s is not None or rnd % self.every == 0 or rnd >= rounds
 
 
-def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> dict:
+def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ranks: Ranks | None = None) -> dict:
     """Run the experiment of ``cfg`` and write its files to ``run_dir``; returns the summary. With ``resume=true``
     the run continues from the newest readable checkpoint in ``run_dir`` (written every ``checkpoint.every`` rounds
     and at the last) and ends with the metrics.csv an uninterrupted run writes; with more ``fl.rounds`` than the run
     was started with, this extends a finished run; with no checkpoint to continue from, :func:`nothing_to_resume`.
     SIGTERM or Ctrl-C lets the current round finish, writes a checkpoint and ends the run with status
-    ``interrupted``, saying the command that continues it; a second Ctrl-C stops at once."""
+    ``interrupted``, saying the command that continues it; a second Ctrl-C stops at once. Over several ``ranks``
+    (torchrun) each trains its share of every round and rank 0 alone writes the run's files."""
     validate(cfg)  # before any work (and before the run directory gets files): a bad value costs nothing
+    ranks = ranks or Ranks()
     note = selected_step_note(cfg)
     if note:
         log.warning(note)
@@ -64,11 +67,11 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
     fingerprint = config_fingerprint(cfg)
     saved = load_latest(run_dir) if cfg.resume else None
     if cfg.resume and saved is None:
-        nothing_to_resume(run_dir, cfg)
+        nothing_to_resume(run_dir, cfg, ranks.writer)
     started_with = check_resumable(saved, cfg, run_dir) if saved is not None else cfg.fl.rounds
     # the commits that computed the checkpoint's rounds and their wall time, read before summary.json is rewritten
     made_by, earlier_s = earlier_work(saved, run_dir) if saved is not None else ([], 0.0)
-    out = RunDirectory(run_dir, write_metrics=cfg.logger.name != "none")
+    out = RunDirectory(run_dir, write_metrics=cfg.logger.name != "none", write=ranks.writer)
     summary = base_summary(cfg) | {"status": "running"}
     commits = list(dict.fromkeys(made_by + ([summary["git_commit"]] if summary["git_commit"] else [])))
     if saved is not None:
@@ -80,15 +83,16 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
     stop = _StopRequests()
     try:
         native.prepare(cfg.hardware)  # a kernel not built yet is built now, said, not in the middle of round 1
-        sim = Simulation(cfg, checked=True)
+        sim = Simulation(cfg, checked=True, ranks=ranks)
         release_collector()  # built: the rounds collect as the process did before the command started
         out.save_partition(sim.partition.to_json(sim.labels, sim.label_classes))
         log.info(sim.partition.summary(sim.labels, sim.label_classes))
         log.info("%s on %s: %s (%d parameters), %s executor, device %s", sim.algo.name, sim.data.name,
                  cfg.model.name, sim.model.dim, sim.executor.name, sim.device)
         summary |= {"dataset_fingerprint": sim.data.fingerprint(), "partition_fingerprint": sim.partition.fingerprint(),
-                    "num_parameters": sim.model.dim, "device": str(sim.device), "executor": sim.executor.name}
-        if cfg.logger.name == "wandb":
+                    "num_parameters": sim.model.dim, "device": str(sim.device), "executor": sim.executor.name,
+                    "ranks": ranks.size}
+        if cfg.logger.name == "wandb" and ranks.writer:
             wandb = WandbLogger(cfg, out.path, sweep_group)
         rounds = cfg.fl.rounds
         grid = EvaluationGrid(cfg.eval.every, cfg.eval.every_s)
@@ -107,13 +111,14 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                 summary["extended_from_rounds"] = started_with
             log.info("resumed from the checkpoint of round %d in %s", first, run_dir)
         every, keep = cfg.checkpoint.every, cfg.checkpoint.keep
-        bar = ProgressBar(rounds, bool(cfg.progress), f"{sim.algo.name}/{sim.data.name}", initial=first)
+        bar = ProgressBar(rounds, bool(cfg.progress) and ranks.writer, f"{sim.algo.name}/{sim.data.name}",
+                          initial=first)
         status = {"status": "finished", "rounds_completed": rounds}
         for rnd in range(first + 1, rounds + 1):
             clock = sim.state.sim_time
             step = sim.run_round(rnd)
             diverged = not (math.isfinite(step.train_loss) and bool(torch.isfinite(sim.state.params).all()))
-            if step.similarity is not None:  # FedGH Fig. 2, DGT Figs. 3-4
+            if step.similarity is not None and ranks.writer:  # FedGH Fig. 2, DGT Figs. 3-4
                 (out.path / "similarity").mkdir(exist_ok=True)
                 np.savez(out.path / "similarity" / f"round_{rnd:05d}.npz", **step.similarity)
             k = len(step.plans)
@@ -138,7 +143,8 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                     wandb.log(row)
             bar.update(row)
             ended = diverged or spent
-            if (every and not ended and (rnd % every == 0 or rnd == rounds)) or stop.requested:  # last: to extend
+            stopping = ranks.most(stop.requested)  # a signal one rank saw stops them all after this round
+            if ((every and not ended and (rnd % every == 0 or rnd == rounds)) or stopping) and ranks.writer:
                 save_checkpoint(run_dir, rnd, {"round": rnd, "rounds": rounds, "config_fingerprint": fingerprint,
                                                "history": history, "bytes_up": bytes_up, "bytes_down": bytes_down,
                                                "commits": commits, "wall_time_s": None if earlier_s is None else
@@ -153,15 +159,17 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
                 log.info("round %d: the simulated time budget (%.0f s) is spent; the run ends", rnd, budget)
                 status = {"status": "finished", "rounds_completed": rnd, "stopped_by": "timing.budget_s"}
                 break
-            if stop.requested:
+            if stopping:
                 log.warning("round %d: stopped by signal %d; checkpoint written. Continue it with:\n  %s", rnd,
-                            stop.requested, resume_command(run_dir))
-                status = {"status": "interrupted", "rounds_completed": rnd, "signal": stop.requested}
+                            stopping, resume_command(run_dir))
+                status = {"status": "interrupted", "rounds_completed": rnd, "signal": stopping}
                 break
         bar.close()
         if history:
             summary |= finish_summary(history, cfg.eval.target_acc)
         summary |= status
+        if ranks.size > 1:  # what exchanging the cohorts' results cost this rank (rank 0's, in summary.json)
+            summary |= {"exchange_s": round(ranks.exchange_s, 3), "exchange_mb": round(ranks.exchange_mb, 3)}
     except BaseException as e:
         summary |= {"status": "failed", "error": f"{type(e).__name__}: {e}"}
         raise
@@ -180,17 +188,17 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None) -> 
     return summary
 
 
-def nothing_to_resume(run_dir: Path, cfg) -> None:
+def nothing_to_resume(run_dir: Path, cfg, writer: bool = True) -> None:
     """``resume=true`` where no checkpoint can be read: refused (ConfigError) where checkpoints exist but none can be
-    read, unless ``overwrite=true`` (then the run's files are moved aside and it starts over); said where there is
-    none (the run starts at round 1)."""
+    read, unless ``overwrite=true`` (then the run's files are moved aside, by the ``writer``, and it starts over);
+    said where there is none (the run starts at round 1)."""
     held = checkpoints(run_dir)
     if held and not cfg.overwrite:
         raise ConfigError([f"resume=true: none of the {len(held)} checkpoint(s) in {run_dir} can be read (each one's "
                            f"error is above), so the run cannot continue. Fix: add overwrite=true to start it over "
                            f"(its files are kept in {run_dir.name}.previous-<time>/ beside it), or put back a "
                            f"readable checkpoint_<round>.pt"])
-    if held:
+    if held and writer:
         log.warning("resume=true overwrite=true: no checkpoint in %s can be read; the run starts over at round 1 (its "
                     "files were moved to %s)", run_dir, move_aside(run_dir))
     else:

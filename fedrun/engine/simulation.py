@@ -36,6 +36,7 @@ from fedrun.engine.executor import CohortResult, make_executor
 from fedrun.engine.full_batch import full_losses_and_gradients
 from fedrun.engine.host_memory import keep_freed_memory
 from fedrun.engine.precision import check_device, local_steps
+from fedrun.engine.ranks import Ranks, trained_in_shares
 from fedrun.engine.state import ServerState
 
 log = logging.getLogger("fedrun")
@@ -69,10 +70,10 @@ class Simulation:
     the caller did already (``checked``: :func:`~fedrun.engine.experiment.run_experiment`, before the run directory
     gets files)."""
 
-    def __init__(self, cfg, data: FedDataset | None = None, checked: bool = False):
+    def __init__(self, cfg, data: FedDataset | None = None, checked: bool = False, ranks: Ranks | None = None):
         if not checked:
             validate(cfg)
-        self.cfg = cfg
+        self.cfg, self.ranks = cfg, ranks or Ranks()
         if cfg.hardware.num_threads:
             torch.set_num_threads(int(cfg.hardware.num_threads))
         if cfg.hardware.host_memory == "keep":
@@ -207,12 +208,17 @@ class Simulation:
 
     def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list) -> CohortResult:
         """The cohort's local training through the run's executor (steps recorded where the step selector keeps
-        them), in the run's ``hardware.precision``."""
+        them), in the run's ``hardware.precision``; over several ranks, each trains its share."""
         if isinstance(self.train_inputs, AugmentedImages):
             self.train_inputs.begin_round(ctx.round)
-        with local_steps(self.cfg.hardware.precision, self.device):
+        def train(plans, client_states):
             return self.executor.run(rule, self.model, ctx, plans, self.train_inputs, self.data.y_train,
                                      client_states, self.step_store)
+
+        with local_steps(self.cfg.hardware.precision, self.device):
+            if self.ranks.size == 1:
+                return train(plans, client_states)
+            return trained_in_shares(self.ranks, train, plans, client_states, self.device, self.step_store)
 
     def run_round(self, rnd: int) -> RoundOutput:
         """Round ``rnd`` of the run: its state becomes the round's new one."""

@@ -59,20 +59,25 @@ def write_json(path: Path, obj) -> None:
 
 
 class RunDirectory:
-    def __init__(self, path: str | os.PathLike, write_metrics: bool = True):
+    """The files of a run; with ``write=False`` (a run's ranks other than 0) none is written."""
+
+    def __init__(self, path: str | os.PathLike, write_metrics: bool = True, write: bool = True):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.write_metrics = write_metrics
+        if write:
+            self.path.mkdir(parents=True, exist_ok=True)
+        self.write, self.write_metrics = write, write_metrics and write
         self._file = None
         self._writer = None
         self._rows: list[dict] = []
         self.columns: list[str] | None = None
 
     def save_config(self, cfg) -> None:
-        (self.path / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        if self.write:
+            (self.path / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
     def save_partition(self, info: dict) -> None:
-        write_json(self.path / PARTITION_FILE, info)
+        if self.write:
+            write_json(self.path / PARTITION_FILE, info)
 
     def append_metrics(self, row: dict) -> None:
         """One row of metrics.csv. A row with columns the file lacks (a model bank's columns from its first round
@@ -95,7 +100,8 @@ class RunDirectory:
         self._file.flush()
 
     def save_summary(self, summary: dict) -> None:
-        write_json(self.path / SUMMARY_FILE, summary)
+        if self.write:
+            write_json(self.path / SUMMARY_FILE, summary)
 
     def close(self) -> None:
         if self._file is not None:

@@ -1,0 +1,188 @@
+"""One run over several processes: ``torchrun --nproc-per-node N -m fedrun ...`` trains each round's cohort in N
+shares, one per rank, and every rank then holds the whole round.
+
+Each rank trains the clients placed on it with the run's executor; the ranks then exchange what their clients sent
+(updates, buffers, losses, client states, uploads, recorded steps), so that every rank holds the cohort's results in
+cohort order and computes the same server step, evaluation and part states as one process would. Clients are placed
+by their step counts (longest first, each to the rank with the fewest steps so far; ties to the lowest rank), so a
+ragged cohort does not leave ranks idle, and the placement is a function of the plans alone. Rank 0 alone writes the
+run directory, checkpoints and W&B; a resumed run may have any number of ranks, since every rank's state is the
+whole run's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+
+from fedrun.engine.executor import CohortResult
+from fedrun.engine.state import to_device
+from fedrun.errors import ConfigError, FedrunError
+
+@dataclass
+class Ranks:
+    """This process's place among the run's processes (one rank of one when not launched by torchrun), and what the
+    exchange of the cohorts' results has cost it: seconds waited and megabytes of tensors received."""
+
+    rank: int = 0
+    size: int = 1
+    exchange_s: float = 0.0
+    exchange_mb: float = 0.0
+
+    @property
+    def writer(self) -> bool:
+        """Whether this process writes the run's files (rank 0)."""
+        return self.rank == 0
+
+    def shares(self, steps: list[int]) -> list[list[int]]:
+        """Cohort positions per rank, balanced by step counts: longest first, each to the least-loaded rank."""
+        load, out = [0] * self.size, [[] for _ in range(self.size)]
+        for i in sorted(range(len(steps)), key=lambda i: (-steps[i], i)):
+            r = min(range(self.size), key=lambda r: (load[r], r))
+            out[r].append(i)
+            load[r] += steps[i]
+        return [sorted(s) for s in out]
+
+    def gather(self, mine):
+        """Every rank's ``mine`` (any picklable value), in rank order, on every rank."""
+        import torch.distributed as dist
+
+        out = [None] * self.size
+        dist.all_gather_object(out, mine)
+        return out
+
+    def from_writer(self, value):
+        """Rank 0's ``value``, on every rank (a decision only the writer can make, such as its run directory)."""
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def on_writer(self, action) -> None:
+        """``action()`` on rank 0 alone (a check of the run directory); a FedrunError it raises is raised on every
+        rank, so that all of them stop before any work."""
+        said = None
+        if self.writer:
+            try:
+                action()
+            except FedrunError as e:
+                said = str(e)
+        if self.size > 1:
+            said = self.from_writer(said)
+        if said is not None:
+            raise FedrunError(said)
+
+    def most(self, value: int) -> int:
+        """The largest of the ranks' ``value`` (a stop request one rank saw: every rank stops after the round)."""
+        if self.size == 1:
+            return value
+        import torch.distributed as dist
+
+        t = torch.tensor([int(value)])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+
+
+def trained_in_shares(ranks: Ranks, train, plans: list, client_states: list, device: torch.device,
+                      steps_device: torch.device | None) -> CohortResult:
+    """The cohort's training over the ranks: ``train(plans, client_states)`` on this rank's share of the clients,
+    then every share's results, in cohort order, on every rank (on ``device``; recorded steps on ``steps_device``,
+    where the step selector keeps them)."""
+    shares = ranks.shares([p.tau for p in plans])
+    mine = shares[ranks.rank]
+    part = train([plans[i] for i in mine], [client_states[i] for i in mine]) if mine else None
+    started = time.perf_counter()
+    gathered = ranks.gather(to_device(_fields(part), torch.device("cpu")))
+    ranks.exchange_s += time.perf_counter() - started
+    ranks.exchange_mb += sum(_megabytes(p) for r, p in enumerate(gathered) if r != ranks.rank)
+    parts = [p for p in gathered if p is not None]
+    back = torch.argsort(torch.tensor([i for s in shares for i in s])).tolist()  # cohort position -> gathered row
+
+    def tensor(name, of=lambda p, name: p[name]):
+        return torch.cat([of(p, name) for p in parts])[back].to(device)
+
+    def listed(name):
+        rows = [row for p in parts for row in p[name]]
+        return [to_device(rows[i], device) for i in back]
+
+    steps = None
+    if parts[0]["steps"] is not None:
+        rows = [row for p in parts for row in p["steps"]]
+        steps = [rows[i].to(steps_device) for i in back]
+    uploads = {name: tensor(name, lambda p, name: p["uploads"][name]) for name in parts[0]["uploads"]}
+    return CohortResult(tensor("updates"), listed("buffers"), tensor("mean_loss"), listed("client_states"), uploads,
+                        steps)
+
+
+def _fields(result: CohortResult | None) -> dict | None:
+    return None if result is None else dict(result.__dict__)
+
+
+def _megabytes(tree) -> float:
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size() / 2**20
+    if isinstance(tree, dict):
+        return sum(map(_megabytes, tree.values()))
+    if isinstance(tree, (list, tuple)):
+        return sum(map(_megabytes, tree))
+    return 0.0
+
+
+def launched() -> int:
+    """The number of processes torchrun started for this run (1 when it did not)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def backend_for(backend: str, device: str) -> str:
+    """``hardware.backend`` resolved: auto is NCCL where the ranks compute on GPUs, else gloo."""
+    if backend != "auto":
+        return backend
+    return "nccl" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "gloo"
+
+
+def check_ranks(cfg, size: int) -> list[str]:
+    """What makes ``size`` ranks unable to run ``cfg``, before any work: a backend this build or machine lacks, or
+    more ranks than a round's clients (a rank with no client would wait on every round)."""
+    import torch.distributed as dist
+
+    problems = []
+    backend = backend_for(cfg.hardware.backend, cfg.hardware.device)
+    available = {"gloo": dist.is_available() and dist.is_gloo_available(),
+                 "nccl": dist.is_available() and dist.is_nccl_available() and torch.cuda.is_available()}
+    if not available.get(backend, False):
+        where = "this machine has no CUDA GPU" if backend == "nccl" else "this PyTorch build lacks it"
+        problems.append(f"hardware.backend={cfg.hardware.backend}: the ranks' backend {backend} is not available "
+                        f"({where}). Fix: hardware.backend=gloo (CPUs), or run on GPUs with nccl")
+    per_round = min(int(cfg.fl.clients_per_round), int(cfg.fl.num_clients))
+    if size > per_round:
+        problems.append(f"{size} ranks for {per_round} clients per round: a rank would have no client to train. "
+                        f"Fix: torchrun --nproc-per-node {per_round} (or fewer), or fl.clients_per_round={size}")
+    return problems
+
+
+def start(cfg) -> Ranks:
+    """Join the run's process group (torchrun's environment) after checking that it can run ``cfg``; a process not
+    launched by torchrun is the one rank of one. Ranks other than 0 log warnings only."""
+    size = launched()
+    if size == 1:
+        return Ranks()
+    import torch.distributed as dist
+
+    problems = check_ranks(cfg, size)
+    if problems:
+        raise ConfigError(problems)
+    if not dist.is_initialized():
+        backend = backend_for(cfg.hardware.backend, cfg.hardware.device)
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend, timeout=timedelta(minutes=10))
+    ranks = Ranks(dist.get_rank(), dist.get_world_size())
+    if not ranks.writer:
+        logging.getLogger("fedrun").setLevel(logging.WARNING)
+    return ranks

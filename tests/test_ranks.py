@@ -1,0 +1,145 @@
+"""One run over torch.distributed ranks (torchrun, gloo on the CPU): each rank trains its share of a round's clients
+and every rank holds the whole round, so two ranks compute what one process computes, bit for bit in float64 with
+the loop executor, for every family; rank 0 alone writes; a run killed on two ranks resumes on one; settings that two
+ranks cannot run are refused before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from fedrun.config.compose import compose_config
+from fedrun.engine.ranks import Ranks, check_ranks
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = ["data=digits", "model=mlp", "fl.num_clients=8", "fl.clients_per_round=5", "fl.batch_size=16", "fl.lr=0.05",
+        "fl.rounds=4", "hardware.dtype=float64", "hardware.executor=loop", "progress=false"]
+FAMILIES = {
+    "fedavg": ["algo=fedavg"],
+    "scaffold": ["algo=scaffold"],
+    "fedgh": ["algo=fedgh"],
+    "dgt": ["algo=dgt"],
+    "bherd": ["algo=bherd"],
+    "gift": ["algo=gift", "algo.schedule.tau0=6", "algo.schedule.patience=1"],
+    "mafsvrg": ["algo=mafsvrg", "model=logreg", "algo.bank.threshold=1", "algo.bank.models=2"],
+    "gafsvrg": ["algo=gafsvrg", "model=logreg", "algo.bank.threshold=1", "algo.bank.models=2"],
+}
+WORKER = """
+import json, sys
+from fedrun.config.compose import compose_config
+from fedrun.engine.experiment import run_experiment
+from fedrun.engine.ranks import start
+
+for name, overrides in json.loads(sys.argv[1]).items():
+    cfg = compose_config(overrides)
+    run_experiment(cfg, f"{sys.argv[2]}/{name}", ranks=start(cfg))
+"""
+
+
+def torchrun(ranks: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), *args]
+
+
+def environment() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def metrics(run_dir: Path) -> pd.DataFrame:
+    table = pd.read_csv(run_dir / "metrics.csv", dtype=str)
+    return table.drop(columns=[c for c in ("elapsed_s", "server_s") if c in table])
+
+
+def test_clients_are_placed_by_their_steps_longest_first_and_every_one_once():
+    shares = Ranks(0, 2).shares([5, 1, 1, 1, 4, 2])
+    # longest first to the least-loaded rank: 5 -> 0, 4 -> 1, 2 -> 1 (4 < 5), then the 1s to 0, 0 (a tie), 1
+    assert shares == [[0, 1, 2], [3, 4, 5]]  # 7 steps each
+    assert sorted(i for s in Ranks(1, 3).shares([3] * 7) for i in s) == list(range(7))
+    assert Ranks(0, 3).shares([2, 2, 2]) == [[0], [1], [2]] and Ranks(0, 1).shares([4, 1]) == [[0, 1]]
+
+
+def test_two_ranks_compute_what_one_process_computes_for_every_family(tmp_path):
+    """The same script as one process and as two ranks (each process with one thread: a product's sums split over
+    threads would differ in rounding)."""
+    (tmp_path / "worker.py").write_text(WORKER)
+    families = json.dumps({family: BASE + overrides for family, overrides in FAMILIES.items()})
+    for how, command in (("one", [sys.executable]), ("two", torchrun(2))):
+        proc = subprocess.run([*command, str(tmp_path / "worker.py"), families, str(tmp_path / how)],
+                              env=environment(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    for family in FAMILIES:
+        one, two = (json.loads((tmp_path / how / family / "summary.json").read_text()) for how in ("one", "two"))
+        assert two["ranks"] == 2 and one["ranks"] == 1
+        pd.testing.assert_frame_equal(metrics(tmp_path / "two" / family), metrics(tmp_path / "one" / family),
+                                      obj=family)
+        assert two["final_test_acc"] == one["final_test_acc"], family
+    exchanged = {family: json.loads((tmp_path / "two" / family / "summary.json").read_text())["exchange_mb"]
+                 for family in ("fedavg", "bherd")}
+    assert exchanged["bherd"] > 2 * exchanged["fedavg"] > 0, "BHerd's ranks exchange their clients' steps too"
+
+
+def test_a_run_killed_on_two_ranks_resumes_on_one(tmp_path):
+    """torchrun's ranks killed mid-run (SIGKILL, no checkpoint of their own at that moment): the run resumed by one
+    process from rank 0's last checkpoint ends with the uninterrupted run's metrics (every process one thread)."""
+    overrides = [*BASE, "fl.rounds=16", "checkpoint.every=2", "algo=scaffold"]
+    subprocess.run([sys.executable, "-m", "fedrun", *overrides, f"hydra.run.dir={tmp_path / 'reference'}"],
+                   env=environment(), cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen(torchrun(2, "-m", "fedrun", *overrides, f"hydra.run.dir={run_dir}"), env=environment(),
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if (run_dir / "metrics.csv").exists() and (run_dir / "metrics.csv").read_text().count("\n") > 5:
+            break
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(pd.read_csv(run_dir / "metrics.csv")) < 16, "the run ended before it could be killed"
+    subprocess.run([sys.executable, "-m", "fedrun", *overrides, f"hydra.run.dir={run_dir}", "resume=true"],
+                   env=environment(), cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_from_round"] >= 2 and summary["ranks"] == 1
+    pd.testing.assert_frame_equal(metrics(run_dir), metrics(tmp_path / "reference"))
+
+
+def test_more_ranks_than_clients_or_a_missing_backend_are_refused_before_any_work(tmp_path):
+    cfg = compose_config([*BASE, "fl.clients_per_round=2"])
+    assert check_ranks(cfg, 2) == []
+    (few,) = check_ranks(cfg, 3)
+    assert few.startswith("3 ranks for 2 clients per round") and "--nproc-per-node 2" in few
+    nccl = compose_config([*BASE, "hardware.backend=nccl"])
+    if not __import__("torch").cuda.is_available():
+        (missing,) = check_ranks(nccl, 2)
+        assert "hardware.backend=nccl: the ranks' backend nccl is not available" in missing
+    run_dir = tmp_path / "refused"
+    proc = subprocess.run(torchrun(3, "-m", "fedrun", *BASE, "fl.clients_per_round=2", f"hydra.run.dir={run_dir}"),
+                          env=environment(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and proc.stderr.count("3 ranks for 2 clients per round") == 1, proc.stderr[-2000:]
+    assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.csv").exists()
+
+
+def test_a_sweep_under_torchrun_is_refused():
+    env = {**environment(), "WORLD_SIZE": "2"}
+    proc = subprocess.run([sys.executable, "-m", "fedrun", "-m", "fl.lr=0.1,0.2"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "--multirun under torchrun" in proc.stderr
+
+
+def test_a_rank_other_than_0_writes_nothing(tmp_path):
+    from fedrun.rundir.files import RunDirectory
+
+    for writer, folder in ((True, tmp_path / "rank0"), (False, tmp_path / "rank1")):
+        out = RunDirectory(folder, write=writer)
+        out.save_config(compose_config(BASE))
+        out.save_partition({})
+        out.append_metrics({"round": 1})
+        out.save_summary({"status": "running"})
+        out.close()
+        assert sorted(p.name for p in folder.glob("*")) == (
+            ["config.yaml", "metrics.csv", "partition.json", "summary.json"] if writer else [])
