@@ -124,6 +124,22 @@ def test_more_ranks_than_clients_or_a_missing_backend_are_refused_before_any_wor
     assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.csv").exists()
 
 
+def test_what_a_rank_sends_holds_only_its_own_values():
+    """A client's recorded steps are rows of its chunk's step store: sent as they are, each would be pickled with the
+    whole store (K times the traffic)."""
+    import pickle
+
+    import torch
+
+    from fedrun.engine.ranks import _sendable
+
+    store = torch.randn(8, 5, 100)
+    sent = _sendable({"steps": [store[i, :3] for i in range(8)], "updates": store[:, 0]})
+    assert all(torch.equal(s, store[i, :3]) for i, s in enumerate(sent["steps"]))
+    own = (8 * 3 * 100 + 8 * 100) * 4  # bytes of the values sent
+    assert len(pickle.dumps(sent)) < 2 * own < len(pickle.dumps([store[i, :3] for i in range(8)]))
+
+
 def test_a_sweep_under_torchrun_is_refused():
     env = {**environment(), "WORLD_SIZE": "2"}
     proc = subprocess.run([sys.executable, "-m", "fedrun", "-m", "fl.lr=0.1,0.2"], env=env, capture_output=True,

@@ -98,7 +98,7 @@ def trained_in_shares(ranks: Ranks, train, plans: list, client_states: list, dev
     mine = shares[ranks.rank]
     part = train([plans[i] for i in mine], [client_states[i] for i in mine]) if mine else None
     started = time.perf_counter()
-    gathered = ranks.gather(to_device(_fields(part), torch.device("cpu")))
+    gathered = ranks.gather(_sendable(_fields(part)))
     ranks.exchange_s += time.perf_counter() - started
     ranks.exchange_mb += sum(_megabytes(p) for r, p in enumerate(gathered) if r != ranks.rank)
     parts = [p for p in gathered if p is not None]
@@ -122,6 +122,19 @@ def trained_in_shares(ranks: Ranks, train, plans: list, client_states: list, dev
 
 def _fields(result: CohortResult | None) -> dict | None:
     return None if result is None else dict(result.__dict__)
+
+
+def _sendable(tree):
+    """Every tensor of a nested dict/list/tuple in host memory and holding only its own values: a view (a client's
+    rows of a chunk's step store) would be pickled with the whole storage it looks into."""
+    if isinstance(tree, torch.Tensor):
+        tree = tree.cpu()
+        return tree.clone() if tree.untyped_storage().nbytes() > tree.numel() * tree.element_size() else tree
+    if isinstance(tree, dict):
+        return {k: _sendable(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_sendable(v) for v in tree)
+    return tree
 
 
 def _megabytes(tree) -> float:
