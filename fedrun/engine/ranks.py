@@ -98,30 +98,23 @@ def trained_in_shares(ranks: Ranks, train, plans: list, client_states: list, dev
     mine = shares[ranks.rank]
     part = train([plans[i] for i in mine], [client_states[i] for i in mine]) if mine else None
     started = time.perf_counter()
-    gathered = ranks.gather(_sendable(_fields(part)))
+    gathered = ranks.gather(_sendable(None if part is None else vars(part)))
     ranks.exchange_s += time.perf_counter() - started
     ranks.exchange_mb += sum(_megabytes(p) for r, p in enumerate(gathered) if r != ranks.rank)
     parts = [p for p in gathered if p is not None]
     back = torch.argsort(torch.tensor([i for s in shares for i in s])).tolist()  # cohort position -> gathered row
 
-    def tensor(name, of=lambda p, name: p[name]):
-        return torch.cat([of(p, name) for p in parts])[back].to(device)
+    def stacked(pieces: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(pieces)[back].to(device)
 
-    def listed(name):
+    def ordered(name: str, where: torch.device) -> list:
         rows = [row for p in parts for row in p[name]]
-        return [to_device(rows[i], device) for i in back]
+        return [to_device(rows[i], where) for i in back]
 
-    steps = None
-    if parts[0]["steps"] is not None:
-        rows = [row for p in parts for row in p["steps"]]
-        steps = [rows[i].to(steps_device) for i in back]
-    uploads = {name: tensor(name, lambda p, name: p["uploads"][name]) for name in parts[0]["uploads"]}
-    return CohortResult(tensor("updates"), listed("buffers"), tensor("mean_loss"), listed("client_states"), uploads,
-                        steps)
-
-
-def _fields(result: CohortResult | None) -> dict | None:
-    return None if result is None else dict(result.__dict__)
+    return CohortResult(stacked([p["updates"] for p in parts]), ordered("buffers", device),
+                        stacked([p["mean_loss"] for p in parts]), ordered("client_states", device),
+                        {name: stacked([p["uploads"][name] for p in parts]) for name in parts[0]["uploads"]},
+                        ordered("steps", steps_device) if parts[0]["steps"] is not None else None)
 
 
 def _sendable(tree):
