@@ -47,6 +47,29 @@ def torchrun(ranks: int, *args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), *args]
 
 
+def kill_ranks(proc: subprocess.Popen) -> None:
+    """SIGKILL torchrun's workers, then torchrun, and wait until they are gone: the ranks die as a node's would. (A
+    signal to torchrun's process group misses them: each worker has a session of its own.)"""
+    workers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == proc.pid]
+    assert workers, "torchrun has no workers to kill"
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_parent(Path(f"/proc/{pid}")) is not None for pid in workers):
+        time.sleep(0.05)
+
+
+def _parent(proc_dir: Path) -> int | None:
+    """The parent pid of a live process (None once it is gone or a zombie)."""
+    try:
+        fields = (proc_dir / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[1])
+
+
 def environment() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
@@ -92,14 +115,13 @@ def test_a_run_killed_on_two_ranks_resumes_on_one(tmp_path):
                    env=environment(), cwd=tmp_path, check=True, capture_output=True, timeout=300)
     run_dir = tmp_path / "killed"
     proc = subprocess.Popen(torchrun(2, "-m", "fedrun", *overrides, f"hydra.run.dir={run_dir}"), env=environment(),
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         if (run_dir / "metrics.csv").exists() and (run_dir / "metrics.csv").read_text().count("\n") > 5:
             break
         time.sleep(0.005)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_ranks(proc)
     assert len(pd.read_csv(run_dir / "metrics.csv")) < 16, "the run ended before it could be killed"
     subprocess.run([sys.executable, "-m", "fedrun", *overrides, f"hydra.run.dir={run_dir}", "resume=true"],
                    env=environment(), cwd=tmp_path, check=True, capture_output=True, timeout=300)
