@@ -62,24 +62,29 @@ def _main(cfg: DictConfig) -> float | None:
         if summary["status"] == "interrupted":  # checkpointed: `fedrun ... hydra.run.dir=<dir> resume=true` goes on
             sys.exit(128 + int(summary["signal"]))
         return summary.get("final_test_acc")
+    ranks = start(cfg)  # a launcher's job over several tasks (hydra.launcher.tasks_per_node): its ranks
     refused = run_dir / REFUSED_FILE
     try:
         done = finished_summary(run_dir, cfg)
     except StaleRunError as e:  # the run is left as it is, the refusal noted beside it; the sweep goes on
-        write_json(refused, {"status": "refused", "error": str(e)})
-        log.error("job %s: %s", hc.job.num, e)
+        if ranks.writer:
+            write_json(refused, {"status": "refused", "error": str(e)})
+            log.error("job %s: %s", hc.job.num, e)
         return None
-    refused.unlink(missing_ok=True)  # an earlier refusal no longer applies
+    if ranks.writer:
+        refused.unlink(missing_ok=True)  # an earlier refusal no longer applies
     if done is not None:
         log.info("job %s: %s already holds a %s run; skipped", hc.job.num, run_dir, done["status"])
         return done.get("final_test_acc")
     summary_file = run_dir / SUMMARY_FILE
     earlier = summary_file.stat().st_mtime_ns if summary_file.exists() else None  # an earlier attempt's
     try:
-        summary = run_experiment(cfg, run_dir, sweep_group=Path(hc.sweep.dir).name)
+        summary = run_experiment(cfg, run_dir, sweep_group=Path(hc.sweep.dir).name, ranks=ranks)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # one bad job must not end the sweep
+        if not ranks.writer:
+            return None
         stamp = summary_file.stat().st_mtime_ns if summary_file.exists() else None
         if stamp == earlier:  # refused before it started (a bad value at this grid point): say so now
             (run_dir / CONFIG_FILE).write_text(resolved_yaml(cfg))

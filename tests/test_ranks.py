@@ -1,7 +1,7 @@
 """One run over torch.distributed ranks (torchrun, gloo on the CPU): each rank trains its share of a round's clients
 and every rank holds the whole round, so two ranks compute what one process computes, bit for bit in float64 with
 the loop executor, for every family; rank 0 alone writes; a run killed on two ranks resumes on one; settings that two
-ranks cannot run are refused before any work."""
+ranks cannot run are refused before any work; a sweep's jobs run over their launcher's tasks."""
 
 from __future__ import annotations
 
@@ -128,6 +128,20 @@ def test_a_run_killed_on_two_ranks_resumes_on_one(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["resumed_from_round"] >= 2 and summary["ranks"] == 1
     pd.testing.assert_frame_equal(metrics(run_dir), metrics(tmp_path / "reference"))
+
+
+def test_a_sweeps_jobs_run_over_their_launchers_tasks(tmp_path):
+    """The SLURM launcher with ``tasks_per_node`` (here submitit's local mode, the SLURM path on this machine): each
+    job is one run over its tasks as ranks, equal to the same sweep's one-process jobs."""
+    sweep = [sys.executable, "-m", "fedrun", "-m", *BASE, "seed=0,1"]
+    subprocess.run([*sweep, f"hydra.sweep.dir={tmp_path / 'one'}"], env=environment(), cwd=tmp_path, check=True,
+                   capture_output=True, timeout=300)
+    subprocess.run([*sweep, "hydra/launcher=slurm_local", "hydra.launcher.tasks_per_node=2",
+                    "hydra.launcher.cpus_per_task=1", f"hydra.sweep.dir={tmp_path / 'tasks'}"], env=environment(),
+                   cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    for job in ("0", "1"):
+        assert json.loads((tmp_path / "tasks" / job / "summary.json").read_text())["ranks"] == 2
+        pd.testing.assert_frame_equal(metrics(tmp_path / "tasks" / job), metrics(tmp_path / "one" / job), obj=job)
 
 
 def test_more_ranks_than_clients_or_a_missing_backend_are_refused_before_any_work(tmp_path):

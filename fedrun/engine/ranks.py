@@ -141,8 +141,15 @@ def _megabytes(tree) -> float:
 
 
 def launched() -> int:
-    """The number of processes torchrun started for this run (1 when it did not)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """The number of processes started for this run: torchrun's, or a launcher's tasks for the job (submitit's
+    ``tasks_per_node`` times its nodes, on SLURM or locally); 1 otherwise."""
+    if "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    if os.environ.get("SUBMITIT_EXECUTOR"):
+        from submitit import JobEnvironment
+
+        return JobEnvironment().num_tasks
+    return 1
 
 
 def backend_for(backend: str, device: str) -> str:
@@ -184,6 +191,10 @@ def start(cfg) -> Ranks:
     if problems:
         raise ConfigError(problems)
     if not dist.is_initialized():
+        if "WORLD_SIZE" not in os.environ:  # a submitit job's tasks: torch's variables from SLURM's (or its own)
+            from submitit.helpers import TorchDistributedEnvironment
+
+            TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         backend = backend_for(cfg.hardware.backend, cfg.hardware.device)
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
