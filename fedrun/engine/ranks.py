@@ -180,8 +180,8 @@ def check_ranks(cfg, size: int) -> list[str]:
 
 
 def start(cfg) -> Ranks:
-    """Join the run's process group (torchrun's environment) after checking that it can run ``cfg``; a process not
-    launched by torchrun is the one rank of one. Ranks other than 0 log warnings only."""
+    """Join the run's process group (torchrun's environment, or a submitit job's tasks) after checking that it can
+    run ``cfg``; a process launched alone is the one rank of one. Ranks other than 0 log warnings only."""
     size = launched()
     if size == 1:
         return Ranks()
