@@ -1,15 +1,17 @@
 """What one run over torch.distributed ranks costs on this machine: each setting as one process and as ``--ranks``
 torchrun ranks (gloo on a CPU, NCCL on GPUs), its seconds per round, the seconds each round waited on the exchange
-of the cohort's results and the megabytes rank 0 received, beside the model of that traffic.
+of the cohort's results and the megabytes rank 0 received, beside the model of that traffic, and how far the ranks'
+test losses moved from one process's.
 
-    python scripts/ranks_bench.py [--ranks 2] [--rounds 3] [--settings default,bherd] [--out results/bench]
+    python scripts/ranks_bench.py [--ranks 2] [--rounds 3] [--settings default,default_rows,...] [--out results/bench]
                                   [--extra KEY=VALUE ...]
 
 Writes <out>/ranks-<device>.md and .json. The one process uses every core (torch's threads); each of the R ranks
-uses cores/R threads, so both use the same cores. The model: every rank receives every other rank's clients'
-results, (K - K_r) x (d x bytes per value) per round for the updates, plus the recorded steps, sum of tau_i x d
-values, for a step selector (BHerd); the exchange's time on one machine is that traffic through gloo's TCP loopback
-plus pickling, and the ranks' wait for the slowest share.
+uses cores/R threads, so both use the same cores. The model (docs/running.md): with the updates' sums all-reduced
+(``hardware.exchange=sums``), a ring all-reduce moves 2 (R - 1) / R x d values through each rank per round; with
+the updates exchanged as rows, every rank receives every other rank's clients' updates, (K - K_r) x d values, plus
+the recorded steps, sum of tau_i x d values, for a step selector (BHerd). The exchange's time on one machine is that
+traffic through gloo's TCP loopback plus pickling, and the ranks' wait for the slowest share.
 """
 
 from __future__ import annotations
@@ -30,7 +32,15 @@ from fedrun.rundir.files import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {  # name: (what it is, its overrides)
-    "default": ("the default experiment (LeNet-5, MNIST, 10 clients, all each round)", []),
+    "default": ("the default experiment (LeNet-5, MNIST, 10 clients, all each round; FedAvg's weighted mean "
+                "all-reduced)", []),
+    "default_rows": ("the same with every update sent to every rank (hardware.exchange=rows)",
+                     ["hardware.exchange=rows"]),
+    "loop_sums": ("the default experiment with the loop executor (each client's arithmetic that of one process): "
+                  "what the all-reduce's order of addition alone changes, in float32",
+                  ["hardware.executor=loop"]),
+    "loop_rows": ("the same with the updates as rows: one process's result bit for bit",
+                  ["hardware.executor=loop", "hardware.exchange=rows"]),
     "bherd": ("BHerd on it (alpha 0.5: every step's gradient recorded and exchanged)", ["algo=bherd"]),
 }
 
@@ -43,7 +53,8 @@ def run(command: list[str], threads: int, run_dir: Path) -> dict:
 
 
 def modelled_mb(run_dir: Path, ranks: int) -> float:
-    """Megabytes rank 0 receives per round by the traffic model: the other ranks' clients' updates (and steps)."""
+    """Megabytes rank 0 receives per round by the traffic model: the ring all-reduce of one sum of d values, or the
+    other ranks' clients' updates (and steps)."""
     import yaml
 
     from fedrun.engine.ranks import Ranks
@@ -54,9 +65,19 @@ def modelled_mb(run_dir: Path, ranks: int) -> float:
     fl, d = config["fl"], summary["num_parameters"]
     taus = [max(1, int(fl["local_epochs"] * n // fl["batch_size"])) for n in sizes]
     shares = Ranks(0, ranks).shares(taus)
+    if summary["exchange"] == "sums":
+        return 2 * (ranks - 1) / ranks * d * 4 / 2**20
     values = sum(d + (taus[i] * d if config["algo"]["step_selector"]["name"] != "all" else 0)
                  for s in shares[1:] for i in s)
     return values * 4 / 2**20
+
+
+def loss_gap(one: Path, many: Path) -> float:
+    """The largest |test loss of the ranks - one process's| over the rounds."""
+    import pandas as pd
+
+    a, b = (pd.read_csv(d / "metrics.csv")["test_loss"] for d in (one, many))
+    return float((a - b).abs().max())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.settings.split(","):
             common = [*SETTINGS[name][1], f"fl.rounds={args.rounds}", "progress=false", "checkpoint.every=0",
                       *args.extra]
-            one = run([sys.executable, "-m", "fedrun", *common], cores, Path(tmp) / f"{name}-one")
+            one_dir = Path(tmp) / f"{name}-one"
+            one = run([sys.executable, "-m", "fedrun", *common], cores, one_dir)
             many_dir = Path(tmp) / f"{name}-ranks"
             many = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                         str(args.ranks), "-m", "fedrun", *common], max(1, cores // args.ranks), many_dir)
@@ -83,14 +105,17 @@ def main(argv: list[str] | None = None) -> int:
             record = {"setting": name, "rounds": args.rounds, "ranks": args.ranks, "one_s_per_round": per_round["one"],
                       "ranks_s_per_round": per_round["ranks"], "exchange_s_per_round": many["exchange_s"] / args.rounds,
                       "exchange_mb_per_round": many["exchange_mb"] / args.rounds,
-                      "modelled_mb_per_round": modelled_mb(many_dir, args.ranks),
+                      "modelled_mb_per_round": modelled_mb(many_dir, args.ranks), "exchange": many["exchange"],
+                      "test_loss_gap": loss_gap(one_dir, many_dir),
                       "same_accuracy": one["final_test_acc"] == many["final_test_acc"],
                       "final_test_acc": [one["final_test_acc"], many["final_test_acc"]]}
             records.append(record)
             share = record["exchange_s_per_round"] / record["ranks_s_per_round"]
-            rows.append(f"| {name} | {record['one_s_per_round']:.2f} | {record['ranks_s_per_round']:.2f} | "
+            rows.append(f"| {name} | {record['exchange']} | {record['one_s_per_round']:.2f} | "
+                        f"{record['ranks_s_per_round']:.2f} | "
                         f"{record['exchange_s_per_round']:.3f} ({100 * share:.0f}%) | "
                         f"{record['exchange_mb_per_round']:.1f} | {record['modelled_mb_per_round']:.1f} | "
+                        f"{record['test_loss_gap']:.2e} | "
                         f"{record['final_test_acc'][0]:.4f} / {record['final_test_acc'][1]:.4f} |")
             print(rows[-1], flush=True)
     command = "python scripts/ranks_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -100,11 +125,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.rounds} rounds; one process with {cores} threads against {args.ranks} torchrun ranks with "
             f"{max(1, cores // args.ranks)} each ({'NCCL' if device == 'cuda' else 'gloo'}). The exchange: seconds "
             f"rank 0 waited per round for every rank's clients' results (its share of the round) and the megabytes "
-            f"it received, beside the traffic model's (the other ranks' updates, and their steps for BHerd, in "
-            f"float32). Final accuracy: one process / ranks (the loop executor is bit for bit; these runs use the "
-            f"default executor, equal to float rounding).\n\n"
-            "| setting | one process, s/round | ranks, s/round | exchange, s/round (share) | received, MB/round | "
-            "model, MB/round | final accuracy |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            f"it received, beside the traffic model's (float32: a ring all-reduce's 2 (R - 1) / R x d values for the "
+            f"updates' sum; or the other ranks' updates, and their steps for BHerd). Test-loss gap: the largest "
+            f"|ranks - one process| over the rounds; final accuracy: one process / ranks (the default executor, "
+            f"vmap, rounds differently over another number of clients; the loop executor is one process's "
+            f"arithmetic client by client).\n\n"
+            "| setting | updates exchanged as | one process, s/round | ranks, s/round | exchange, s/round (share) | "
+            "received, MB/round | model, MB/round | test-loss gap | final accuracy |\n"
+            "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
             + "\n".join(f"- {n}: {SETTINGS[n][0]}" for n in args.settings.split(",")) + "\n")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

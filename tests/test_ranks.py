@@ -1,6 +1,7 @@
 """One run over torch.distributed ranks (torchrun, gloo on the CPU): each rank trains its share of a round's clients
 and every rank holds the whole round, so two ranks compute what one process computes, bit for bit in float64 with
-the loop executor, for every family; rank 0 alone writes; a run killed on two ranks resumes on one; settings that two
+the loop executor and the updates exchanged as rows, for every family, and to float rounding with their weighted sums
+all-reduced; rank 0 alone writes; a run killed on two ranks resumes on one; settings that two
 ranks cannot run are refused before any work; a sweep's jobs run over their launcher's tasks."""
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from fedrun.config.compose import compose_config
 from fedrun.engine.ranks import Ranks, check_ranks
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["data=digits", "model=mlp", "fl.num_clients=8", "fl.clients_per_round=5", "fl.batch_size=16", "fl.lr=0.05",
-        "fl.rounds=4", "hardware.dtype=float64", "hardware.executor=loop", "progress=false"]
+        "fl.rounds=4", "hardware.dtype=float64", "hardware.executor=loop", "hardware.exchange=rows", "progress=false"]
 FAMILIES = {
     "fedavg": ["algo=fedavg"],
     "scaffold": ["algo=scaffold"],
@@ -105,6 +107,34 @@ def test_two_ranks_compute_what_one_process_computes_for_every_family(tmp_path):
     exchanged = {family: json.loads((tmp_path / "two" / family / "summary.json").read_text())["exchange_mb"]
                  for family in ("fedavg", "bherd")}
     assert exchanged["bherd"] > 2 * exchanged["fedavg"] > 0, "BHerd's ranks exchange their clients' steps too"
+
+
+def test_ranks_that_all_reduce_the_updates_sums_compute_one_process_result_to_rounding(tmp_path):
+    """``hardware.exchange=sums``: where the server reads the updates only as weighted sums (FedAvg's and FedNova's
+    means, SCAFFOLD's and FedDyn's), each rank's partial sum is all-reduced. The sums are added in another order than
+    one process's product, so the models agree to float64 rounding, and each rank receives d numbers per sum instead
+    of the other rank's updates; a part that reads each update (FedGH) still gets the rows, bit for bit."""
+    (tmp_path / "worker.py").write_text(WORKER)
+    families = {"fedavg": ["algo=fedavg"], "fednova": ["algo=fednova"], "scaffold": ["algo=scaffold"],
+                "feddyn": ["algo=feddyn"], "fedgh": ["algo=fedgh"]}
+    for how, command, exchange in (("one", [sys.executable], "rows"), ("two", torchrun(2), "sums"),
+                                   ("rows", torchrun(2), "rows")):
+        runs = json.dumps({f: BASE + o + [f"hardware.exchange={exchange}", "fl.rounds=6"]
+                           for f, o in families.items() if how != "rows" or f == "fedavg"})
+        proc = subprocess.run([*command, str(tmp_path / "worker.py"), runs, str(tmp_path / how)],
+                              env=environment(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    for family in families:
+        one, two = (pd.read_csv(tmp_path / how / family / "metrics.csv") for how in ("one", "two"))
+        for column in ("train_loss", "test_loss", "test_acc"):
+            assert ((two[column] - one[column]).abs() <= 1e-12 * one[column].abs().clip(lower=1)).all(), (family,
+                                                                                                           column)
+    pd.testing.assert_frame_equal(metrics(tmp_path / "two" / "fedgh"), metrics(tmp_path / "one" / "fedgh"))
+    summed, rows = (json.loads((tmp_path / how / "fedavg" / "summary.json").read_text()) for how in ("two", "rows"))
+    d, rounds = summed["num_parameters"], 6
+    # a ring all-reduce of d float64 numbers per round moves 2 (R - 1) / R of them through each rank: d here
+    assert summed["exchange_mb"] * 2**20 / (rounds * 8) == pytest.approx(d, rel=0.01)
+    assert rows["exchange_mb"] > 1.5 * summed["exchange_mb"], "two of five clients' rows are more than one sum"
 
 
 def test_a_run_killed_on_two_ranks_resumes_on_one(tmp_path):

@@ -52,6 +52,10 @@ class StatefulPart:
     they are given. A state holds tensors, numbers, strings, None and dicts or lists of them: the engine keeps it in
     its :class:`~fedrun.engine.state.ServerState` and a checkpoint saves it as it is."""
 
+    # Whether its round reads a single client's update (a row of the (K, d) stack), not only weighted sums of them: a
+    # run over several ranks then gives every rank every update instead of all-reducing its sums (engine/ranks.py).
+    reads_each_update = False
+
     def init(self, params: torch.Tensor | None = None, num_clients: int = 0) -> State:
         """The state before round 1, from the initial global model and the number of clients."""
         return {}
@@ -78,6 +82,7 @@ class LocalRule:
     one_gradient_per_step = True  # a step's direction is one minibatch gradient, which a step selector may herd
     trains_a_bank = False  # its clients can start from a preferred model of MA-/GA-FSVRG's bank with its anchor
     pooling_removes_its_correction = False  # with one client holding all data (centralized) it reduces to SGD
+    reads_each_update = False  # server_update reads a single client's update, not only sums (StatefulPart's)
     # client_step on a (K, ...) stack of step states computes each row as it computes one client's (its operations
     # are elementwise over clients, with context scalars): the vmap executor then steps a model whose gradient is
     # by hand (FunctionalModel.chain) without vmap. Read from the class that declares it, never inherited, so a

@@ -228,6 +228,7 @@ class RunConfig:
 EXECUTOR_NAMES = ("loop", "vmap", "graph")  # hardware.executor, besides auto (fedrun/engine/executor.py)
 PRECISIONS = ("float32", "tf32", "bfloat16")  # hardware.precision (fedrun/engine/precision.py)
 BACKENDS = ("auto", "gloo", "nccl")  # hardware.backend: torchrun's ranks (fedrun/engine/ranks.py)
+EXCHANGES = ("sums", "rows")  # hardware.exchange: how the ranks share the updates (fedrun/engine/ranks.py)
 DELAYS = ("exponential", "uniform", "lognormal")  # participation.delay (fedrun/engine/sampling.py)
 PARTITIONS = ("iid", "dirichlet", "dirichlet_resample", "classes", "case1", "case2", "case3", "natural")
 NORMALIZATIONS = ("standardize", "unit", "raw")  # data.normalize (fedrun/data/base.py)
@@ -268,6 +269,7 @@ class HardwareConfig(Section):
     step_store: str = MISSING
     gram_block: int = MISSING
     backend: str = MISSING
+    exchange: str = MISSING
 
     def rules(self) -> Iterator[Rule]:
         yield self.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda", DEFAULT
@@ -298,6 +300,7 @@ class HardwareConfig(Section):
         yield self.step_store in ("auto", "device", "host"), "step_store", "must be auto, device or host", DEFAULT
         yield self.gram_block >= 1, "gram_block", "must be an integer >= 1", DEFAULT
         yield self.backend in BACKENDS, "backend", f"must be one of {BACKENDS}", DEFAULT
+        yield self.exchange in EXCHANGES, "exchange", f"must be one of {EXCHANGES}", DEFAULT
 
 
 @dataclass

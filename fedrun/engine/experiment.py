@@ -169,7 +169,8 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
             summary |= finish_summary(history, cfg.eval.target_acc)
         summary |= status
         if ranks.size > 1:  # what exchanging the cohorts' results cost this rank (rank 0's, in summary.json)
-            summary |= {"exchange_s": round(ranks.exchange_s, 3), "exchange_mb": round(ranks.exchange_mb, 3)}
+            summary |= {"exchange": "sums" if sim.summed else "rows", "exchange_s": round(ranks.exchange_s, 3),
+                        "exchange_mb": round(ranks.exchange_mb, 3)}
     except BaseException as e:
         summary |= {"status": "failed", "error": f"{type(e).__name__}: {e}"}
         raise

@@ -2,8 +2,12 @@
 shares, one per rank, and every rank then holds the whole round.
 
 Each rank trains the clients placed on it with the run's executor; the ranks then exchange what their clients sent
-(updates, buffers, losses, client states, uploads, recorded steps), so that every rank holds the cohort's results in
-cohort order and computes the same server step, evaluation and part states as one process would. Clients are placed
+(buffers, losses, client states, uploads, recorded steps), so that every rank holds the cohort's results in cohort
+order and computes the same server step, evaluation and part states as one process would. The updates themselves are
+exchanged in one of two ways (``hardware.exchange``): where nothing of the round reads a single client's update (FedAvg,
+FedProx, FedNova, SCAFFOLD, FedDyn: the server needs weighted sums of them), each rank keeps its clients' updates and
+every weighted sum is one all-reduce of d numbers (:class:`SummedRows`); otherwise (FedGH's and DGT's projections,
+BHerd's herding, GIFT's sign agreement) every rank receives every update. Clients are placed
 by their step counts (longest first, each to the rank with the fewest steps so far; ties to the lowest rank), so a
 ragged cohort does not leave ranks idle, and the placement is a function of the plans alone. Rank 0 alone writes the
 run directory, checkpoints and W&B; a resumed run may have any number of ranks, since every rank's state is the
@@ -89,16 +93,74 @@ class Ranks:
         return int(t.item())
 
 
+class SummedRows:
+    """A cohort's (K, d) updates of which this rank holds its own clients' rows: what a round that reads the updates
+    only as weighted sums is given over several ranks. ``c @ rows`` (an aggregator's weighted mean) and
+    ``rows.sum(dim=0)`` (FedDyn's h) are this rank's share of the sum, all-reduced over the ranks: d numbers through
+    the interconnect instead of every client's row to every rank. The ranks' partial sums are added in the
+    collective's order, so the result equals one process's to float rounding (``hardware.exchange=rows`` keeps one
+    process's arithmetic). A part that reads a single row says so (``reads_each_update``), and the run exchanges rows
+    instead; anything else asked of these rows is an error that says that."""
+
+    def __init__(self, rows: torch.Tensor, positions: list[int], count: int, ranks: Ranks):
+        self.rows, self.positions, self.count, self.ranks = rows, positions, count, ranks
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.rows.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.rows.device
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.count, self.rows.shape[1]))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __rmatmul__(self, coefficients: torch.Tensor) -> torch.Tensor:
+        """sum_i c_i row_i over the whole cohort: this rank's terms, then an all-reduce."""
+        import torch.distributed as dist
+
+        mine = torch.as_tensor(self.positions, device=coefficients.device)
+        total = coefficients.to(self.rows.dtype)[mine].to(self.rows.device) @ self.rows
+        started = time.perf_counter()
+        dist.all_reduce(total)
+        self.ranks.exchange_s += time.perf_counter() - started
+        # a ring all-reduce moves 2 (R - 1) / R of the vector through each rank
+        self.ranks.exchange_mb += 2 * (self.ranks.size - 1) / self.ranks.size * _megabytes(total)
+        return total
+
+    def sum(self, dim: int) -> torch.Tensor:
+        if dim != 0:
+            raise self._unsupported(f"sum(dim={dim})")
+        return torch.ones(self.count, dtype=self.rows.dtype, device=self.rows.device) @ self
+
+    def __getitem__(self, index):
+        raise self._unsupported("a single client's row")
+
+    def __iter__(self):
+        raise self._unsupported("each client's row")
+
+    @staticmethod
+    def _unsupported(what: str) -> FedrunError:
+        return FedrunError(f"the round read {what} of updates summed over the ranks (hardware.exchange=sums). Fix: "
+                           "hardware.exchange=rows, and declare reads_each_update = True on the part that reads it")
+
+
 def trained_in_shares(ranks: Ranks, train, plans: list, client_states: list, device: torch.device,
-                      steps_device: torch.device | None) -> CohortResult:
+                      steps_device: torch.device | None, summed: bool = False) -> CohortResult:
     """The cohort's training over the ranks: ``train(plans, client_states)`` on this rank's share of the clients,
     then every share's results, in cohort order, on every rank (on ``device``; recorded steps on ``steps_device``,
-    where the step selector keeps them)."""
+    where the step selector keeps them). ``summed``: the updates stay on their ranks, as :class:`SummedRows`."""
     shares = ranks.shares([p.tau for p in plans])
     mine = shares[ranks.rank]
     part = train([plans[i] for i in mine], [client_states[i] for i in mine]) if mine else None
+    sent = None if part is None else vars(part) | ({"updates": None} if summed else {})
     started = time.perf_counter()
-    gathered = ranks.gather(_sendable(None if part is None else vars(part)))
+    gathered = ranks.gather(_sendable(sent))
     ranks.exchange_s += time.perf_counter() - started
     ranks.exchange_mb += sum(_megabytes(p) for r, p in enumerate(gathered) if r != ranks.rank)
     parts = [p for p in gathered if p is not None]
@@ -111,7 +173,9 @@ def trained_in_shares(ranks: Ranks, train, plans: list, client_states: list, dev
         rows = [row for p in parts for row in p[name]]
         return [to_device(rows[i], where) for i in back]
 
-    return CohortResult(stacked([p["updates"] for p in parts]), ordered("buffers", device),
+    updates = (SummedRows(part.updates.to(device), mine, len(plans), ranks) if summed
+               else stacked([p["updates"] for p in parts]))
+    return CohortResult(updates, ordered("buffers", device),
                         stacked([p["mean_loss"] for p in parts]), ordered("client_states", device),
                         {name: stacked([p["uploads"][name] for p in parts]) for name in parts[0]["uploads"]},
                         ordered("steps", steps_device) if parts[0]["steps"] is not None else None)

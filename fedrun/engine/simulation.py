@@ -136,6 +136,7 @@ class Simulation:
         track = cfg.diagnostics.track_params
         self.tracked = np.sort(np.random.default_rng([cfg.seed, 0x7AC4ED]).choice(
             self.model.dim, min(track, self.model.dim), replace=False)) if track else None
+        self.summed = self._summed()
         self.evaluation = Evaluation(self.model, self.data, partition.indices, self.holdout, self.algo.local, cfg.eval,
                                      cfg.partition.name == "natural", cfg.fl.weight_decay, cfg.fl.batch_size,
                                      cfg.seed)
@@ -158,6 +159,18 @@ class Simulation:
         log.info("%s keeps up to %.1f MB of step gradients per round on %s%s", self.algo.step_selector.name,
                  need / 2**20, store, f" (Gram matrix in blocks of {self.gram_block})" if choice == "host" else "")
         return store
+
+    def _summed(self) -> bool:
+        """Whether the ranks all-reduce the updates' weighted sums rather than exchange the updates
+        (``hardware.exchange=sums``, over several ranks): only where nothing of the round reads one client's update,
+        neither a part (``reads_each_update``) nor a diagnostic (conflicts, similarity matrices, tracked
+        coordinates, the clients' local models on their own test splits under a natural partition)."""
+        cfg, algo = self.cfg, self.algo
+        reads = [algo.local, *(getattr(algo, part) for part in STATEFUL_PARTS)]
+        diagnostics = (cfg.diagnostics.conflicts or cfg.diagnostics.similarity_every or cfg.diagnostics.track_params
+                       or cfg.partition.name == "natural")
+        return (self.ranks.size > 1 and cfg.hardware.exchange == "sums" and not diagnostics
+                and not any(part.reads_each_update for part in reads))
 
     def state_dict(self) -> dict:
         """What a checkpoint saves: the :class:`ServerState` and the RNG states (client sampling and batch orders are
@@ -218,7 +231,8 @@ class Simulation:
         with local_steps(self.cfg.hardware.precision, self.device):
             if self.ranks.size == 1:
                 return train(plans, client_states)
-            return trained_in_shares(self.ranks, train, plans, client_states, self.device, self.step_store)
+            return trained_in_shares(self.ranks, train, plans, client_states, self.device, self.step_store,
+                                     self.summed)
 
     def run_round(self, rnd: int) -> RoundOutput:
         """Round ``rnd`` of the run: its state becomes the round's new one."""

@@ -186,6 +186,11 @@ class ModelBank(StatefulPart):
         self.kmeans_eps, self.kmeans_max_iter, self.center_seeds = float(kmeans_eps), int(kmeans_max_iter), center_seeds
         self.ga_step, self.form = ga_step, form
 
+    @property
+    def reads_each_update(self) -> bool:
+        """Its rounds place each client's update on the client's preferred model."""
+        return self.name != "none"
+
     def init(self, params=None, num_clients: int = 0) -> State:
         """No models until the threshold has passed (``models``, ``m``, ``v``: (C, d) then), r of eq. 64
         (``accelerated``) and each client's preferred model (``preferences``, -1 until it has taken part)."""

@@ -49,6 +49,7 @@ class FedGH(StatefulPart):
     seeded per (seed, round, client). No hyperparameter."""
 
     name = "fedgh"
+    reads_each_update = True  # pairwise projections
 
     def __init__(self, seed: int):
         self.seed = seed
@@ -106,6 +107,7 @@ class DGT(StatefulPart):
     each scaled by that round's ratio, so the server takes the base algorithm's direction with DGT's step length."""
 
     name = "dgt"
+    reads_each_update = True  # each update against its client's baseline
 
     def __init__(self, momentum: float, mode: str):
         self.momentum, self.mode = float(momentum), mode

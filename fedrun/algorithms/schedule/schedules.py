@@ -101,6 +101,7 @@ class GIFT(Probing, StatefulPart):
     model leaves its initialisation (``gift_C_round``, the ratio of each round's updates alone, shows it)."""
 
     name = "gift"
+    reads_each_update = True  # each update's positive and negative parts, pooled
 
     def __init__(self, tau0: int, beta: float, patience: int, factor: int, relax: bool,
                  relax_after: int, relax_step: int, warmup: int):
@@ -233,6 +234,7 @@ class AFL(Probing, StatefulPart):
     only see w at the next round's start); fedrun computes the same quantities at aggregation time."""
 
     name = "afl"
+    reads_each_update = True  # each client's last local iterate, w_t + its update, is probed
 
     def __init__(self, phi: float, tau_init: int, tau_max: int, search_factor: int,
                  moving_average: float, beta_floor: float):

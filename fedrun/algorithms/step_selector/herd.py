@@ -120,6 +120,7 @@ class Herd(StatefulPart):
 
     name = "herd"
     records_steps = True
+    reads_each_update = True  # each client's update is replaced by its selected steps' sum
 
     def __init__(self, alpha: float, local_epochs: float):
         self.alpha, self.epochs = float(alpha), float(local_epochs)
