@@ -1,10 +1,12 @@
 """results/CLAIMS.md: every claim of the five papers (``paper/*.yaml``), one line each: its artefact, its rule
-(pre-registered: seed-paired with the paper's effect; else the means over seeds), the datasets its runs need and
-whether they are on this machine (docs/data.md says how to get each).
+(pre-registered: seed-paired with the paper's effect; else the means over seeds), its verdicts, the datasets its runs
+need and whether they are on this machine (docs/data.md says how to get each).
 
-    python scripts/claims_index.py [--out results/CLAIMS.md]
+    python scripts/claims_index.py [--out results/CLAIMS.md] [--results results]
 
-Verdicts are not here: each comes from its artefact's table (``fedrun-table <artefact>``), made at one clean commit.
+The verdicts are counted from each artefact's committed table (``fedrun-table <artefact>`` writes
+``results/<paper>/<artefact>_claims.csv`` beside it, one row per claim and point): how many points hold, do not hold,
+are not decided (too few seed pairs) or not checked, with why; an artefact without such a table is "no verdict yet".
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
+
+import pandas as pd
 
 from fedrun.config.compose import compose_config
 from fedrun.data import DATASETS
@@ -29,6 +34,24 @@ def rule(claim: Claim) -> str:
     else:
         effect = f"the paper's effect {claim.effect:g}"
     return f"pre-registered: {claim.seeds} seed pairs, 95% CI > 0 and mean >= {claim.share:g} x {effect}"
+
+
+def verdicts(checked: pd.DataFrame | None, claim: Claim) -> str:
+    """The claim's verdicts over its artefact's points, counted: ``holds at 1 of 4 points; does not hold at 3; not
+    checked at 8 (fixture data)``; "no verdict yet" without a table."""
+    if checked is None:
+        return "no verdict yet (no table with verdicts in results/)"
+    mine = checked[checked["says"] == claim.says]
+    if mine.empty:
+        return "no verdict yet (the table predates the claim)"
+    kinds = Counter(v.split(":", 1)[0] for v in mine["verdict"])
+    why = {k: sorted({v.split(":", 1)[1].split(" (", 1)[0].strip() for v in mine["verdict"]
+                      if v.startswith(k + ":")}) for k in kinds}
+    parts = []
+    for i, (kind, n) in enumerate(kinds.most_common()):
+        parts.append(f"{kind} at {n}" + (f" of {len(mine)} points" if i == 0 else "")
+                     + (f" ({', '.join(why[kind])})" if why[kind] else ""))
+    return "; ".join(parts)
 
 
 def datasets_of(artefact) -> list[str]:
@@ -48,26 +71,32 @@ def status(datasets: list[str], present: dict[str, bool]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/CLAIMS.md")
+    parser.add_argument("--results", default="results", help="the committed tables (results/<paper>/)")
     args = parser.parse_args(argv)
     root = default_root()
     lines, present = [], {}
-    for paper in papers().values():
+    for key, paper in papers().items():
         for artefact in paper.artefacts.values():
             if not artefact.claims:
                 continue
+            table = Path(args.results) / key / f"{artefact.name}_claims.csv"
+            checked = pd.read_csv(table, dtype=str) if table.exists() else None
             datasets = datasets_of(artefact)
             for d in datasets:
                 present.setdefault(d, DATASETS[d].is_present(root))
             here = status(datasets, present)
             for claim in artefact.claims:
                 lines.append(f"| {paper.cite} | {artefact.name} ({artefact.source}) | {claim.says} | {claim.value} | "
-                             f"{rule(claim)} | {', '.join(datasets)} | {here} |")
+                             f"{rule(claim)} | {verdicts(checked, claim)} | {', '.join(datasets)} | {here} |")
     command = "python scripts/claims_index.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"# Every claim of the five papers\n\nMade by `{command.strip()}` at commit {git_commit()} on "
-            f"{time.strftime('%Y-%m-%d')}, from `paper/*.yaml`, with the data under {root} at the time. A claim's "
-            "verdict is in its artefact's table (`fedrun-table <artefact>`, results/<paper>/), made from runs of one "
-            "clean commit; the rule says how it is decided (docs/papers.md#pre-registered-claims).\n\n"
-            "| paper | artefact | claim | value | rule | data | data on this machine |\n|---|---|---|---|---|---|---|\n"
+            f"{time.strftime('%Y-%m-%d')}, from `paper/*.yaml` and the tables in {args.results}/, with the data under "
+            f"{root} at the time. The verdicts count the points of the claim's artefact table (`fedrun-table "
+            "<artefact>`, results/<paper>/; its header names the runs' commit), decided by the rule "
+            "(docs/papers.md#pre-registered-claims); a point on a stand-in dataset, or without finished runs, is "
+            "not checked.\n\n"
+            "| paper | artefact | claim | value | rule | verdicts | data | data on this machine |\n"
+            "|---|---|---|---|---|---|---|---|\n"
             + "\n".join(lines) + "\n")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

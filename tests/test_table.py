@@ -117,6 +117,8 @@ def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tm
     verdict = "holds" if table["value"][1] > table["value"][0] else "does not hold"  # the claim, on these runs
     assert f"- more clients end more accurate: 3: {table['value'][1]:.4g}; 2: {table['value'][0]:.4g} (value) -> " \
         f"**{verdict}**" in text
+    checked = pd.read_csv(tmp_path / "out" / "tiny_fig_claims.csv")  # what results/CLAIMS.md counts
+    assert checked[["says", "verdict"]].values.tolist() == [["more clients end more accurate", verdict]]
     assert (tmp_path / "out" / "tiny_fig.png").exists()
     assert main(args) == 0 and _ran(capsys) == 0  # every job finished: skipped by fedrun itself
     # what that launcher made, summarised without running: the same table

@@ -285,7 +285,8 @@ def provenance(command: str, summaries: list[dict], made: str = "runs") -> str:
 
 
 def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, command: str) -> Path:
-    """``<out>/<artefact>.md``, ``.csv`` and the figure; returns the Markdown file."""
+    """``<out>/<artefact>.md``, ``.csv``, the claims' verdicts (``<artefact>_claims.csv``: one row per claim and
+    point, what results/CLAIMS.md counts) and the figure; returns the Markdown file."""
     table = summarise(artefact, runs)
     summaries = [s for s in runs["summary"] if s or not artefact.measure] if not runs.empty else []
     made_by = provenance(command, summaries, "measurement" if artefact.measure else "runs")  # before writing
@@ -297,10 +298,12 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
            + (f" with `{runs[OVERRIDES].iloc[0]}`." if not runs.empty and runs[OVERRIDES].iloc[0] else ".")
            if artefact.measure else f"Mean ± std over seeds {seeds or '–'} of {described}; presets "
            f"{', '.join(f'`experiment={p}`' for p in artefact.presets)}.{_overrides(runs)}")
+    checked = claims.check(artefact.claims, table, summary_keys(artefact, table),
+                           frozenset(v.name for v in artefact.values if v.reaching), runs)
+    if not checked.empty:
+        checked.to_csv(out / f"{artefact.name}_claims.csv", index=False)
     text = [f"# {paper.cite}, {artefact.source}: {artefact.what}\n", f"{paper.reference}. {made_by} {how}\n",
-            markdown(artefact, table),
-            claims.markdown(claims.check(artefact.claims, table, summary_keys(artefact, table),
-                                         frozenset(v.name for v in artefact.values if v.reaching), runs))]
+            markdown(artefact, table), claims.markdown(checked)]
     if not runs.empty:
         text.append(unfinished(runs).strip())
     (out / f"{artefact.name}.md").write_text("\n".join(t for t in text if t) + "\n")
