@@ -47,7 +47,7 @@ def _main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     if hc.mode != RunMode.MULTIRUN:
-        writer = True
+        writer = True  # a refusal before the ranks have met is said by each (torchrun may stop the others first)
         try:
             ranks = start(cfg)  # torchrun's ranks (one process: the one rank)
             writer = ranks.writer

@@ -9,8 +9,9 @@ test losses moved from one process's.
 Writes <out>/ranks-<device>.md and .json. The one process uses every core (torch's threads); each of the R ranks
 uses cores/R threads, so both use the same cores. The model (docs/running.md): with the updates' sums all-reduced
 (``hardware.exchange=sums``), a ring all-reduce moves 2 (R - 1) / R x d values through each rank per round; with
-the updates exchanged as rows, every rank receives every other rank's clients' updates, (K - K_r) x d values, plus
-the recorded steps, sum of tau_i x d values, for a step selector (BHerd). The exchange's time on one machine is that
+the updates exchanged as rows, every rank receives every other rank's clients' updates, (K - K_r) x d values; a step
+selector (BHerd) sends what each client's selection made instead, 2 d values (GraB 3 d), its steps staying on their
+rank. The exchange's time on one machine is that
 traffic through gloo's TCP loopback plus pickling, and the ranks' wait for the slowest share.
 """
 
@@ -41,7 +42,8 @@ SETTINGS = {  # name: (what it is, its overrides)
                   ["hardware.executor=loop"]),
     "loop_rows": ("the same with the updates as rows: one process's result bit for bit",
                   ["hardware.executor=loop", "hardware.exchange=rows"]),
-    "bherd": ("BHerd on it (alpha 0.5: every step's gradient recorded and exchanged)", ["algo=bherd"]),
+    "bherd": ("BHerd on it (alpha 0.5: every step's gradient recorded and herded on its client's rank)",
+              ["algo=bherd"]),
 }
 
 
@@ -54,7 +56,8 @@ def run(command: list[str], threads: int, run_dir: Path) -> dict:
 
 def modelled_mb(run_dir: Path, ranks: int) -> float:
     """Megabytes rank 0 receives per round by the traffic model: the ring all-reduce of one sum of d values, or the
-    other ranks' clients' updates (and steps)."""
+    other ranks' clients' updates; a step selector's clients send their update as sent and g_i (GraB: and its mean
+    step) besides."""
     import yaml
 
     from fedrun.engine.ranks import Ranks
@@ -65,10 +68,11 @@ def modelled_mb(run_dir: Path, ranks: int) -> float:
     fl, d = config["fl"], summary["num_parameters"]
     taus = [max(1, int(fl["local_epochs"] * n // fl["batch_size"])) for n in sizes]
     shares = Ranks(0, ranks).shares(taus)
-    if summary["exchange"] == "sums":
-        return 2 * (ranks - 1) / ranks * d * 4 / 2**20
-    values = sum(d + (taus[i] * d if config["algo"]["step_selector"]["name"] != "all" else 0)
-                 for s in shares[1:] for i in s)
+    selector, rows = config["algo"]["step_selector"]["name"], summary["exchange"] == "rows"
+    per_client = d * (rows + (2 if selector != "all" else 0) + (selector == "grab"))
+    values = sum(per_client for s in shares[1:] for _ in s)
+    if selector == "all" and not rows:
+        values += 2 * (ranks - 1) / ranks * d
     return values * 4 / 2**20
 
 

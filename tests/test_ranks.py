@@ -35,6 +35,7 @@ FAMILIES = {
 }
 WORKER = """
 import json, sys
+import torch
 from fedrun.config.compose import compose_config
 from fedrun.engine.experiment import run_experiment
 from fedrun.engine.ranks import start
@@ -42,6 +43,9 @@ from fedrun.engine.ranks import start
 for name, overrides in json.loads(sys.argv[1]).items():
     cfg = compose_config(overrides)
     run_experiment(cfg, f"{sys.argv[2]}/{name}", ranks=start(cfg))
+if torch.distributed.is_initialized():  # no rank tears its connections down while another still reads from them
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 """
 
 
@@ -106,7 +110,8 @@ def test_two_ranks_compute_what_one_process_computes_for_every_family(tmp_path):
         assert two["final_test_acc"] == one["final_test_acc"], family
     exchanged = {family: json.loads((tmp_path / "two" / family / "summary.json").read_text())["exchange_mb"]
                  for family in ("fedavg", "bherd")}
-    assert exchanged["bherd"] > 2 * exchanged["fedavg"] > 0, "BHerd's ranks exchange their clients' steps too"
+    # BHerd's ranks exchange what each client's selection made (the update it sends and g_i), not its steps
+    assert 2 * exchanged["fedavg"] < exchanged["bherd"] < 4 * exchanged["fedavg"]
 
 
 def test_ranks_that_all_reduce_the_updates_sums_compute_one_process_result_to_rounding(tmp_path):
@@ -186,13 +191,14 @@ def test_more_ranks_than_clients_or_a_missing_backend_are_refused_before_any_wor
     run_dir = tmp_path / "refused"
     proc = subprocess.run(torchrun(3, "-m", "fedrun", *BASE, "fl.clients_per_round=2", f"hydra.run.dir={run_dir}"),
                           env=environment(), cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0 and proc.stderr.count("3 ranks for 2 clients per round") == 1, proc.stderr[-2000:]
+    # every rank says it (torchrun stops the others once one has exited, so how many got to say it varies)
+    assert proc.returncode != 0 and proc.stderr.count("3 ranks for 2 clients per round") >= 1, proc.stderr[-2000:]
     assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.csv").exists()
 
 
 def test_what_a_rank_sends_holds_only_its_own_values():
-    """A client's recorded steps are rows of its chunk's step store: sent as they are, each would be pickled with the
-    whole store (K times the traffic)."""
+    """A client's state can be a row of its chunk's stacked states: sent as it is, each would be pickled with the
+    whole stack (K times the traffic)."""
     import pickle
 
     import torch

@@ -339,7 +339,8 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     clients = [p.id for p in plans]
     herd, fedgh = make("step_selector", "herd", alpha=0.5, local_epochs=1.0), make("harmonizer", "fedgh", seed=0)
     dgt, gift = make("harmonizer", "dgt", momentum=0.5), make("schedule", "gift")
-    run = {"herd": lambda r: herd(herd.init(), r.updates, r.steps, plans, r.uploads, ctx, weights),
+    run = {"herd": lambda r: herd.finish(herd.init(), r.updates, herd.select(herd.init(), r.updates, r.steps, plans,
+                                                                             ctx), plans, r.uploads, weights),
            "fedgh": lambda r: fedgh(fedgh.init(), r.updates, weights, clients, 1)[1],
            "dgt": lambda r: dgt(dgt.init(), r.updates, weights, clients, 1)[1],
            "gift": lambda r: (gift.observe(gift.init(), RoundFeedback(r.updates, ctx.params, ctx.params, weights,

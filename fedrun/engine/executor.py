@@ -37,6 +37,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fedrun.algorithms.base import ClientContext, LocalRule, State
+from fedrun.algorithms.step_selector.herd import Selection
 from fedrun.data.augment import minibatch, rows
 from fedrun.errors import ConfigError
 from fedrun.model.functional import FunctionalModel
@@ -59,6 +60,7 @@ class CohortResult:
     client_states: list[State | None]
     uploads: dict[str, torch.Tensor]  # what else the clients sent, stacked: name -> (K, ...)
     steps: list[torch.Tensor] | None  # with record=True: each client's step directions, (tau_i, d)
+    selection: Selection | None = None  # a step selector's work on the steps, which it replaces (Simulation.train)
 
 
 def _result(outputs: list[tuple]) -> CohortResult:

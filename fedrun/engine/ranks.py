@@ -1,8 +1,9 @@
 """One run over several processes: ``torchrun --nproc-per-node N -m fedrun ...`` trains each round's cohort in N
 shares, one per rank, and every rank then holds the whole round.
 
-Each rank trains the clients placed on it with the run's executor; the ranks then exchange what their clients sent
-(buffers, losses, client states, uploads, recorded steps), so that every rank holds the cohort's results in cohort
+Each rank trains the clients placed on it with the run's executor (and a step selector's selection of their steps:
+the steps stay where they were recorded); the ranks then exchange what their clients sent (buffers, losses, client
+states, uploads, what their step selection made), so that every rank holds the cohort's results in cohort
 order and computes the same server step, evaluation and part states as one process would. The updates themselves are
 exchanged in one of two ways (``hardware.exchange``): where nothing of the round reads a single client's update (FedAvg,
 FedProx, FedNova, SCAFFOLD, FedDyn: the server needs weighted sums of them), each rank keeps its clients' updates and
@@ -24,6 +25,7 @@ from datetime import timedelta
 
 import torch
 
+from fedrun.algorithms.step_selector.herd import Selection
 from fedrun.engine.executor import CohortResult
 from fedrun.engine.state import to_device
 from fedrun.errors import ConfigError, FedrunError
@@ -151,14 +153,16 @@ class SummedRows:
 
 
 def trained_in_shares(ranks: Ranks, train, plans: list, client_states: list, device: torch.device,
-                      steps_device: torch.device | None, summed: bool = False) -> CohortResult:
+                      summed: bool = False) -> CohortResult:
     """The cohort's training over the ranks: ``train(plans, client_states)`` on this rank's share of the clients,
-    then every share's results, in cohort order, on every rank (on ``device``; recorded steps on ``steps_device``,
-    where the step selector keeps them). ``summed``: the updates stay on their ranks, as :class:`SummedRows`."""
+    then every share's results, in cohort order, on every rank (on ``device``), but the recorded steps, which stay on
+    their rank (a step selection made there replaces them). ``summed``: the updates stay on their ranks too, as
+    :class:`SummedRows`."""
     shares = ranks.shares([p.tau for p in plans])
     mine = shares[ranks.rank]
     part = train([plans[i] for i in mine], [client_states[i] for i in mine]) if mine else None
-    sent = None if part is None else vars(part) | ({"updates": None} if summed else {})
+    sent = None if part is None else vars(part) | {"steps": None} | ({"updates": None} if summed else {}) | (
+        {"selection": vars(part.selection)} if part.selection is not None else {})
     started = time.perf_counter()
     gathered = ranks.gather(_sendable(sent))
     ranks.exchange_s += time.perf_counter() - started
@@ -169,21 +173,23 @@ def trained_in_shares(ranks: Ranks, train, plans: list, client_states: list, dev
     def stacked(pieces: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(pieces)[back].to(device)
 
-    def ordered(name: str, where: torch.device) -> list:
+    def ordered(name: str) -> list:
         rows = [row for p in parts for row in p[name]]
-        return [to_device(rows[i], where) for i in back]
+        return [to_device(rows[i], device) for i in back]
+
+    def fields(name: str) -> dict[str, torch.Tensor]:
+        return {k: stacked([p[name][k] for p in parts]) for k in parts[0][name]}
 
     updates = (SummedRows(part.updates.to(device), mine, len(plans), ranks) if summed
                else stacked([p["updates"] for p in parts]))
-    return CohortResult(updates, ordered("buffers", device),
-                        stacked([p["mean_loss"] for p in parts]), ordered("client_states", device),
-                        {name: stacked([p["uploads"][name] for p in parts]) for name in parts[0]["uploads"]},
-                        ordered("steps", steps_device) if parts[0]["steps"] is not None else None)
+    selection = Selection(**fields("selection")) if parts[0]["selection"] is not None else None
+    return CohortResult(updates, ordered("buffers"), stacked([p["mean_loss"] for p in parts]), ordered("client_states"),
+                        fields("uploads"), None, selection)
 
 
 def _sendable(tree):
     """Every tensor of a nested dict/list/tuple in host memory and holding only its own values: a view (a client's
-    rows of a chunk's step store) would be pickled with the whole storage it looks into."""
+    state as a row of its chunk's stacked states) would be pickled with the whole storage it looks into."""
     if isinstance(tree, torch.Tensor):
         tree = tree.cpu()
         return tree.clone() if tree.untyped_storage().nbytes() > tree.numel() * tree.element_size() else tree

@@ -219,20 +219,24 @@ class Simulation:
         return full_losses_and_gradients(self.model, state.buffers, self.data.x_train, self.data.y_train,
                                          indices, points, int(self.cfg.eval.batch_size), own)
 
-    def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list) -> CohortResult:
+    def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list, select=None
+              ) -> CohortResult:
         """The cohort's local training through the run's executor (steps recorded where the step selector keeps
-        them), in the run's ``hardware.precision``; over several ranks, each trains its share."""
+        them), in the run's ``hardware.precision``; over several ranks, each trains its share. ``select(updates,
+        steps, plans)``: the clients' step selection, done where they trained, whose result replaces the steps."""
         if isinstance(self.train_inputs, AugmentedImages):
             self.train_inputs.begin_round(ctx.round)
         def train(plans, client_states):
-            return self.executor.run(rule, self.model, ctx, plans, self.train_inputs, self.data.y_train,
-                                     client_states, self.step_store)
+            result = self.executor.run(rule, self.model, ctx, plans, self.train_inputs, self.data.y_train,
+                                       client_states, self.step_store)
+            if select is None:
+                return result
+            return replace(result, steps=None, selection=select(result.updates, result.steps, plans))
 
         with local_steps(self.cfg.hardware.precision, self.device):
             if self.ranks.size == 1:
                 return train(plans, client_states)
-            return trained_in_shares(self.ranks, train, plans, client_states, self.device, self.step_store,
-                                     self.summed)
+            return trained_in_shares(self.ranks, train, plans, client_states, self.device, self.summed)
 
     def run_round(self, rnd: int) -> RoundOutput:
         """Round ``rnd`` of the run: its state becomes the round's new one."""
@@ -263,14 +267,18 @@ class Simulation:
             extras = {**extras, **more}
         ctx = ClientContext(rnd, state.params, state.buffers, self.lr(rnd), fl.momentum, fl.weight_decay,
                             extras=extras)
+        select = None
+        if algo.step_selector.records_steps:
+            def select(updates, steps, plans):
+                return algo.step_selector.select(state.step_selector, updates, steps, plans, ctx, self.gram_block)
         started = time.perf_counter()
-        result = self.train(algo.local, ctx, plans, [state.clients.get(int(c)) for c in cohort])
+        result = self.train(algo.local, ctx, plans, [state.clients.get(int(c)) for c in cohort], select)
         train_s = time.perf_counter() - started
         new.clients = with_client_states(state.clients, plans, result)
         weights = algo.aggregator.weights(torch.tensor([p.num_samples for p in plans], dtype=torch.float64)).to(
             device=self.device, dtype=state.params.dtype)
-        new.step_selector, updates, uploads, selection = algo.step_selector(
-            state.step_selector, result.updates, result.steps, plans, result.uploads, ctx, weights, self.gram_block)
+        new.step_selector, updates, uploads, selection = algo.step_selector.finish(
+            state.step_selector, result.updates, result.selection, plans, result.uploads, weights)
         clients = [p.id for p in plans]
         sent = updates  # what the schedule sees (GIFT uses nothing else)
         diagnostics = {}

@@ -13,8 +13,7 @@ class AllSteps(StatefulPart):
     name = "all"
     records_steps = False
 
-    def __call__(self, state: State, updates: torch.Tensor, steps, plans, uploads: dict, ctx, weights: torch.Tensor,
-                 block: int | None = None):
-        """(new state, updates to send, uploads, the round's metrics.csv columns of the selector). ``block``: with
-        steps kept in host memory, the Gram matrix's column blocks (``hardware.gram_block``)."""
+    def finish(self, state: State, updates: torch.Tensor, selection, plans, uploads: dict, weights: torch.Tensor):
+        """(new state, updates to send, uploads, the round's metrics.csv columns of the selector). A selector that
+        ``records_steps`` makes ``selection`` on the clients' side first (``select``); this one records none."""
         return state, updates, uploads, {}

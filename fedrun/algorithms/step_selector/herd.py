@@ -2,8 +2,10 @@
 
 A selector that ``records_steps`` receives each client's per-step directions z_1..z_tau (the gradient its local rule
 applied at each step: SGD's gradient, SCAFFOLD's corrected one, FedDyn's regularised one) and returns the update
-the client sends. Orders are computed from the Gram matrix of the steps (one (tau x d) @ (d x tau) product), so the
-greedy loops are O(tau^2) scalar work, never O(tau^2 d).
+the client sends. The selection is the client's own work (``Herd.select``, run where the client trained: on its
+rank, over several); the server reads only what it made (``Herd.finish``). Orders are computed from the Gram
+matrix of the steps (one (tau x d) @ (d x tau) product), so the greedy loops are O(tau^2) scalar work, never
+O(tau^2 d).
 
 When the steps do not fit on the accelerator (``hardware.step_store=host``) they stay in host memory and the Gram
 matrix is accumulated over blocks of ``block`` coordinates moved to the compute device one at a time, so the device
@@ -13,6 +15,7 @@ holds tau x block numbers, never tau x d.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -92,19 +95,36 @@ def num_selected(alpha: float, tau: int) -> int:
     return max(1, min(tau, math.floor(alpha * tau + 0.5)))
 
 
-def herd_diagnostics(g: torch.Tensor, distance: torch.Tensor, residual: torch.Tensor, plans, weights: torch.Tensor,
-                     steps) -> dict[str, float]:
+@dataclass
+class Selection:
+    """What the clients' step selection made, each field stacked along the clients in cohort order (so that ranks'
+    shares of it are reassembled as the updates are): the update each sends, the sum g_i of its selected steps
+    (eq. 5), their number k_i, ||g_i / k_i - mu_i|| (Fig. 6), ||g_i / alpha - sum_l z_l|| / ||sum_l z_l||, the mean of
+    its steps where the selector keeps it for the next round (GraB; else no columns), and the megabytes its stored
+    steps took."""
+
+    sent: torch.Tensor
+    sums: torch.Tensor
+    counts: torch.Tensor
+    distances: torch.Tensor
+    residuals: torch.Tensor
+    means: torch.Tensor
+    steps_mb: torch.Tensor
+
+
+def herd_diagnostics(selection: Selection, plans, weights: torch.Tensor) -> dict[str, float]:
     """BHerd's Figs. 5b and 6: mean and variance of the entries of the aggregated selected gradient sum_i p_i g_i,
     each client's ||g_i / (alpha tau_i) - mu_i|| (mean, max, and per client id when there are few clients),
     ``herd_residual``, the p_i-weighted distance of the clients' steps from FedAvg's relative to FedAvg's, and
     ``steps_mb``, the memory the round's stored step gradients took."""
+    g, distance, residual = selection.sums, selection.distances, selection.residuals
     aggregated = weights.to(g.dtype) @ g
     out = {"agg_grad_mean": float(aggregated.mean()), "agg_grad_var": float(aggregated.var()),
            "herd_dist_mean": float(distance.mean()), "herd_dist_max": float(distance.max()),
            "herd_residual": float(weights.to(residual.dtype) @ residual)}
     if len(plans) <= 20:
         out |= {f"herd_dist_c{p.id}": float(d) for p, d in zip(plans, distance)}
-    out["steps_mb"] = sum(z.numel() * z.element_size() for z in steps) / 2**20
+    out["steps_mb"] = float(selection.steps_mb.sum())
     return out
 
 
@@ -120,6 +140,7 @@ class Herd(StatefulPart):
 
     name = "herd"
     records_steps = True
+    keeps_step_means = False  # whether the next round's order reads each client's mean step (GraB's stale mean)
     reads_each_update = True  # each client's update is replaced by its selected steps' sum
 
     def __init__(self, alpha: float, local_epochs: float):
@@ -129,17 +150,18 @@ class Herd(StatefulPart):
               block: int | None = None) -> list[int]:
         return herd_order(z, k, block, device)
 
-    def after(self, state: State, plans, steps) -> State:
-        """The state the next round starts from, once the round's steps are known (herding keeps none)."""
+    def after(self, state: State, plans, selection: Selection) -> State:
+        """The state the next round starts from, once the round's selection is known (herding keeps none)."""
         return state
 
-    def __call__(self, state, updates, steps, plans, uploads, ctx, weights, block: int | None = None):
-        """(new state, updates to send, uploads, diagnostics: :func:`herd_diagnostics` of the selected sums g_i of
-        eq. 5, ||g_i / (alpha tau_i) - mu_i|| (Fig. 6) and ||g_i / alpha - sum_l z_l|| / ||sum_l z_l||, how far the
-        step the client asks for is from FedAvg's, 0 when every step is selected). The steps may live in host memory
-        (see the module doc); what is sent is on the updates' device."""
+    def select(self, state, updates, steps, plans, ctx, block: int | None = None) -> Selection:
+        """The clients' own work (eq. 5): each orders its steps, sums the first alpha*tau_i of them into g_i and
+        makes the update it sends, -eta (E / alpha) g_i (its whole update times E / alpha when every step is
+        selected); with ||g_i / k_i - mu_i|| (Fig. 6) and ||g_i / alpha - sum_l z_l|| / ||sum_l z_l||, how far the
+        step it asks for is from FedAvg's, 0 when every step is selected. The steps may live in host memory (see the
+        module doc); what is sent is on the updates' device."""
         scale, lr = self.epochs / self.alpha, ctx.lr
-        out, sums, distances, residuals, counts = [], [], [], [], []
+        out, sums, distances, residuals, counts, means = [], [], [], [], [], []
         for update, z, plan in zip(updates, steps, plans):
             k = num_selected(self.alpha, plan.tau)
             g = z[self.order(state, z, plan.id, ctx.round, k, update.device, block)[:k]].sum(dim=0).to(update.device)
@@ -148,11 +170,19 @@ class Herd(StatefulPart):
             distances.append(torch.linalg.vector_norm(g / k - total / len(z)))
             residuals.append(torch.linalg.vector_norm(g / self.alpha - total) / torch.linalg.vector_norm(total))
             counts.append(k)
+            means.append(z.mean(dim=0).to(update.device) if self.keeps_step_means else update[:0])
             out.append(update * scale if k == plan.tau else -lr * scale * g)
+        return Selection(torch.stack(out), torch.stack(sums), torch.tensor(counts), torch.stack(distances),
+                         torch.stack(residuals), torch.stack(means),
+                         torch.tensor([z.numel() * z.element_size() / 2**20 for z in steps], dtype=torch.float64))
+
+    def finish(self, state, updates, selection: Selection, plans, uploads, weights):
+        """(new state, the updates sent, uploads, diagnostics: :func:`herd_diagnostics`); FedNova's normaliser
+        becomes the number of selected steps."""
         if "a" in uploads:
-            uploads = {**uploads, "a": torch.tensor(counts, dtype=uploads["a"].dtype, device=uploads["a"].device)}
-        return self.after(state, plans, steps), torch.stack(out), uploads, herd_diagnostics(
-            torch.stack(sums), torch.stack(distances), torch.stack(residuals), plans, weights, steps)
+            uploads = {**uploads, "a": selection.counts.to(uploads["a"].device, uploads["a"].dtype)}
+        return (self.after(state, plans, selection), selection.sent, uploads,
+                herd_diagnostics(selection, plans, weights))
 
 
 class GraB(Herd):
@@ -161,6 +191,7 @@ class GraB(Herd):
     alpha*tau_i of GraB's order are sent."""
 
     name = "grab"
+    keeps_step_means = True
 
     def init(self, params=None, num_clients: int = 0) -> State:
         return {"stale_means": {}}  # client id -> the mean of its step gradients in the last round it took part
@@ -168,8 +199,8 @@ class GraB(Herd):
     def order(self, state, z, client, rnd, k, device, block=None):
         return grab_order(z, state["stale_means"].get(client, torch.zeros_like(z[0])), block, device)
 
-    def after(self, state, plans, steps):
-        return {"stale_means": state["stale_means"] | {p.id: z.mean(dim=0) for p, z in zip(plans, steps)}}
+    def after(self, state, plans, selection):
+        return {"stale_means": state["stale_means"] | {p.id: m for p, m in zip(plans, selection.means)}}
 
 
 class RandomSubset(Herd):
