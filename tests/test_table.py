@@ -190,6 +190,12 @@ def test_a_claim_compares_grid_points_on_the_mean_over_seeds_at_each_point_of_th
     assert check((above,), split, [PRESET, "algo"])["verdict"].tolist() == [
         "not checked: no finished run of ['fedprox']", "not checked: no finished run of ['ga']"]
     assert check((replace(above, across=(PRESET,)),), split, [PRESET, "algo"])["verdict"].tolist() == ["holds"]
+    # a preset without any run is one point not checked, with why where the artefact's not_run says it
+    idle = pd.concat([table, pd.DataFrame({PRESET: ["g", "g", "r"], "algo": ["fedavg"] * 3,
+                                           "dgt": ["none", "dgt", "none"], "runs": [0, 0, 0]})])
+    out = check((faster,), idle, keys, not_run={"g": "too long here"})
+    assert out["verdict"].tolist()[:2] == ["not checked: too long here", "not checked: no finished run"]
+    assert out["where"].tolist()[:2] == [{PRESET: "g"}, {PRESET: "r"}] and len(out) == 5
 
 
 def test_a_papers_file_with_a_bad_claim_or_value_is_refused_naming_it(tmp_path, monkeypatch):

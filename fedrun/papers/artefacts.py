@@ -105,6 +105,7 @@ class Artefact:
     measure: str = ""  # "module:function" measuring the artefact in place of a sweep (fedrun/papers/measures)
     data: tuple[str, ...] = ()  # the datasets a measured artefact reads (for --list)
     claims: tuple[Claim, ...] = ()
+    not_run: dict[str, str] = field(default_factory=dict, compare=False)  # preset -> why it has no runs here
     paper_numbers: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
 
 
@@ -258,7 +259,7 @@ def read_paper(path: Path) -> Paper:
         where = f"{path.name}: {name}"
         unknown = sorted(set(a) - {"source", "what", "presets", "value", "scale", "values", "rows", "columns",
                                    "tolerance", "digits", "figure", "x", "curves", "paper",
-                                   "runs_of", "claims", "measure", "data"})
+                                   "runs_of", "claims", "measure", "data", "not_run"})
         if unknown:
             raise ConfigError([f"{where}: unknown keys {unknown}"])
         if bool(a.get("presets")) == bool(a.get("measure")):
@@ -266,6 +267,9 @@ def read_paper(path: Path) -> Paper:
         if a.get("measure") and not re.fullmatch(r"[\w.]+:\w+", a["measure"]):
             raise ConfigError([f"{where}: measure={a['measure']!r}; write it module:function "
                                "(fedrun.papers.measures.hog_ceiling:measure)"])
+        not_run = {str(k): str(v) for k, v in (a.get("not_run") or {}).items()}
+        if stray := sorted(set(not_run) - set(a.get("presets") or ())):
+            raise ConfigError([f"{where}: not_run names {stray}, which are not its presets {a.get('presets')}"])
         values = _values(a)
         numbers = _numbers(a.get("paper"), values, where)
         if taken := sorted({v.name for v in values} & RESERVED):
@@ -282,7 +286,7 @@ def read_paper(path: Path) -> Paper:
                                    runs_of=a.get("runs_of", ""), measure=a.get("measure", ""),
                                    data=tuple(a.get("data", ())),
                                    claims=_claims(a.get("claims"), values, where, numbers),
-                                   paper_numbers=numbers)
+                                   not_run=not_run, paper_numbers=numbers)
     return Paper(key=key, cite=raw["cite"], title=raw["title"], authors=raw.get("authors", ""),
                  venue=raw.get("venue", ""), artefacts=artefacts)
 

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from fedrun.papers.artefacts import Claim
+from fedrun.papers.artefacts import PRESET, Claim
 
 HOLDS, FAILS = "holds", "does not hold"
 UNDECIDED = "not decided"
@@ -71,14 +71,18 @@ def _paired(claim: Claim, where: dict, runs: pd.DataFrame) -> dict:
 
 
 def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reaching: frozenset[str] = frozenset(),
-          runs: pd.DataFrame | None = None) -> pd.DataFrame:
+          runs: pd.DataFrame | None = None, not_run: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per claim and point of the other grid keys: the method's and the rival's means and the verdict.
     ``table`` is table_summary.summarise's (one row per grid point), ``keys`` its grid keys; ``reaching`` names the
     values that count the time to a level (papers.Value.reaching), where a missing value means never reached;
-    ``runs`` (table_summary.collect's, one row per run) decides the pre-registered claims."""
+    ``runs`` (table_summary.collect's, one row per run) decides the pre-registered claims. A preset without any
+    finished run is one point "not checked", with why where ``not_run`` (the artefact's) says it."""
     rows = []
     ran = table[pd.to_numeric(table.get("runs"), errors="coerce").fillna(0) > 0] if "runs" in table else table
+    idle = [p for p in dict.fromkeys(table[PRESET].dropna()) if p not in set(ran[PRESET])] if PRESET in table else []
     for claim in claims:
+        rows += [_row(claim, {PRESET: p}, None, None, f"not checked: {(not_run or {}).get(p, 'no finished run')}")
+                 for p in idle]
         if claim.key not in ran:
             rows.append(_row(claim, {}, None, None, f"not checked: no runs sweep {claim.key}"))
             continue
