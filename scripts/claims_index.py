@@ -37,8 +37,8 @@ def rule(claim: Claim) -> str:
 
 
 def verdicts(checked: pd.DataFrame | None, claim: Claim) -> str:
-    """The claim's verdicts over its artefact's points, counted: ``holds at 1 of 4 points; does not hold at 3; not
-    checked at 8 (fixture data)``; "no verdict yet" without a table."""
+    """The claim's verdicts over its artefact's points, counted, the decided first: ``holds at 1 of 4 points; does
+    not hold at 3; not checked at 8 (fixture data)``; "no verdict yet" without a table."""
     if checked is None:
         return "no verdict yet (no table with verdicts in results/)"
     mine = checked[checked["says"] == claim.says]
@@ -47,8 +47,9 @@ def verdicts(checked: pd.DataFrame | None, claim: Claim) -> str:
     kinds = Counter(v.split(":", 1)[0] for v in mine["verdict"])
     why = {k: sorted({v.split(":", 1)[1].split(" (", 1)[0].strip() for v in mine["verdict"]
                       if v.startswith(k + ":")}) for k in kinds}
+    order = ("holds", "does not hold", "not decided", "not checked")  # the decided first
     parts = []
-    for i, (kind, n) in enumerate(kinds.most_common()):
+    for i, (kind, n) in enumerate(sorted(kinds.items(), key=lambda kn: order.index(kn[0]) if kn[0] in order else 9)):
         parts.append(f"{kind} at {n}" + (f" of {len(mine)} points" if i == 0 else "")
                      + (f" ({', '.join(why[kind])})" if why[kind] else ""))
     return "; ".join(parts)

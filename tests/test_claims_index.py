@@ -25,8 +25,8 @@ def test_the_index_lists_every_claim_once_with_its_rule_and_data(tmp_path):
 
 
 def test_a_claims_verdicts_are_counted_from_its_tables_points(tmp_path):
-    """The rows fedrun-table writes to <artefact>_claims.csv: each claim's points counted by verdict, the most
-    frequent first, with why a point was not checked or not decided; a claim without rows has no verdict yet."""
+    """The rows fedrun-table writes to <artefact>_claims.csv: each claim's points counted by verdict, the decided
+    first, with why a point was not checked or not decided; a claim without rows has no verdict yet."""
     index = load_script("claims_index")
     (paper_key, paper), = [(k, p) for k, p in papers().items() if "bherd_table2" in p.artefacts]
     first, second = paper.artefacts["bherd_table2"].claims[:2]
@@ -37,11 +37,11 @@ def test_a_claims_verdicts_are_counted_from_its_tables_points(tmp_path):
         "not decided: 3 of the 5 seed pairs it needs (seed 3: failed; seed 4: not run)"]}).to_csv(
         folder / "bherd_table2_claims.csv", index=False)
     checked = pd.read_csv(folder / "bherd_table2_claims.csv", dtype=str)
-    assert index.verdicts(checked, first) == ("does not hold at 2 of 4 points; holds at 1; not checked at 1 "
+    assert index.verdicts(checked, first) == ("holds at 1 of 4 points; does not hold at 2; not checked at 1 "
                                               "(fixture data)")
     assert index.verdicts(checked, second) == "not decided at 1 of 1 points (3 of the 5 seed pairs it needs)"
     assert index.verdicts(None, first).startswith("no verdict yet")
     out = tmp_path / "CLAIMS.md"
     assert index.main(["--out", str(out), "--results", str(tmp_path)]) == 0
     line, = [row for row in out.read_text().splitlines() if f"| {first.says} |" in row]
-    assert "| does not hold at 2 of 4 points; holds at 1; not checked at 1 (fixture data) |" in line
+    assert "| holds at 1 of 4 points; does not hold at 2; not checked at 1 (fixture data) |" in line
