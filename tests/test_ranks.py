@@ -118,10 +118,11 @@ def test_ranks_that_all_reduce_the_updates_sums_compute_one_process_result_to_ro
     """``hardware.exchange=sums``: where the server reads the updates only as weighted sums (FedAvg's and FedNova's
     means, SCAFFOLD's and FedDyn's), each rank's partial sum is all-reduced. The sums are added in another order than
     one process's product, so the models agree to float64 rounding, and each rank receives d numbers per sum instead
-    of the other rank's updates; a part that reads each update (FedGH) still gets the rows, bit for bit."""
+    of the other rank's updates; BHerd's server reads only what each client's selection made, which its rank sends;
+    a part that reads each update (FedGH) still gets the rows, bit for bit."""
     (tmp_path / "worker.py").write_text(WORKER)
     families = {"fedavg": ["algo=fedavg"], "fednova": ["algo=fednova"], "scaffold": ["algo=scaffold"],
-                "feddyn": ["algo=feddyn"], "fedgh": ["algo=fedgh"]}
+                "feddyn": ["algo=feddyn"], "bherd": ["algo=bherd"], "fedgh": ["algo=fedgh"]}
     for how, command, exchange in (("one", [sys.executable], "rows"), ("two", torchrun(2), "sums"),
                                    ("rows", torchrun(2), "rows")):
         runs = json.dumps({f: BASE + o + [f"hardware.exchange={exchange}", "fl.rounds=6"]
@@ -135,6 +136,8 @@ def test_ranks_that_all_reduce_the_updates_sums_compute_one_process_result_to_ro
             assert ((two[column] - one[column]).abs() <= 1e-12 * one[column].abs().clip(lower=1)).all(), (family,
                                                                                                            column)
     pd.testing.assert_frame_equal(metrics(tmp_path / "two" / "fedgh"), metrics(tmp_path / "one" / "fedgh"))
+    how = {f: json.loads((tmp_path / "two" / f / "summary.json").read_text())["exchange"] for f in families}
+    assert how == {**{f: "sums" for f in families}, "fedgh": "rows"}
     summed, rows = (json.loads((tmp_path / how / "fedavg" / "summary.json").read_text()) for how in ("two", "rows"))
     d, rounds = summed["num_parameters"], 6
     # a ring all-reduce of d float64 numbers per round moves 2 (R - 1) / R of them through each rank: d here

@@ -141,7 +141,6 @@ class Herd(StatefulPart):
     name = "herd"
     records_steps = True
     keeps_step_means = False  # whether the next round's order reads each client's mean step (GraB's stale mean)
-    reads_each_update = True  # each client's update is replaced by its selected steps' sum
 
     def __init__(self, alpha: float, local_epochs: float):
         self.alpha, self.epochs = float(alpha), float(local_epochs)
