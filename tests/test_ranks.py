@@ -145,6 +145,28 @@ def test_ranks_that_all_reduce_the_updates_sums_compute_one_process_result_to_ro
     assert rows["exchange_mb"] > 1.5 * summed["exchange_mb"], "two of five clients' rows are more than one sum"
 
 
+def test_a_signal_to_one_rank_stops_every_rank_after_the_round_with_a_checkpoint(tmp_path):
+    """SIGTERM to rank 1 alone (a scheduler's preemption reaches one process first): every rank stops after the same
+    round, and rank 0 writes the checkpoint and an interrupted summary (the killed test below resumes such a run)."""
+    overrides = [*BASE, "fl.rounds=400"]
+    run_dir = tmp_path / "stopped"
+    proc = subprocess.Popen(torchrun(2, "-m", "fedrun", *overrides, f"hydra.run.dir={run_dir}"), env=environment(),
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((run_dir / "metrics.csv").exists()
+                                          and (run_dir / "metrics.csv").read_text().count("\n") > 3):
+        time.sleep(0.01)
+    rank1 = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == proc.pid
+             and b"RANK=1\x00" in (p / "environ").read_bytes().replace(b"LOCAL_RANK", b"LOCAL_")]
+    assert len(rank1) == 1, "torchrun's rank 1 not found"
+    os.kill(rank1[0], signal.SIGTERM)
+    proc.wait(timeout=120)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["signal"] == signal.SIGTERM
+    assert summary["rounds_completed"] < 400 and len(pd.read_csv(run_dir / "metrics.csv")) == summary["rounds_completed"]
+    assert list(run_dir.glob("checkpoint*")), "rank 0 wrote no checkpoint"
+
+
 def test_a_run_killed_on_two_ranks_resumes_on_one(tmp_path):
     """torchrun's ranks killed mid-run (SIGKILL, no checkpoint of their own at that moment): the run resumed by one
     process from rank 0's last checkpoint ends with the uninterrupted run's metrics (every process one thread)."""
