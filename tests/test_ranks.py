@@ -163,7 +163,8 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_round_with_a_checkpoint
     proc.wait(timeout=120)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["signal"] == signal.SIGTERM
-    assert summary["rounds_completed"] < 400 and len(pd.read_csv(run_dir / "metrics.csv")) == summary["rounds_completed"]
+    done = summary["rounds_completed"]
+    assert done < 400 and len(pd.read_csv(run_dir / "metrics.csv")) == done
     assert list(run_dir.glob("checkpoint*")), "rank 0 wrote no checkpoint"
 
 
