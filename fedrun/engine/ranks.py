@@ -6,9 +6,10 @@ the steps stay where they were recorded); the ranks then exchange what their cli
 states, uploads, what their step selection made), so that every rank holds the cohort's results in cohort
 order and computes the same server step, evaluation and part states as one process would. The updates themselves are
 exchanged in one of two ways (``hardware.exchange``): where nothing of the round reads a single client's update (FedAvg,
-FedProx, FedNova, SCAFFOLD, FedDyn: the server needs weighted sums of them), each rank keeps its clients' updates and
-every weighted sum is one all-reduce of d numbers (:class:`SummedRows`); otherwise (FedGH's and DGT's projections,
-BHerd's herding, GIFT's sign agreement) every rank receives every update. Clients are placed
+FedProx, FedNova, SCAFFOLD, FedDyn: the server needs weighted sums of them; BHerd's server reads only what the
+selection made), each rank keeps its clients' updates and every weighted sum is one all-reduce of d numbers
+(:class:`SummedRows`); otherwise (FedGH's and DGT's projections, GIFT's sign pools) every rank receives every update.
+Clients are placed
 by their step counts (longest first, each to the rank with the fewest steps so far; ties to the lowest rank), so a
 ragged cohort does not leave ranks idle, and the placement is a function of the plans alone. Rank 0 alone writes the
 run directory, checkpoints and W&B; a resumed run may have any number of ranks, since every rank's state is the
