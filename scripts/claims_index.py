@@ -33,7 +33,8 @@ def rule(claim: Claim) -> str:
         effect = f"the paper's effect at each of {len(claim.effects)} points"
     else:
         effect = f"the paper's effect {claim.effect:g}"
-    return f"pre-registered: {claim.seeds} seed pairs, 95% CI > 0 and mean >= {claim.share:g} x {effect}"
+    tuned = f", each side at its best {claim.tuned}" if claim.tuned else ""
+    return f"pre-registered: {claim.seeds} seed pairs{tuned}, 95% CI > 0 and mean >= {claim.share:g} x {effect}"
 
 
 def verdicts(checked: pd.DataFrame | None, claim: Claim) -> str:

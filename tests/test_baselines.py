@@ -182,6 +182,19 @@ def test_feddecorr_loss_on_known_features_matches_the_formula():
     assert float(loss) == pytest.approx(float(expected.detach()), rel=1e-12)
 
 
+def test_feddecorr_on_softmax_regression_is_fedavg_up_to_float_rounding(cfg_factory):
+    """Its penalty acts on the penultimate features, which for softmax regression are the inputs: its gradient in
+    the parameters is zero, so FedGH's Synthetic column counts FedDecorr once, as FedAvg (paper/fedgh.yaml)."""
+    setting = (*SMALL, "model=logreg", "hardware.dtype=float64")
+    a, _ = rounds(cfg_factory(*setting, "algo=fedavg"), 2)
+    b, _ = rounds(cfg_factory(*setting, "algo=feddecorr", "algo.local.beta=0.5"), 2)
+    torch.testing.assert_close(a.state.params, b.state.params, rtol=1e-12, atol=1e-12)
+    hidden = (*SMALL, "model=mlp", "hardware.dtype=float64")
+    c, _ = rounds(cfg_factory(*hidden, "algo=feddecorr", "algo.local.beta=0.5"), 2)
+    d, _ = rounds(cfg_factory(*hidden, "algo=fedavg"), 2)
+    assert not torch.allclose(c.state.params, d.state.params, rtol=1e-6, atol=1e-6)  # a hidden layer: it acts
+
+
 def test_fedadam_fedyogi_fedadagrad_follow_reddi_alg2():
     u1, u2 = np.array([0.5, -1.0, 2.0]), np.array([-0.2, 0.4, 1.0])
     x = np.array([1.0, 2.0, 3.0])

@@ -21,15 +21,19 @@ def direct_fedgh(u: np.ndarray, orders) -> np.ndarray:
     return out
 
 
+def even(k: int) -> torch.Tensor:
+    return torch.full((k,), 1 / k, dtype=torch.float64)
+
+
 def test_fedgh_leaves_non_conflicting_updates_unchanged():
     u = torch.tensor([[1.0, 0.2, 0.0], [0.5, 1.0, 0.1], [0.3, 0.0, 2.0]], dtype=torch.float64)
     assert (u @ u.T >= 0).all()
-    torch.testing.assert_close(make("harmonizer", "fedgh", seed=0)({}, u, None, [0, 1, 2], 1)[1], u)
+    torch.testing.assert_close(make("harmonizer", "fedgh", seed=0)({}, u, even(3), [0, 1, 2], 1)[1], u)
 
 
 def test_two_conflicting_updates_each_end_orthogonal_to_the_others_original():
     u = torch.tensor([[1.0, 1.0], [-1.0, 0.2]], dtype=torch.float64)
-    _, out, _ = make("harmonizer", "fedgh", seed=0)({}, u, None, [0, 1], 1)
+    _, out, _ = make("harmonizer", "fedgh", seed=0)({}, u, even(2), [0, 1], 1)
     assert float(out[0] @ u[1]) == pytest.approx(0, abs=1e-12)
     assert float(out[1] @ u[0]) == pytest.approx(0, abs=1e-12)
 
@@ -56,7 +60,7 @@ def test_gram_fedgh_equals_direct_algorithm_on_random_updates():
 
 def test_fedgh_order_is_seeded():
     u = torch.randn(6, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    a, b = (make("harmonizer", "fedgh", seed=3)({}, u, None, list(range(6)), 4)[1] for _ in range(2))
+    a, b = (make("harmonizer", "fedgh", seed=3)({}, u, even(6), list(range(6)), 4)[1] for _ in range(2))
     torch.testing.assert_close(a, b)
 
 
@@ -88,26 +92,39 @@ def test_dgt_keeps_baselines_of_clients_that_sit_out():
     assert state["baselines"][2] == kept and set(state["baselines"]) == {0, 1, 2}
 
 
-def test_dgt_norm_only_control_sends_the_base_updates_scaled_by_the_logged_ratio():
+@pytest.mark.parametrize("name, settings", [("dgt", {"momentum": 0.5}), ("fedgh", {"seed": 3})])
+def test_norm_only_control_sends_the_base_updates_scaled_by_the_logged_ratio(name, settings):
+    """Either harmoniser's step-length control: its own coefficients and state, the clients' own updates sent, each
+    scaled so that the aggregate is as long as the harmonised one."""
     u = torch.randn(6, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
-    u[3] = -u[:3].sum(0)  # a client against the rest: it calibrates
+    u[3] = -u[:3].sum(0)  # a client against the rest: it calibrates (DGT), it conflicts (FedGH)
     p = torch.tensor([0.1, 0.2, 0.1, 0.3, 0.2, 0.1], dtype=torch.float64)
-    dgt, control = make("harmonizer", "dgt", momentum=0.5), make("harmonizer", "dgt", momentum=0.5, mode="norm_only")
-    start = {"baselines": {k: 0.2 for k in range(6)}}
-    after, calibrated, info = dgt(start, u, p, list(range(6)), 1)
+    part, control = make("harmonizer", name, **settings), make("harmonizer", name, **settings, mode="norm_only")
+    start = part.init()
+    if name == "dgt":
+        start = {"baselines": {k: 0.2 for k in range(6)}}
+    after, harmonised, info = part(start, u, p, list(range(6)), 1)
     after_control, scaled, info_control = control(start, u, p, list(range(6)), 1)
-    assert info == info_control and after == after_control, "the same calibration is computed"
-    assert start == {"baselines": {k: 0.2 for k in range(6)}}, "the state given is left as it was"
-    assert info["dgt_calibrated"] > 0
-    ratio = info["dgt_norm_ratio"]
-    assert ratio == pytest.approx(float((p @ calibrated).norm() / (p @ u).norm()))
+    assert info == info_control and after == after_control, "the same coefficients are computed"
+    assert not torch.allclose(harmonised, u), "the case harmonises"
+    ratio = info[f"{name}_norm_ratio"]
+    assert ratio == pytest.approx(float((p @ harmonised).norm() / (p @ u).norm()))
+    assert ratio != pytest.approx(1.0)
     torch.testing.assert_close(scaled, u * ratio)
-    assert float((p @ scaled).norm()) == pytest.approx(float((p @ calibrated).norm()))
-    # no calibration (every update above its baseline): the ratio is 1 and the control is the base algorithm
-    calm = make("harmonizer", "dgt", momentum=0.5, mode="norm_only")
+    assert float((p @ scaled).norm()) == pytest.approx(float((p @ harmonised).norm()))
+
+
+def test_norm_only_control_without_anything_to_harmonise_is_the_base_algorithm():
+    u = torch.randn(6, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    p = torch.tensor([0.1, 0.2, 0.1, 0.3, 0.2, 0.1], dtype=torch.float64)
+    calm = make("harmonizer", "dgt", momentum=0.5, mode="norm_only")  # every update above its baseline
     _, same, info = calm({"baselines": {k: -1.0 for k in range(6)}}, u, p, list(range(6)), 2)
     assert info["dgt_norm_ratio"] == pytest.approx(1.0) and info["dgt_calibrated"] == 0
     torch.testing.assert_close(same, u)
+    agreeing = u.abs()  # no pair conflicts: FedGH projects nothing
+    _, same, info = make("harmonizer", "fedgh", seed=0, mode="norm_only")({}, agreeing, p, list(range(6)), 2)
+    assert info["fedgh_norm_ratio"] == pytest.approx(1.0)
+    torch.testing.assert_close(same, agreeing)
 
 
 def test_conflict_statistics_on_constructed_updates():

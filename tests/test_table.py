@@ -26,6 +26,7 @@ EXPECTED = {
     "fedgh_table3": (9, 9 * 4 * 2),  # each column's first setting
     "fedgh_table4": (2, 2 * 4 * 2),  # CIFAR-10/100 x four K x FedGH or not
     "fedgh_table5": (2, 2 * 4 * 2),  # four E
+    "fedgh_synthetic_controls": (1, 3 * 3 * 5),  # three bases x (alone, FedGH, its control) x five server lrs
     "gift_table1": (5, 5 * 2),  # five settings x (fixed tau = 100, GIFT)
     "dgt_fig5": (3, 3 * 3 * 2),  # three datasets x three bases x DGT or not
     "gift_fig5": (5, 5 * 2),  # Table 1's runs
@@ -688,3 +689,65 @@ def test_a_preregistered_effect_may_be_the_papers_own_difference_at_each_point()
     with pytest.raises(Exception, match="effect=paper, but the paper's numbers have no 'acc'"):
         artefacts._claims([{"says": "x", "value": "acc", "method": {"h": "gh"}, "versus": {"h": "other"},
                             "effect": "paper"}], values, "p", numbers)
+
+
+def test_a_tuned_claim_compares_each_side_at_its_own_best_value_of_the_tuned_key():
+    """tuned: each side takes the value of the key (a server lr) with its best mean over seeds; the paired rule then
+    pairs the runs at those two values. Untuned, the same runs compare at each lr."""
+    from fedrun.papers import artefacts
+    from fedrun.papers.claims import check, markdown as claims_markdown
+
+    values = (artefacts.Value("acc", "final_test_acc"),)
+    (claim,) = artefacts._claims([{"says": "gh beats its base", "value": "acc", "method": {"h": "gh"},
+                                   "versus": {"h": "none"}, "effect": 2, "tuned": "lr"}], values, "p")
+    assert claim.tuned == "lr"
+    # the base is best at lr 2 (84), gh at lr 1 (83): gh beats the base at lr 1 but not at the base's best
+    means = {("none", "1"): 80.0, ("none", "2"): 84.0, ("gh", "1"): 83.0, ("gh", "2"): 82.0}
+    runs = pd.DataFrame([{"h": h, "lr": lr, "seed": s, "status": "finished", "acc": m + 0.1 * s}
+                         for (h, lr), m in means.items() for s in range(5)])
+    table = pd.DataFrame([{"h": h, "lr": lr, "runs": 5, "acc": m + 0.2, "fixture": ""} for (h, lr), m in means.items()])
+    row = check((claim,), table, ["h", "lr"], runs=runs).iloc[0]
+    assert row["tuned"] == "lr: gh 1, none 2"
+    assert row["method"] == {"gh": pytest.approx(83.2)} and row["versus"] == {"none": pytest.approx(84.2)}
+    assert row["difference"] == pytest.approx(-1.0) and row["verdict"] == "does not hold"
+    assert "each at its best lr: gh 1, none 2" in claims_markdown(check((claim,), table, ["h", "lr"], runs=runs))
+    untuned = check((replace(claim, tuned=None),), table, ["h", "lr"], runs=runs)
+    assert untuned["verdict"].tolist() == ["holds", "does not hold"]  # +3 at lr 1, -2 at lr 2
+    assert untuned["where"].tolist() == [{"lr": "1"}, {"lr": "2"}]
+    # the base better at lr 1 too: then gh's gain at its best counts
+    better = table.assign(acc=[85.2, 84.2, 83.2, 82.2])
+    shifted = runs.assign(acc=runs["acc"] + ((runs["h"] == "none") & (runs["lr"] == "1")) * 5.0)
+    row = check((claim,), better, ["h", "lr"], runs=shifted).iloc[0]
+    assert row["tuned"] == "lr: gh 1, none 1" and row["difference"] == pytest.approx(-2.0)
+    lower = check((replace(claim, better="lower", effect=1.0),), table, ["h", "lr"], runs=runs).iloc[0]
+    assert lower["tuned"] == "lr: gh 2, none 1"  # lower is better: each side's lowest mean
+    assert check((replace(claim, tuned="momentum"),), table, ["h", "lr"], runs=runs)["verdict"].tolist() == [
+        "not checked: no runs sweep momentum, the key it is tuned over"]
+    with pytest.raises(Exception, match="tuned=3"):
+        artefacts._claims([{"says": "x", "value": "acc", "method": {"h": "gh"}, "versus": {"h": "none"},
+                            "tuned": 3}], values, "p")
+
+
+def test_a_point_the_artefact_names_not_checked_is_not_counted_with_why(tmp_path):
+    """A base that is another base on this model (FedDecorr on a perceptron is FedAvg) is named in the artefact's
+    not_checked and left out of the verdicts with why, so one result is not counted twice."""
+    from fedrun.errors import ConfigError
+    from fedrun.papers import artefacts
+    from fedrun.papers.claims import check
+
+    paper = tmp_path / "p.yaml"
+    entry = {"presets": ["syn", "img"], "source": "Table 1", "claims": [
+        {"says": "gh helps", "method": {"h": "gh"}, "versus": {"h": "none"}}]}
+    bad = {"cite": "c", "title": "t", "artefacts": {"t1": entry | {"not_checked": [{"algo": "decorr"}]}}}
+    paper.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError, match=r"not_checked\[0\]"):
+        artefacts.read_paper(paper)
+    good = {"cite": "c", "title": "t", "artefacts": {"t1": entry | {"not_checked": [
+        {"at": {PRESET: "syn", "algo": "decorr"}, "why": "FedDecorr is FedAvg on a perceptron"}]}}}
+    paper.write_text(yaml.safe_dump(good))
+    art = artefacts.read_paper(paper).artefacts["t1"]
+    table = pd.DataFrame([{PRESET: p, "algo": a, "h": h, "runs": 1, "value": 80.0 + (h == "gh"), "fixture": ""}
+                          for p in ("syn", "img") for a in ("avg", "decorr") for h in ("gh", "none")])
+    out = check(art.claims, table, [PRESET, "algo", "h"], not_checked=art.not_checked)
+    assert out["verdict"].tolist() == ["holds", "not checked: FedDecorr is FedAvg on a perceptron", "holds", "holds"]
+    assert out["where"][1] == {PRESET: "syn", "algo": "decorr"}

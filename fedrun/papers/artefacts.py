@@ -52,7 +52,11 @@ class Claim:
 
     A claim pre-registered with the paper's ``effect`` (its size, in the value's unit, in the better direction) is
     decided by :func:`fedrun.papers.claims.paired_verdict` instead: seed-paired differences, their 95% bootstrap
-    interval, at least ``seeds`` pairs, and a mean of at least ``share`` of the paper's effect."""
+    interval, at least ``seeds`` pairs, and a mean of at least ``share`` of the paper's effect.
+
+    ``tuned`` names a grid key that each side is tuned over rather than compared at: at each point, each side's value
+    of that key with the best mean over seeds is the one compared (the same grid, so the same tuning budget, for
+    both sides; the optimism of picking the best is shared)."""
 
     says: str
     value: str
@@ -68,6 +72,7 @@ class Claim:
     # or the paper's effect differs by the point of the other grid keys (a dataset's preset; each cell of a table the
     # paper prints): (the point's grid values, as (key, value) pairs, the effect there)
     effects: tuple[tuple[tuple[tuple[str, str], ...], float], ...] = ()
+    tuned: str | None = None  # a grid key each side takes its best value of (a server learning rate)
 
     @property
     def preregistered(self) -> bool:
@@ -106,6 +111,9 @@ class Artefact:
     data: tuple[str, ...] = ()  # the datasets a measured artefact reads (for --list)
     claims: tuple[Claim, ...] = ()
     not_run: dict[str, str] = field(default_factory=dict, compare=False)  # preset -> why it has no runs here
+    # points the claims leave unchecked though they have runs: (the point's grid values, why), e.g. a base that is
+    # another base on this model and would be counted twice
+    not_checked: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = field(default=(), compare=False)
     paper_numbers: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
 
 
@@ -177,7 +185,7 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str, numbers: pd
     (default 0), ``across`` (grid keys pooled) and two mappings of one grid key to a value or a list of values,
     ``method`` and ``versus``."""
     out, names = [], {v.name for v in values}
-    known = {"says", "value", "better", "margin", "across", "method", "versus", "effect", "seeds", "share"}
+    known = {"says", "value", "better", "margin", "across", "method", "versus", "effect", "seeds", "share", "tuned"}
     for i, c in enumerate(raw or []):
         at = f"{where}: claims[{i}]"
         problems = [f"{at}: unknown keys {sorted(set(c) - known)}"] if set(c) - known else []
@@ -198,6 +206,8 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str, numbers: pd
             problems.append(f"{at}: seeds={c.get('seeds')!r}: the seed pairs the rule needs, an integer >= 2")
         if not (isinstance(c.get("share", 0.5), (int, float)) and 0 <= c.get("share", 0.5) <= 1):
             problems.append(f"{at}: share={c.get('share')!r}: the share of the paper's effect, in [0, 1]")
+        if "tuned" in c and not (isinstance(c["tuned"], str) and c["tuned"]):
+            problems.append(f"{at}: tuned={c['tuned']!r}: the grid key each side is tuned over (algo.server_opt.lr)")
         sides = [c.get("method"), c.get("versus")]
         if not all(isinstance(s, dict) and len(s) == 1 for s in sides) or set(sides[0]) != set(sides[1]):
             problems.append(f"{at}: method and versus each name the same one grid key and its values "
@@ -222,7 +232,8 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str, numbers: pd
         out.append(Claim(says=c.get("says", ""), value=value, key=key, method=listed[0], versus=listed[1],
                          better=better, margin=float(c.get("margin", 0.0)), across=tuple(c.get("across", ())),
                          effect=float(effect) if "effect" in c and not by and effect != "paper" else None,
-                         seeds=int(c.get("seeds", 5)), share=float(c.get("share", 0.5)), effects=effects))
+                         seeds=int(c.get("seeds", 5)), share=float(c.get("share", 0.5)), effects=effects,
+                         tuned=c.get("tuned")))
     return tuple(out)
 
 
@@ -259,7 +270,7 @@ def read_paper(path: Path) -> Paper:
         where = f"{path.name}: {name}"
         unknown = sorted(set(a) - {"source", "what", "presets", "value", "scale", "values", "rows", "columns",
                                    "tolerance", "digits", "figure", "x", "curves", "paper",
-                                   "runs_of", "claims", "measure", "data", "not_run"})
+                                   "runs_of", "claims", "measure", "data", "not_run", "not_checked"})
         if unknown:
             raise ConfigError([f"{where}: unknown keys {unknown}"])
         if bool(a.get("presets")) == bool(a.get("measure")):
@@ -270,6 +281,13 @@ def read_paper(path: Path) -> Paper:
         not_run = {str(k): str(v) for k, v in (a.get("not_run") or {}).items()}
         if stray := sorted(set(not_run) - set(a.get("presets") or ())):
             raise ConfigError([f"{where}: not_run names {stray}, which are not its presets {a.get('presets')}"])
+        not_checked = []
+        for i, entry in enumerate(a.get("not_checked") or ()):
+            if not (isinstance(entry, dict) and set(entry) == {"at", "why"} and isinstance(entry["at"], dict)
+                    and entry["at"] and isinstance(entry["why"], str)):
+                raise ConfigError([f"{where}: not_checked[{i}]={entry!r}: write {{at: {{grid key: value, ...}}, why: "
+                                   "text}} ({at: {algo: feddecorr}, why: identical to FedAvg on this model})"])
+            not_checked.append((tuple((str(k), normalise(v)) for k, v in entry["at"].items()), entry["why"]))
         values = _values(a)
         numbers = _numbers(a.get("paper"), values, where)
         if taken := sorted({v.name for v in values} & RESERVED):
@@ -286,7 +304,7 @@ def read_paper(path: Path) -> Paper:
                                    runs_of=a.get("runs_of", ""), measure=a.get("measure", ""),
                                    data=tuple(a.get("data", ())),
                                    claims=_claims(a.get("claims"), values, where, numbers),
-                                   not_run=not_run, paper_numbers=numbers)
+                                   not_run=not_run, not_checked=tuple(not_checked), paper_numbers=numbers)
     return Paper(key=key, cite=raw["cite"], title=raw["title"], authors=raw.get("authors", ""),
                  venue=raw.get("venue", ""), artefacts=artefacts)
 

@@ -47,14 +47,17 @@ def paired_verdict(claim: Claim, method: dict[int, float], versus: dict[int, flo
     return out
 
 
-def _paired(claim: Claim, where: dict, runs: pd.DataFrame) -> dict:
-    """The runs of the two sides at ``where`` (one value each), by seed, for :func:`paired_verdict`."""
+def _paired(claim: Claim, where: dict, runs: pd.DataFrame, best: dict[str, str]) -> dict:
+    """The runs of the two sides at ``where`` (one value each; at its ``best`` value of the tuned key, where the
+    claim is tuned), by seed, for :func:`paired_verdict`."""
     here = runs
     for k, v in where.items():
         here = here[here[k].astype(str) == str(v)] if k in here else here
     sides, missing = {}, {}
     for name, value in (("method", claim.method[0]), ("versus", claim.versus[0])):
         side = here[here[claim.key].astype(str) == value] if claim.key in here else here.iloc[:0]
+        if value in best:
+            side = side[side[claim.tuned].astype(str) == best[value]]
         done = side[side["status"].isin(("finished", "diverged")) & side[claim.value].notna()]
         sides[name] = {int(s): float(x) for s, x in zip(done["seed"], done[claim.value])}
         for _, r in side[~side.index.isin(done.index)].iterrows():
@@ -71,12 +74,14 @@ def _paired(claim: Claim, where: dict, runs: pd.DataFrame) -> dict:
 
 
 def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reaching: frozenset[str] = frozenset(),
-          runs: pd.DataFrame | None = None, not_run: dict[str, str] | None = None) -> pd.DataFrame:
+          runs: pd.DataFrame | None = None, not_run: dict[str, str] | None = None,
+          not_checked: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = ()) -> pd.DataFrame:
     """One row per claim and point of the other grid keys: the method's and the rival's means and the verdict.
     ``table`` is table_summary.summarise's (one row per grid point), ``keys`` its grid keys; ``reaching`` names the
     values that count the time to a level (papers.Value.reaching), where a missing value means never reached;
     ``runs`` (table_summary.collect's, one row per run) decides the pre-registered claims. A preset without any
-    finished run is one point "not checked", with why where ``not_run`` (the artefact's) says it."""
+    finished run is one point "not checked", with why where ``not_run`` (the artefact's) says it; so is a point that
+    ``not_checked`` (the artefact's: its grid values, why) names."""
     rows = []
     ran = table[pd.to_numeric(table.get("runs"), errors="coerce").fillna(0) > 0] if "runs" in table else table
     idle = [p for p in dict.fromkeys(table[PRESET].dropna()) if p not in set(ran[PRESET])] if PRESET in table else []
@@ -86,22 +91,51 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
         if claim.key not in ran:
             rows.append(_row(claim, {}, None, None, f"not checked: no runs sweep {claim.key}"))
             continue
+        if claim.tuned and claim.tuned not in ran:
+            rows.append(_row(claim, {}, None, None, f"not checked: no runs sweep {claim.tuned}, the key it is tuned "
+                                                    "over"))
+            continue
         compared = ran[ran[claim.key].astype(str).isin(claim.method + claim.versus)]
-        others = [k for k in keys if k != claim.key and k not in claim.across and k in compared
-                  and compared[k].astype(str).nunique() > 1]
+        pooled = {claim.key, *claim.across, claim.tuned}
+        others = [k for k in keys if k not in pooled and k in compared and compared[k].astype(str).nunique() > 1]
         groups = compared.groupby(others, dropna=False, sort=False) if others else [((), compared)]
         for where, group in groups:
             where = dict(zip(others, where if isinstance(where, tuple) else (where,)))
+            best = _best(claim, group, claim.value in reaching) if claim.tuned else {}
+            if best:
+                at_best = group[claim.key].astype(str).map(best)
+                group = group[at_best.isna() | (group[claim.tuned].astype(str) == at_best)]
+            whole = where | {k: group[k].iloc[0] for k in keys if k in group and group[k].astype(str).nunique() == 1}
+            skipped = next((why for at, why in not_checked if all(str(whole.get(k)) == v for k, v in at)), None)
+            if skipped:
+                rows.append(_row(claim, where, None, None, f"not checked: {skipped}"))
+                continue
             row = _verdict(claim, where, group, claim.value in reaching)
+            row["tuned"] = f"{claim.tuned}: " + ", ".join(f"{k} {v}" for k, v in best.items()) if best else ""
             if claim.preregistered and runs is not None and not row["verdict"].startswith("not checked: fixture"):
                 # the point in full: the grid keys all its rows share too (a table of one preset), which the
                 # paper's effect may differ by
-                same = {k: group[k].iloc[0] for k in keys if k in group and k != claim.key and k not in where
-                        and k not in claim.across and group[k].astype(str).nunique() == 1}
-                row |= _paired(claim, where | same, runs)
+                same = {k: group[k].iloc[0] for k in keys if k in group and k not in pooled and k not in where
+                        and group[k].astype(str).nunique() == 1}
+                row |= _paired(claim, where | same, runs, best)
             rows.append(row)
     return pd.DataFrame(rows, columns=["says", "where", "value", "method", "versus", "verdict", "pairs", "difference",
-                                       "interval", "needs"])
+                                       "interval", "needs", "tuned"])
+
+
+def _best(claim: Claim, group: pd.DataFrame, reaching: bool) -> dict[str, str]:
+    """Each side's value of the tuned key with the best mean over seeds at this point (a side without any value is
+    left out: its verdict says so). A time to a level never reached counts as the worst."""
+    best = {}
+    for value in (*claim.method, *claim.versus):
+        side = group[group[claim.key].astype(str) == value]
+        scores = pd.to_numeric(side[claim.value], errors="coerce")
+        if reaching:
+            scores = scores.fillna(math.inf if claim.better == "lower" else -math.inf)
+        if scores.notna().any():
+            at = scores.idxmin() if claim.better == "lower" else scores.idxmax()
+            best[value] = str(side.loc[at, claim.tuned])
+    return best
 
 
 def _verdict(claim: Claim, where: dict, group: pd.DataFrame, reaching: bool) -> dict:
@@ -142,7 +176,8 @@ def markdown(checked: pd.DataFrame) -> str:
             lo, hi = r["interval"]
             paired = (f"; paired difference {_fmt(r['difference'])} (95% CI {_fmt(lo)} to {_fmt(hi)}, "
                       f"{int(r['pairs'])} seeds; needs > 0 and >= {_fmt(r['needs'])})")
-        lines.append(f"- {r['says']}{f' ({where})' if where else ''}:{compared}{paired} -> **{r['verdict']}**")
+        tuned = f"; each at its best {r['tuned']}" if isinstance(r.get("tuned"), str) and r["tuned"] else ""
+        lines.append(f"- {r['says']}{f' ({where})' if where else ''}:{compared}{tuned}{paired} -> **{r['verdict']}**")
     return "\n".join(lines)
 
 

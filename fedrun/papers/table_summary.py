@@ -299,7 +299,8 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
            if artefact.measure else f"Mean ± std over seeds {seeds or '–'} of {described}; presets "
            f"{', '.join(f'`experiment={p}`' for p in artefact.presets)}.{_overrides(runs)}")
     checked = claims.check(artefact.claims, table, summary_keys(artefact, table),
-                           frozenset(v.name for v in artefact.values if v.reaching), runs, artefact.not_run)
+                           frozenset(v.name for v in artefact.values if v.reaching), runs, artefact.not_run,
+                           artefact.not_checked)
     if not checked.empty:
         checked.to_csv(out / f"{artefact.name}_claims.csv", index=False)
     text = [f"# {paper.cite}, {artefact.source}: {artefact.what}\n", f"{paper.reference}. {made_by} {how}\n",

@@ -44,20 +44,45 @@ def fedgh_coefficients(gram: torch.Tensor, orders) -> torch.Tensor:
     return coef
 
 
+NORM_ONLY = "norm_only"  # the step-length control of either harmoniser (see harmonised)
+
+
+def harmonised(updates: torch.Tensor, gram: torch.Tensor, coef: torch.Tensor, weights: torch.Tensor, mode: str,
+               name: str) -> tuple[torch.Tensor, dict[str, float]]:
+    """The updates a harmoniser sends, A @ U, and ``<name>_norm_ratio``: ||sum_k p_k g_k'|| / ||sum_k p_k g_k||, the
+    length of the harmonised aggregate over the plain one, from the Gram matrix (that aggregate is (p A) U).
+
+    Removing or rotating components also changes the aggregate's length, so a gain may come from a longer server
+    step rather than from the new directions. ``mode=norm_only`` is the control that tells the two apart: the same
+    coefficients are computed (and any state they update), but the clients' own updates are sent, each scaled by
+    that round's ratio: the base algorithm's direction with the harmoniser's step length."""
+    p = weights.to(gram.dtype)
+    mixed = p @ coef
+    plain_sq, harmonised_sq = p @ gram @ p, mixed @ gram @ mixed
+    ratio = float((harmonised_sq / plain_sq).clamp_min(0).sqrt()) if plain_sq > 0 else 1.0
+    info = {f"{name}_norm_ratio": ratio}
+    if mode == NORM_ONLY:
+        return updates * ratio, info
+    return coef.to(updates.dtype) @ updates, info
+
+
 class FedGH(StatefulPart):
     """FedGH: pairwise projection of conflicting client updates (Algorithm 1), the order of the other clients
-    seeded per (seed, round, client). No hyperparameter."""
+    seeded per (seed, round, client). No hyperparameter; ``mode=norm_only`` is its step-length control
+    (:func:`harmonised`), and ``fedgh_norm_ratio`` is logged every round."""
 
     name = "fedgh"
     reads_each_update = True  # pairwise projections
 
-    def __init__(self, seed: int):
-        self.seed = seed
+    def __init__(self, seed: int, mode: str):
+        self.seed, self.mode = seed, mode
 
     def __call__(self, state: State, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
                  ) -> tuple[State, torch.Tensor, dict[str, float]]:
         gram = (updates @ updates.T).double()
-        return state, fedgh_coefficients(gram, partner_orders(self.seed, rnd, clients)).to(updates.dtype) @ updates, {}
+        coef = fedgh_coefficients(gram, partner_orders(self.seed, rnd, clients))
+        sent, info = harmonised(updates, gram, coef, weights, self.mode, self.name)
+        return state, sent, info
 
 
 def partner_orders(seed: int, rnd: int, clients: list[int]) -> np.ndarray:
@@ -101,10 +126,9 @@ class DGT(StatefulPart):
     """DGT: rotates each update toward the pre-aggregated update of the others when its similarity fell below the
     client's running baseline; baselines persist across the rounds a client sits out (start at 0).
 
-    Calibrating adds a component along POP_k, which also changes the length of the aggregate. ``dgt_norm_ratio``
-    (logged every round) is ||sum_k p_k g_k'|| / ||sum_k p_k g_k||. ``mode=norm_only`` is the control that separates
-    the two effects: the same calibration is computed (baselines included), but the clients' own updates are sent,
-    each scaled by that round's ratio, so the server takes the base algorithm's direction with DGT's step length."""
+    Calibrating adds a component along POP_k, which also changes the length of the aggregate: ``dgt_norm_ratio`` is
+    logged every round, and ``mode=norm_only`` is the step-length control (:func:`harmonised`; the baselines are
+    updated as DGT's own)."""
 
     name = "dgt"
     reads_each_update = True  # each update against its client's baseline
@@ -122,14 +146,8 @@ class DGT(StatefulPart):
         base = torch.tensor([baselines.get(c, 0.0) for c in clients], dtype=gram.dtype, device=gram.device)
         coef, phi, new = dgt_coefficients(gram, base, self.momentum)
         state = {"baselines": baselines | {c: float(v) for c, v in zip(clients, new)}}
-        p = weights.to(gram.dtype)
-        mixed = p @ coef  # the aggregate of the calibrated updates is (p A) U
-        plain_sq, calibrated_sq = p @ gram @ p, mixed @ gram @ mixed
-        ratio = float((calibrated_sq / plain_sq).clamp_min(0).sqrt()) if plain_sq > 0 else 1.0
-        info = {"dgt_norm_ratio": ratio, "dgt_calibrated": float((coef.diagonal() != coef.sum(1)).double().mean())}
-        if self.mode == "norm_only":
-            return state, updates * ratio, info
-        return state, coef.to(updates.dtype) @ updates, info
+        sent, info = harmonised(updates, gram, coef, weights, self.mode, self.name)
+        return state, sent, info | {"dgt_calibrated": float((coef.diagonal() != coef.sum(1)).double().mean())}
 
 
 def conflict_statistics(updates: torch.Tensor) -> dict[str, float]:
