@@ -1,6 +1,7 @@
 """The generated blocks of README.md and docs/: the config groups' options (docs/configuration.md, from conf/, as
-``fedrun --help`` lists them) and the first commands' times (README.md, from a committed measurement), so that neither
-is typed and neither goes stale.
+``fedrun --help`` lists them), the first commands' times (README.md, from a committed measurement) and the claims'
+paired differences (docs/algorithms.md, from the committed verdict files), so that none is typed and none goes
+stale.
 
     python scripts/readme_blocks.py --measure      # time the first commands here: results/newcomer/first-commands-cpu.*
     python scripts/readme_blocks.py                # rewrite the generated blocks from conf/ and that file
@@ -64,7 +65,33 @@ def timings_block() -> str:
             f"here).")
 
 
-BLOCKS = {"config-groups": ("docs/configuration.md", groups_block), "first-commands": ("README.md", timings_block)}
+def claims_block() -> str:
+    """Every pre-registered claim's points that have seed-paired runs, from the committed verdict files
+    (results/<paper>/<artefact>_claims.csv, written by fedrun-table), with the commit their runs were made at."""
+    import ast
+
+    import pandas as pd
+
+    lines = ["| claim | where | paired difference, points (95% CI) | needs | verdict | table (runs' commit) |",
+             "|---|---|---|---|---|---|"]
+    for path in sorted((REPO / "results").glob("*/*_claims.csv")):
+        table = path.with_name(path.name.removesuffix("_claims.csv") + ".md")
+        made = re.search(r"runs made at commit ([0-9a-f]{7})", table.read_text()) if table.exists() else None
+        link = f"[{table.stem}]({Path('..', table.relative_to(REPO)).as_posix()}) ({made.group(1) if made else '?'})"
+        checked = pd.read_csv(path)
+        for _, r in checked[checked["pairs"].notna()].iterrows():
+            where = ", ".join(f"{k}={v}" for k, v in ast.literal_eval(r["where"]).items())
+            tuned = r.get("tuned")
+            if isinstance(tuned, str) and tuned:
+                where += f"; each at its best {tuned}"
+            lo, hi = ast.literal_eval(r["interval"])
+            lines.append(f"| {r['says']} | {where} | {r['difference']:+.2f} ({lo:+.2f} to {hi:+.2f}), "
+                         f"{int(r['pairs'])} seeds | >= {r['needs']:.2f} | {r['verdict']} | {link} |")
+    return "\n".join(lines)
+
+
+BLOCKS = {"config-groups": ("docs/configuration.md", groups_block), "first-commands": ("README.md", timings_block),
+          "claims": ("docs/algorithms.md", claims_block)}
 
 
 def render(file: str, text: str) -> str:

@@ -49,3 +49,20 @@ def test_the_smoke_command_runs_the_whole_path_in_seconds(cfg_factory, tmp_path)
     summary = run_experiment(cfg_factory("experiment=smoke"), tmp_path)
     assert summary["status"] == "finished" and summary["rounds_completed"] == 5
     assert summary["final_test_acc"] > 0.5  # digits, an MLP: well past chance (0.1) in 5 rounds
+
+
+def test_the_claims_block_lists_every_paired_point_of_the_committed_verdict_files(tmp_path, monkeypatch):
+    """Only pre-registered points with paired runs, each with its interval and its runs' commit; a point not checked
+    is not listed (CLAIMS.md counts those)."""
+    blocks = load_script("readme_blocks")
+    folder = tmp_path / "results" / "p"
+    folder.mkdir(parents=True)
+    (folder / "t1.md").write_text("# t\n\nMade by ... from 10 runs made at commit abcdef0123456789 ...\n")
+    (folder / "t1_claims.csv").write_text(
+        "says,where,value,method,versus,verdict,pairs,difference,interval,needs,tuned\n"
+        "gh helps,{'algo': 'fedavg'},acc,{},{},holds,5.0,3.74,\"(3.24, 4.43)\",2.035,lr: fedgh 2.0\n"
+        "gh helps,{'preset': 'cifar'},acc,{},{},not checked: cannot be fetched,,,,,\n")
+    monkeypatch.setattr(blocks, "REPO", tmp_path)
+    rows = blocks.claims_block().splitlines()[2:]
+    assert rows == ["| gh helps | algo=fedavg; each at its best lr: fedgh 2.0 | +3.74 (+3.24 to +4.43), 5 seeds | "
+                    ">= 2.04 | holds | [t1](../results/p/t1.md) (abcdef0) |"]

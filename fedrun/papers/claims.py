@@ -105,19 +105,19 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
             if best:
                 at_best = group[claim.key].astype(str).map(best)
                 group = group[at_best.isna() | (group[claim.tuned].astype(str) == at_best)]
-            whole = where | {k: group[k].iloc[0] for k in keys if k in group and group[k].astype(str).nunique() == 1}
-            skipped = next((why for at, why in not_checked if all(str(whole.get(k)) == v for k, v in at)), None)
+            # the point in full: the grid keys all its rows share too (a table of one preset), which the paper's
+            # effect may differ by and a verdict names
+            same = {k: group[k].iloc[0] for k in keys if k in group and k not in pooled and k not in where
+                    and group[k].astype(str).nunique() == 1}
+            skipped = next((why for at, why in not_checked if all(str((where | same).get(k)) == v for k, v in at)),
+                           None)
             if skipped:
                 rows.append(_row(claim, where, None, None, f"not checked: {skipped}"))
                 continue
             row = _verdict(claim, where, group, claim.value in reaching)
             row["tuned"] = f"{claim.tuned}: " + ", ".join(f"{k} {v}" for k, v in best.items()) if best else ""
             if claim.preregistered and runs is not None and not row["verdict"].startswith("not checked: fixture"):
-                # the point in full: the grid keys all its rows share too (a table of one preset), which the
-                # paper's effect may differ by
-                same = {k: group[k].iloc[0] for k in keys if k in group and k not in pooled and k not in where
-                        and group[k].astype(str).nunique() == 1}
-                row |= _paired(claim, where | same, runs, best)
+                row |= _paired(claim, where | same, runs, best) | {"where": where | same}
             rows.append(row)
     return pd.DataFrame(rows, columns=["says", "where", "value", "method", "versus", "verdict", "pairs", "difference",
                                        "interval", "needs", "tuned"])
