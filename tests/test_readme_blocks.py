@@ -65,4 +65,4 @@ def test_the_claims_block_lists_every_paired_point_of_the_committed_verdict_file
     monkeypatch.setattr(blocks, "REPO", tmp_path)
     rows = blocks.claims_block().splitlines()[2:]
     assert rows == ["| gh helps | algo=fedavg; each at its best lr: fedgh 2.0 | +3.74 (+3.24 to +4.43), 5 seeds | "
-                    ">= 2.04 | holds | [t1](../results/p/t1.md) (abcdef0) |"]
+                    ">= 2.04 | holds | `results/p/t1.md` (abcdef0) |"]
