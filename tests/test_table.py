@@ -19,6 +19,7 @@ from fedrun.papers.table_summary import collect, markdown, summarise
 EXPECTED = {
     "bherd_table2": (3, 3 * 10 * 2),  # three models x ten algorithms x two cases
     "bherd_fig5a": (1, 5 * 2),  # five alphas x two cases
+    "bherd_svm_controls": (1, 3 * 2),  # FedAvg, BHerd, its random-subset control x two cases
     "bherd_fig8a": (1, 5 * 2),  # five E
     "bherd_fig8b": (1, 5 * 2),  # five B
     "bherd_fig8c": (1, 4 * 2),  # four N
