@@ -27,7 +27,7 @@ EXPECTED = {
     "fedgh_table3": (9, 9 * 4 * 2),  # each column's first setting
     "fedgh_table4": (2, 2 * 4 * 2),  # CIFAR-10/100 x four K x FedGH or not
     "fedgh_table5": (2, 2 * 4 * 2),  # four E
-    "fedgh_synthetic_controls": (1, 3 * 3 * 5),  # three bases x (alone, FedGH, its control) x five server lrs
+    "fedgh_synthetic_controls": (1, 3 * 3 * 7),  # three bases x (alone, FedGH, its control) x seven server lrs
     "gift_table1": (5, 5 * 2),  # five settings x (fixed tau = 100, GIFT)
     "dgt_fig5": (3, 3 * 3 * 2),  # three datasets x three bases x DGT or not
     "gift_fig5": (5, 5 * 2),  # Table 1's runs
@@ -708,10 +708,16 @@ def test_a_tuned_claim_compares_each_side_at_its_own_best_value_of_the_tuned_key
                          for (h, lr), m in means.items() for s in range(5)])
     table = pd.DataFrame([{"h": h, "lr": lr, "runs": 5, "acc": m + 0.2, "fixture": ""} for (h, lr), m in means.items()])
     row = check((claim,), table, ["h", "lr"], runs=runs).iloc[0]
+    assert row["tuned"] == "lr: gh 1 (the grid's end), none 2 (the grid's end)"  # the best may lie beyond the grid
+    wider = pd.concat([table, pd.DataFrame([{"h": h, "lr": "4", "runs": 5, "acc": 70.0, "fixture": ""}
+                                            for h in ("gh", "none")]),
+                       pd.DataFrame([{"h": h, "lr": "0.5", "runs": 5, "acc": 70.0, "fixture": ""}
+                                     for h in ("gh", "none")])], ignore_index=True)
+    row = check((claim,), wider, ["h", "lr"], runs=runs).iloc[0]
     assert row["tuned"] == "lr: gh 1, none 2"
     assert row["method"] == {"gh": pytest.approx(83.2)} and row["versus"] == {"none": pytest.approx(84.2)}
     assert row["difference"] == pytest.approx(-1.0) and row["verdict"] == "does not hold"
-    assert "each at its best lr: gh 1, none 2" in claims_markdown(check((claim,), table, ["h", "lr"], runs=runs))
+    assert "each at its best lr: gh 1, none 2" in claims_markdown(check((claim,), wider, ["h", "lr"], runs=runs))
     untuned = check((replace(claim, tuned=None),), table, ["h", "lr"], runs=runs)
     assert untuned["verdict"].tolist() == ["holds", "does not hold"]  # +3 at lr 1, -2 at lr 2
     assert untuned["where"].tolist() == [{"lr": "1"}, {"lr": "2"}]
@@ -719,11 +725,16 @@ def test_a_tuned_claim_compares_each_side_at_its_own_best_value_of_the_tuned_key
     better = table.assign(acc=[85.2, 84.2, 83.2, 82.2])
     shifted = runs.assign(acc=runs["acc"] + ((runs["h"] == "none") & (runs["lr"] == "1")) * 5.0)
     row = check((claim,), better, ["h", "lr"], runs=shifted).iloc[0]
-    assert row["tuned"] == "lr: gh 1, none 1" and row["difference"] == pytest.approx(-2.0)
+    assert row["tuned"].startswith("lr: gh 1 (") and row["difference"] == pytest.approx(-2.0)
     lower = check((replace(claim, better="lower", effect=1.0),), table, ["h", "lr"], runs=runs).iloc[0]
-    assert lower["tuned"] == "lr: gh 2, none 1"  # lower is better: each side's lowest mean
+    assert lower["tuned"].replace(" (the grid's end)", "") == "lr: gh 2, none 1"  # lower: the lowest mean
     assert check((replace(claim, tuned="momentum"),), table, ["h", "lr"], runs=runs)["verdict"].tolist() == [
         "not checked: no runs sweep momentum, the key it is tuned over"]
+    # the paper's numbers at its own lr: the effect holds wherever each side's best lr is
+    numbers = artefacts._numbers("h, lr, acc\nnone, 1, 78.0\ngh, 1, 82.0\n", values, "p")
+    (paper,) = artefacts._claims([{"says": "x", "value": "acc", "method": {"h": "gh"}, "versus": {"h": "none"},
+                                   "effect": "paper", "tuned": "lr"}], values, "p", numbers)
+    assert paper.paper_effect({}) == pytest.approx(4.0)
     with pytest.raises(Exception, match="tuned=3"):
         artefacts._claims([{"says": "x", "value": "acc", "method": {"h": "gh"}, "versus": {"h": "none"},
                             "tuned": 3}], values, "p")

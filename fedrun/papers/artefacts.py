@@ -220,9 +220,9 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str, numbers: pd
             raise ConfigError([f"{at}: a pre-registered claim (effect) pairs one method value with one versus value "
                                f"by seed; it lists {list(listed[0])} against {list(listed[1])}"])
         better = c.get("better", "higher")
-        if effect == "paper":
-            effects = paper_effects(pd.DataFrame() if numbers is None else numbers, key, listed[0][0], listed[1][0],
-                                    value, better)
+        if effect == "paper":  # a tuned claim's effect is the paper's wherever its own value of the tuned key is
+            printed = pd.DataFrame() if numbers is None else numbers.drop(columns=[c.get("tuned")], errors="ignore")
+            effects = paper_effects(printed, key, listed[0][0], listed[1][0], value, better)
             if not effects:
                 raise ConfigError([f"{at}: effect=paper, but the paper's numbers have no {value!r} for both "
                                    f"{key}={listed[0][0]} and {key}={listed[1][0]} at any point"])

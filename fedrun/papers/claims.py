@@ -115,12 +115,21 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
                 rows.append(_row(claim, where, None, None, f"not checked: {skipped}"))
                 continue
             row = _verdict(claim, where, group, claim.value in reaching)
-            row["tuned"] = f"{claim.tuned}: " + ", ".join(f"{k} {v}" for k, v in best.items()) if best else ""
+            row["tuned"] = _tuned(claim, best, compared[claim.tuned]) if best else ""
             if claim.preregistered and runs is not None and not row["verdict"].startswith("not checked: fixture"):
                 row |= _paired(claim, where | same, runs, best) | {"where": where | same}
             rows.append(row)
     return pd.DataFrame(rows, columns=["says", "where", "value", "method", "versus", "verdict", "pairs", "difference",
                                        "interval", "needs", "tuned"])
+
+
+def _tuned(claim: Claim, best: dict[str, str], grid: pd.Series) -> str:
+    """The values each side was tuned to, a value at either end of the grid marked: the best may lie beyond it."""
+    values = pd.to_numeric(grid.astype(str), errors="coerce")
+    ends = {str(v) for v, x in zip(grid.astype(str), values) if x in (values.min(), values.max())} \
+        if values.notna().all() else set()
+    return f"{claim.tuned}: " + ", ".join(f"{k} {v}" + (" (the grid's end)" if v in ends else "")
+                                         for k, v in best.items())
 
 
 def _best(claim: Claim, group: pd.DataFrame, reaching: bool) -> dict[str, str]:
