@@ -125,3 +125,50 @@ def test_a_bank_with_another_loss_evaluates_its_preferences_through_that_loss(tm
     assert summary["status"] == "finished"
     header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
     assert {"personal_acc", "owner_acc", "oracle_acc"} <= set(header.split(","))
+
+
+def test_the_personalised_protocol_scores_each_client_on_its_classes_test_samples(monkeypatch, cfg_factory):
+    """Zhao et al.'s protocol, scored from each model's per-class hits on the whole test set, equals its definition
+    client by client (each client's model on the test samples of the classes it trains on), with one global model
+    and with a bank's preferred models; a client whose classes have no test sample is left out of the mean."""
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1, 2, 2, 3], 6)  # clients (natural users): {0}, {1, 2}, {2}, {3}; no test sample of class 3
+    users = np.repeat([0, 1, 1, 2, 3], 6)
+    x = rng.normal(size=(len(y), 3)).astype(np.float32)
+    y_test = np.array([0, 0, 1, 2, 2, 2, 1, 0, 2])
+    x_test = rng.normal(size=(len(y_test), 3)).astype(np.float32)
+    register_tiny(monkeypatch, "by_class", x, y, x_test=x_test, y_test=y_test, classes=4, users=users)
+
+    def simulation(algo, *overrides):
+        cfg = cfg_factory(f"algo={algo}", "model=logreg", "partition=natural", "fl.num_clients=4",
+                          "fl.clients_per_round=4", "eval.personalized=true", "hardware.device=cpu", *overrides)
+        cfg.data.name = "by_class"
+        return Simulation(cfg)
+
+    def by_definition(sim, models_of_clients):
+        accs = []
+        for c, ix in enumerate(sim.evaluation.client_indices):
+            mask = torch.isin(sim.data.y_test, torch.unique(sim.data.y_train[torch.as_tensor(ix)]))
+            if mask.any():
+                accs.append(sim.model.evaluate(models_of_clients[c], sim.state.buffers, sim.data.x_test[mask],
+                                               sim.data.y_test[mask])[0])
+        return float(np.mean(accs)), len(accs)
+
+    single = simulation("fsvrg")
+    single.state.params = torch.as_tensor(rng.normal(size=single.model.dim), dtype=torch.float32)
+    expected, scored = by_definition(single, [single.state.params] * 4)
+    assert scored == 3 and single.evaluation.evaluate_personalized(single.state, 1, 0.1) == expected
+    always = lambda k: torch.tensor([0.0] * 12 + [3.0 * (k == j) for j in range(4)])  # noqa: E731 (logreg: W, then b)
+    single.state.params = always(2)  # right on 0 of client 0's 3 samples, 4 of client 1's 6, all 4 of client 2's
+    assert single.evaluation.evaluate_personalized(single.state, 1, 0.1) == pytest.approx((0 + 4 / 6 + 1) / 3)
+
+    bank = simulation("mafsvrg", "algo.bank.models=2")
+    bank.state.bank = bank.algo.bank.start(bank.state.params, bank.num_clients) | {
+        "models": torch.stack([always(0), always(2)])}
+    preferred = bank.evaluation.preferred_models(bank.state).tolist()
+    assert preferred[:3] == [0, 1, 1], "each client prefers the model that is right on its own training data"
+    assert bank.evaluation.evaluate_personalized(bank.state, 1, 0.1) == pytest.approx((1 + 4 / 6 + 1) / 3)
+    bank.state.bank["models"] = torch.as_tensor(rng.normal(size=(2, bank.model.dim)), dtype=torch.float32)
+    preferred = bank.evaluation.preferred_models(bank.state).tolist()
+    expected, _ = by_definition(bank, [bank.state.bank["models"][m] for m in preferred])
+    assert bank.evaluation.evaluate_personalized(bank.state, 1, 0.1) == expected

@@ -162,23 +162,52 @@ class Evaluation:
             held = self._preferred = (models, models._version, preferences(losses, models, self.weight_decay))
         return held[2]
 
+    @cached_property
+    def _held_classes(self) -> torch.Tensor:
+        """Which classes each client's training data holds (clients x classes, float64): the test samples of those
+        classes are the client's in the personalised protocol."""
+        held = torch.zeros(len(self.client_indices), self.data.num_classes, dtype=torch.float64)
+        for c, indices in enumerate(self.client_indices):
+            held[c, torch.unique(self.data.y_train[torch.as_tensor(indices, device=self.device)]).cpu()] = 1.0
+        return held
+
     def evaluate_personalized(self, state: ServerState, rnd: int, lr: float) -> float:
         """Mean over clients of each client's model on the test samples of the classes it holds (Zhao et al.'s
         protocol): the global model, its preferred model of a bank (MA-/GA-FSVRG), or for a rule with ``personalize``
-        (Per-FedAvg) the global model adapted on one batch of the client's data."""
+        (Per-FedAvg) the global model adapted on one batch of the client's data. A client whose classes have no test
+        sample is left out of the mean."""
+        if self.rule.personalizes:
+            return self._evaluate_adapted(state, rnd, lr)
+        # Every client of a shared model scores the same test samples alike: each model is tested once on the whole
+        # test set, and a client's accuracy is the sum of its classes' hits over the sum of their counted predictions.
+        bank = state.bank["models"]
+        models = state.params[None] if bank is None else bank
+        labels = self.data.y_test.cpu()
+        hits, units = [], []
+        for w in models:
+            h, u, _ = self.model.evaluate_hits(w, state.buffers, self.data.x_test, self.data.y_test, self.batch)
+            hits.append(torch.bincount(labels, h.cpu().double(), self.data.num_classes))
+            units.append(torch.bincount(labels, u.cpu().double(), self.data.num_classes))
+        chosen = torch.zeros(len(self.client_indices), dtype=torch.long) if bank is None else \
+            self.preferred_models(state).cpu().long()
+        held = self._held_classes
+        has_samples = held @ torch.bincount(labels, minlength=self.data.num_classes).double() > 0
+        own_hits = (held * torch.stack(hits)[chosen]).sum(1)
+        own_units = (held * torch.stack(units)[chosen]).sum(1).clamp_min(1.0)
+        return float(np.mean((own_hits / own_units)[has_samples].numpy()))
+
+    def _evaluate_adapted(self, state: ServerState, rnd: int, lr: float) -> float:
+        """The personalised protocol with each client's own adapted model (``personalize``), client by client."""
         test_labels = self.data.y_test
         ctx = ClientContext(rnd, state.params, state.buffers, lr)
         accs = []
-        preferred = self.preferred_models(state) if state.bank["models"] is not None else None
         for c, indices in enumerate(self.client_indices):
             held = torch.unique(self.data.y_train[torch.as_tensor(indices, device=self.device)])
             mask = torch.isin(test_labels, held)
             if not bool(mask.any()):
                 continue
-            w = state.params if preferred is None else state.bank["models"][int(preferred[c])]
-            if self.rule.personalizes:
-                batch = plan_client(c, indices, 1, self.train_batch, self.seed, rnd, True, self.device).batches[0]
-                w = self.rule.personalize(self.model, ctx, self.data.x_train[batch], self.data.y_train[batch])
+            batch = plan_client(c, indices, 1, self.train_batch, self.seed, rnd, True, self.device).batches[0]
+            w = self.rule.personalize(self.model, ctx, self.data.x_train[batch], self.data.y_train[batch])
             acc, _ = self.model.evaluate(w, state.buffers, self.data.x_test[mask], test_labels[mask], self.batch)
             accs.append(acc)
         return float(np.mean(accs))
