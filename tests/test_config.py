@@ -261,3 +261,14 @@ def test_every_cross_group_requirement_is_declared_once_and_each_can_fail(cfg_fa
     with pytest.raises(ConfigError) as e:
         checks.validate(cfg_factory("eval.every_s=5", "algo/schedule=afl", "data=digits", "model=lenet5"))
     assert len(e.value.problems) == 3
+
+
+@pytest.mark.parametrize("name", ["fedgh", "dgt"])
+def test_each_harmonisers_step_length_control_is_an_option_of_the_group(cfg_factory, name):
+    """``algo/harmonizer=<name>_norm_only`` (a sweep's value beside none and <name>) is the harmoniser in its control
+    mode, every other setting the harmoniser's default."""
+    control, method = cfg_factory(f"algo/harmonizer={name}_norm_only"), cfg_factory(f"algo/harmonizer={name}")
+    assert control.algo.harmonizer.name == name and control.algo.harmonizer.mode == "norm_only"
+    assert method.algo.harmonizer.mode != "norm_only"
+    assert {k: v for k, v in control.algo.harmonizer.items() if k != "mode"} == \
+        {k: v for k, v in method.algo.harmonizer.items() if k != "mode"}

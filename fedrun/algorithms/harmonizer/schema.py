@@ -40,7 +40,7 @@ class FedGHConfig(PartConfig):
 @register
 @dataclass
 class DGTConfig(PartConfig):
-    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.harmonize.DGT", ("dgt",)
+    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.harmonize.DGT", ("dgt", "dgt_norm_only")
     name: str = "dgt"
     momentum: float = 0.5  # of each client's baseline
     mode: str = "calibrate"  # calibrate (DGT) | norm_only (DGT_MODES)
