@@ -6,7 +6,8 @@ need and whether they are on this machine (docs/data.md says how to get each).
 
 The verdicts are counted from each artefact's committed table (``fedrun-table <artefact>`` writes
 ``results/<paper>/<artefact>_claims.csv`` beside it, one row per claim and point): how many points hold, do not hold,
-are not decided (too few seed pairs) or not checked, with why; an artefact without such a table is "no verdict yet".
+are not decided (too few seed pairs) or not checked, with why; an artefact without such a table is "no verdict yet",
+or "not testable here" with its ``not_run`` reasons where none of its presets can run on these machines.
 """
 
 from __future__ import annotations
@@ -37,10 +38,14 @@ def rule(claim: Claim) -> str:
     return f"pre-registered: {claim.seeds} seed pairs{tuned}, 95% CI > 0 and mean >= {claim.share:g} x {effect}"
 
 
-def verdicts(checked: pd.DataFrame | None, claim: Claim) -> str:
+def verdicts(checked: pd.DataFrame | None, claim: Claim, not_run: dict[str, str] | None = None,
+             presets: tuple[str, ...] = ()) -> str:
     """The claim's verdicts over its artefact's points, counted, the decided first: ``holds at 1 of 4 points; does
-    not hold at 3; not checked at 8 (fixture data)``; "no verdict yet" without a table."""
+    not hold at 3; not checked at 8 (fixture data)``; without a table "not testable here" with why where the
+    artefact's ``not_run`` names every one of its ``presets``, else "no verdict yet"."""
     if checked is None:
+        if presets and set(presets) <= set(not_run or {}):
+            return f"not testable here ({', '.join(sorted(set(not_run[p] for p in presets)))})"
         return "no verdict yet (no table with verdicts in results/)"
     mine = checked[checked["says"] == claim.says]
     if mine.empty:
@@ -88,8 +93,9 @@ def main(argv: list[str] | None = None) -> int:
                 present.setdefault(d, DATASETS[d].is_present(root))
             here = status(datasets, present)
             for claim in artefact.claims:
+                counted = verdicts(checked, claim, artefact.not_run, artefact.presets)
                 lines.append(f"| {paper.cite} | {artefact.name} ({artefact.source}) | {claim.says} | {claim.value} | "
-                             f"{rule(claim)} | {verdicts(checked, claim)} | {', '.join(datasets)} | {here} |")
+                             f"{rule(claim)} | {counted} | {', '.join(datasets)} | {here} |")
     command = "python scripts/claims_index.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"# Every claim of the five papers\n\nMade by `{command.strip()}` at commit {git_commit()} on "
             f"{time.strftime('%Y-%m-%d')}, from `paper/*.yaml` and the tables in {args.results}/, with the data under "

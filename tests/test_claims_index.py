@@ -41,6 +41,9 @@ def test_a_claims_verdicts_are_counted_from_its_tables_points(tmp_path):
                                               "(fixture data)")
     assert index.verdicts(checked, second) == "not decided at 1 of 1 points (3 of the 5 seed pairs it needs)"
     assert index.verdicts(None, first).startswith("no verdict yet")
+    assert index.verdicts(None, first, {"a": "no data"}, ("a", "b")).startswith("no verdict yet"), "b may run"
+    assert index.verdicts(None, first, {"a": "no data", "b": "too long here"}, ("a", "b")) == \
+        "not testable here (no data, too long here)"
     out = tmp_path / "CLAIMS.md"
     assert index.main(["--out", str(out), "--results", str(tmp_path)]) == 0
     line, = [row for row in out.read_text().splitlines() if f"| {first.says} |" in row]
