@@ -33,6 +33,8 @@ EXPECTED = {
     "gift_fig5": (5, 5 * 2),  # Table 1's runs
     "gift_fig6": (3, 3 * 3),  # three settings x (GIFT, AFL, AdaComm)
     "gift_fig7": (3, 3 * 2),  # with and without relaxation
+    "gift_controls": (2, 2 * 6),  # CIFAR-10 and its substitute x (GIFT, four fixed tau, AdaComm)
+    "gift_controls_time": (2, 2 * 7),  # the same and AFL, which needs the time budget
     "fsvrg_figs_mnist": (3, (2 + 1 + 5) * 4),  # (MA, GA; FSVRG; five baselines) x four participation levels
     "fsvrg_figs_cifar10": (3, (2 + 1 + 5) * 4),
     "fsvrg_open_mnist": (1, 2 * 9),  # MA, GA x nine readings of the open points
@@ -74,6 +76,30 @@ def test_every_job_of_a_preset_that_sweeps_readings_passes_fedruns_checks():
     sweep starts (fsvrg_no_acceleration's alpha_g = 0 was refused once, so fsvrg_open_mnist could not run)."""
     presets = {p for _, a in artefacts().values() for p in a.presets if "reading" in grid(p)}
     assert presets and _presets_refused(sorted(presets)) == {}
+
+
+def test_gifts_controls_are_table_1s_setting_with_only_tau_or_the_stopping_rule_changed():
+    """The fixed-tau controls run Table 1's own setting (gift_table1's preset at its tau = 100, tau aside), and the
+    equal-time grid differs from the equal-synchronisations one only in how a run ends and how often it is
+    evaluated; every job of both grids passes fedrun's checks (AFL needs the time budget the second has)."""
+    from omegaconf import OmegaConf
+
+    def plain(preset, schedule):
+        cfg = OmegaConf.to_container(preset_config(preset, [f"algo/schedule={schedule}"]), resolve=True)
+        cfg.pop("hydra", None)
+        return cfg
+
+    for data in ("cifar10", "mnist"):
+        table1 = plain(f"gift_table1_lenet5_{data}", "fixed_tau100")
+        for tau in (100, 50, 25, 10):
+            control = plain(f"gift_controls_lenet5_{data}", f"fixed_tau{tau}")
+            timed = plain(f"gift_controls_time_lenet5_{data}", f"fixed_tau{tau}")
+            changed = {k for k in control if control[k] != timed[k]}
+            assert control["algo"]["schedule"] == {**table1["algo"]["schedule"], "tau": tau}
+            assert control == {**table1, "algo": {**table1["algo"], "schedule": control["algo"]["schedule"]}}
+            assert changed == {"fl", "timing", "eval"}
+            assert (timed["fl"] | {"rounds": 1000}, timed["timing"]["budget_s"]) == (control["fl"], 5616)
+    assert _presets_refused(["gift_controls_lenet5_mnist", "gift_controls_time_lenet5_mnist"]) == {}
 
 
 @pytest.mark.slow
