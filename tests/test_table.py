@@ -28,6 +28,7 @@ EXPECTED = {
     "fedgh_table4": (2, 2 * 4 * 2),  # CIFAR-10/100 x four K x FedGH or not
     "fedgh_table5": (2, 2 * 4 * 2),  # four E
     "fedgh_synthetic_controls": (1, 3 * 3 * 7),  # three bases x (alone, FedGH, its control) x seven server lrs
+    "fedgh_cnn_controls": (2, 2 * 3 * 3 * 3),  # CIFAR-10 and its substitute x three bases x three x three lrs
     "gift_table1": (5, 5 * 2),  # five settings x (fixed tau = 100, GIFT)
     "dgt_fig5": (3, 3 * 3 * 2),  # three datasets x three bases x DGT or not
     "gift_fig5": (5, 5 * 2),  # Table 1's runs
@@ -76,6 +77,29 @@ def test_every_job_of_a_preset_that_sweeps_readings_passes_fedruns_checks():
     sweep starts (fsvrg_no_acceleration's alpha_g = 0 was refused once, so fsvrg_open_mnist could not run)."""
     presets = {p for _, a in artefacts().values() for p in a.presets if "reading" in grid(p)}
     assert presets and _presets_refused(sorted(presets)) == {}
+
+
+def test_fedghs_cnn_controls_are_table_2s_cifar10_cell_and_its_substitute_only_its_data():
+    """At server lr 1 each job of fedgh_cnn_controls_cifar10 is Table II's own (fedgh_table2_cifar10_a01_c20), and the
+    Fashion-MNIST substitute differs from it only in the data (AutoAugment's policy kept)."""
+    from omegaconf import OmegaConf
+
+    def plain(preset, *overrides):
+        cfg = OmegaConf.to_container(preset_config(preset, list(overrides)), resolve=True)
+        cfg.pop("hydra", None)
+        return cfg
+
+    for algo in ("fedavg", "fedprox", "fednova"):
+        for harmonizer in ("none", "fedgh"):
+            at = (f"algo={algo}", f"algo/harmonizer={harmonizer}")
+            assert plain("fedgh_cnn_controls_cifar10", *at, "algo.server_opt.lr=1") == \
+                plain("fedgh_table2_cifar10_a01_c20", *at)
+        at = (f"algo={algo}", "algo/harmonizer=fedgh_norm_only", "algo.server_opt.lr=2")
+        cifar, fashion = plain("fedgh_cnn_controls_cifar10", *at), plain("fedgh_cnn_controls_fashion_mnist", *at)
+        assert {k for k in cifar if cifar[k] != fashion[k]} == {"data"}
+        assert (fashion["data"]["name"], fashion["data"]["augment"], fashion["data"]["augment_policy"]) == \
+            ("fashion_mnist", cifar["data"]["augment"], cifar["data"]["augment_policy"])
+    assert _presets_refused(["fedgh_cnn_controls_fashion_mnist"]) == {}
 
 
 def test_gifts_controls_are_table_1s_setting_with_only_tau_or_the_stopping_rule_changed():
