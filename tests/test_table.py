@@ -663,6 +663,26 @@ def test_a_preregistered_claim_names_its_rule_in_the_papers_file(tmp_path, monke
     accuracy = (artefacts.Value("accuracy", "final_test_acc"),)
     (claim,) = artefacts._claims([base | {"effect": 0.9, "seeds": 10}], accuracy, "p")
     assert (claim.effect, claim.seeds, claim.share) == (0.9, 10, 0.5)
+    rivals = base | {"effect": 1, "versus": {"algo": ["fedavg", "fedprox"]}}
+    with pytest.raises(ConfigError, match=re.escape("write {versus} in its says")):  # both would read the same
+        artefacts._claims([rivals], accuracy, "p")
+    each = artefacts._claims([rivals | {"says": "dgt beats {versus}"}], accuracy, "p")
+    assert [(c.says, c.versus, c.effect) for c in each] == [("dgt beats fedavg", ("fedavg",), 1.0),
+                                                          ("dgt beats fedprox", ("fedprox",), 1.0)]
+    (means,) = artefacts._claims([base | {"versus": {"algo": ["fedavg", "fedprox"]}}], accuracy, "p")
+    assert means.versus == ("fedavg", "fedprox")  # without an effect: one claim on the means, beating each
+
+
+def test_gift_controls_registers_one_paired_claim_per_smaller_fixed_tau():
+    """The fixed-tau rule is stated once in paper/gift.yaml and composes into one paired claim per tau: equal
+    synchronisations leave tau = 100 to Table 1 (the paper's own gain), equal time takes every tau."""
+    from fedrun.papers.artefacts import artefacts
+
+    for name, taus in (("gift_controls", (50, 25, 10)), ("gift_controls_time", (100, 50, 25, 10))):
+        paired = [c for c in artefacts()[name][1].claims if c.effect is not None]
+        assert [(c.method, c.versus, c.effect, c.seeds, c.share) for c in paired] == \
+            [(("gift",), (f"fixed_tau{t}",), 1.0, 5, 0.5) for t in taus]
+        assert all(f"fixed_tau{t}" in c.says and "{" not in c.says for c, t in zip(paired, taus))
 
 
 def test_a_committed_table_is_made_from_runs_of_one_clean_commit(tmp_path, monkeypatch, capsys):

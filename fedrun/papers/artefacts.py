@@ -183,7 +183,8 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str, numbers: pd
             ) -> tuple[Claim, ...]:
     """The claims block: ``says``, ``value`` (one of the artefact's values), ``better`` (higher|lower), ``margin``
     (default 0), ``across`` (grid keys pooled) and two mappings of one grid key to a value or a list of values,
-    ``method`` and ``versus``."""
+    ``method`` and ``versus``. A pre-registered claim (``effect``) against a list of rivals is one paired claim
+    against each, its ``says`` naming the rival where it writes ``{versus}``: the rule is stated once."""
     out, names = [], {v.name for v in values}
     known = {"says", "value", "better", "margin", "across", "method", "versus", "effect", "seeds", "share", "tuned"}
     for i, c in enumerate(raw or []):
@@ -216,24 +217,30 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str, numbers: pd
             raise ConfigError(problems)
         (key, method), versus = next(iter(sides[0].items())), sides[1][next(iter(sides[0]))]
         listed = [tuple(normalise(v) for v in (x if isinstance(x, list) else [x])) for x in (method, versus)]
-        if "effect" in c and (len(listed[0]) != 1 or len(listed[1]) != 1):
-            raise ConfigError([f"{at}: a pre-registered claim (effect) pairs one method value with one versus value "
-                               f"by seed; it lists {list(listed[0])} against {list(listed[1])}"])
+        says = c.get("says", "")
+        if "effect" in c and len(listed[0]) != 1:
+            raise ConfigError([f"{at}: a pre-registered claim (effect) pairs one method value with each versus value "
+                               f"by seed; it lists {list(listed[0])} as the method"])
+        if "effect" in c and len(listed[1]) > 1 and "{versus}" not in says:
+            raise ConfigError([f"{at}: a pre-registered claim against {list(listed[1])} is one claim against each; "
+                               "write {versus} in its says where each names its rival"])
         better = c.get("better", "higher")
-        if effect == "paper":  # a tuned claim's effect is the paper's wherever its own value of the tuned key is
-            printed = pd.DataFrame() if numbers is None else numbers.drop(columns=[c.get("tuned")], errors="ignore")
-            effects = paper_effects(printed, key, listed[0][0], listed[1][0], value, better)
-            if not effects:
-                raise ConfigError([f"{at}: effect=paper, but the paper's numbers have no {value!r} for both "
-                                   f"{key}={listed[0][0]} and {key}={listed[1][0]} at any point"])
-        else:
-            effects = tuple((((next(iter(by)), normalise(v)),), float(e)) for v, e in next(iter(by.values())).items()) \
-                if by else ()
-        out.append(Claim(says=c.get("says", ""), value=value, key=key, method=listed[0], versus=listed[1],
-                         better=better, margin=float(c.get("margin", 0.0)), across=tuple(c.get("across", ())),
-                         effect=float(effect) if "effect" in c and not by and effect != "paper" else None,
-                         seeds=int(c.get("seeds", 5)), share=float(c.get("share", 0.5)), effects=effects,
-                         tuned=c.get("tuned")))
+        for rival in [(v,) for v in listed[1]] if "effect" in c else [listed[1]]:
+            if effect == "paper":  # a tuned claim's effect is the paper's wherever its own value of the tuned key is
+                printed = pd.DataFrame() if numbers is None else numbers.drop(columns=[c.get("tuned")], errors="ignore")
+                effects = paper_effects(printed, key, listed[0][0], rival[0], value, better)
+                if not effects:
+                    raise ConfigError([f"{at}: effect=paper, but the paper's numbers have no {value!r} for both "
+                                       f"{key}={listed[0][0]} and {key}={rival[0]} at any point"])
+            else:
+                effects = tuple((((next(iter(by)), normalise(v)),), float(e))
+                                for v, e in next(iter(by.values())).items()) if by else ()
+            out.append(Claim(says=says.replace("{versus}", " and ".join(rival)), value=value,
+                             key=key, method=listed[0], versus=rival, better=better,
+                             margin=float(c.get("margin", 0.0)), across=tuple(c.get("across", ())),
+                             effect=float(effect) if "effect" in c and not by and effect != "paper" else None,
+                             seeds=int(c.get("seeds", 5)), share=float(c.get("share", 0.5)), effects=effects,
+                             tuned=c.get("tuned")))
     return tuple(out)
 
 
