@@ -84,9 +84,10 @@ def claims_block() -> str:
             tuned = r.get("tuned")
             if isinstance(tuned, str) and tuned:
                 where += f"; each at its best {tuned}"
-            lo, hi = ast.literal_eval(r["interval"])
-            lines.append(f"| {r['says']} | {where} | {r['difference']:+.2f} ({lo:+.2f} to {hi:+.2f}), "
-                         f"{int(r['pairs'])} seeds | >= {r['needs']:.2f} | {r['verdict']} | {link} |")
+            lo, hi = ast.literal_eval(r["interval"].replace("nan", "None"))  # none while pairs are missing
+            measured = "-" if lo is None else f"{r['difference']:+.2f} ({lo:+.2f} to {hi:+.2f})"
+            lines.append(f"| {r['says']} | {where} | {measured}, {int(r['pairs'])} seeds | >= {r['needs']:.2f} | "
+                         f"{r['verdict']} | {link} |")
     return "\n".join(lines)
 
 
