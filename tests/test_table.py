@@ -192,8 +192,12 @@ def test_collect_only_joins_the_paper_with_an_extra_seed_a_failed_job_and_a_miss
     summary = json.loads((three / "summary.json").read_text())  # N = 3 failed
     (three / "summary.json").write_text(json.dumps(summary | {"status": "failed", "error": "RuntimeError: boom"}))
     capsys.readouterr()
+    drawn = []  # the figure's curves: over the runs the table's means are over, the failed one left out
+    monkeypatch.setattr("fedrun.papers.table_summary.plot_curves",
+                        lambda group, *_, **__: drawn.extend(group["run_dir"]))
     assert main(["tiny_fig", "--collect-only", "--runs", str(runs), "--out", str(tmp_path / "c")]) == 0
     assert "job(s) ran" not in capsys.readouterr().out
+    assert len(drawn) == 2 and str(three) not in drawn and str(two) in drawn
     table = pd.read_csv(tmp_path / "c" / "tiny_fig.csv")
     assert table["fl.num_clients"].tolist() == [2, 3, 4]
     assert table["runs"].tolist()[0] == 2 and table["seeds"].tolist()[0] == 2  # the extra seed

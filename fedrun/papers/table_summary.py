@@ -14,7 +14,7 @@ import pandas as pd
 from fedrun.papers import claims
 from fedrun.papers import measures
 from fedrun.papers.artefacts import PRESET, RESERVED, Artefact, Paper, grid, normalise, override_key, preset_config
-from fedrun.rundir.report import SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
+from fedrun.rundir.report import COMPLETE, SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
 from fedrun.rundir.files import METRICS_FILE, commits_of, git_commit, saved_config, saved_overrides
 
 FIXTURE_FILE = "fixture.json"  # in a preset's sweep folder: the runs there ran on a stand-in for absent data
@@ -165,7 +165,7 @@ def summarise(artefact: Artefact, runs: pd.DataFrame) -> pd.DataFrame:
     with its last value), joined with the paper's numbers (a paper cell without runs stays, marked), and a note."""
     keys = grid_keys(artefact, runs) if not runs.empty else [PRESET]
     names = [v.name for v in artefact.values]
-    done = runs[runs["status"].isin(["finished", "diverged"])] if not runs.empty else runs
+    done = runs[runs["status"].isin(COMPLETE)] if not runs.empty else runs
     if done.empty:
         table = pd.DataFrame(columns=[*keys, "runs", "seeds", *names, *[f"{n}_std" for n in names], "rounds",
                                       "planned_rounds", "fixture"])
@@ -309,7 +309,9 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
         text.append(unfinished(runs).strip())
     (out / f"{artefact.name}.md").write_text("\n".join(t for t in text if t) + "\n")
     if artefact.figure == "curves" and not runs.empty and not artefact.measure:
-        for preset, group in runs.groupby(PRESET, sort=False):
+        # the runs the table's means are over: a run stopped part-way would draw a curve's tail from fewer seeds
+        complete = runs[runs["status"].isin(COMPLETE)]
+        for preset, group in complete.groupby(PRESET, sort=False):
             if (group["fixture"] != "").all():  # a few rounds on a stand-in: nothing to see in its curves
                 continue
             varying = [k for k in grid_keys(artefact, group) if k != PRESET and group[k].nunique(dropna=True) > 1]
