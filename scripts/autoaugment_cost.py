@@ -16,10 +16,9 @@ from pathlib import Path
 import torch
 from torchvision.transforms import AutoAugment, AutoAugmentPolicy
 
-from fedrun.bench.workloads import device_name
 from fedrun.data.augment import AugmentedImages, minibatch
 from fedrun.data.base import scale_images
-from fedrun.rundir.files import git_commit
+from fedrun.rundir.files import device_name, git_commit
 
 
 def per_image_us(fn, images: int, repeats: int) -> float:

@@ -21,7 +21,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from fedrun.rundir.files import git_commit
+from fedrun.rundir.files import device_name, git_commit
 from step_costs import best_us
 
 B = 64
@@ -125,8 +125,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     import torch
-
-    from fedrun.bench.workloads import device_name
 
     lines = ["# Where a LeNet-5 cohort step's time goes (issue #27)", "",
              f"Made by `python scripts/cohort_step_profile.py --clients {args.clients} --steps {args.steps}"

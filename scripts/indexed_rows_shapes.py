@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from fedrun.rundir.files import git_commit
+from fedrun.rundir.files import device_name, git_commit
 
 SHAPES = [  # (name, model, input shape, classes, clients, samples per client, minibatch, why)
     ("svm_mnist_5", "svm", (1, 28, 28), 10, 5, 12000, 100, "BHerd's SVM cohort (the bench's workload)"),
@@ -59,8 +59,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     command = "python scripts/indexed_rows_shapes.py " + " ".join(argv if argv is not None else sys.argv[1:])
     import torch
-
-    from fedrun.bench.workloads import device_name
 
     lines = ["# A one-layer model's step on its rows in place, across shapes (issue #27)", "",
              f"Made by `{command.strip()}` at commit {git_commit()} on "

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import torch
 
-from fedrun.bench.workloads import device_name
 from fedrun.config.compose import compose_config
 from fedrun.engine.experiment import run_experiment
-from fedrun.rundir.files import git_commit
+from fedrun.rundir.files import device_name, git_commit
 
 SETTINGS = {  # name: (what it is, its overrides)
     "default": ("the default experiment (LeNet-5, MNIST, 10 clients, 10 rounds)", []),

@@ -28,8 +28,7 @@ from pathlib import Path
 
 import torch
 
-from fedrun.bench.workloads import device_name
-from fedrun.rundir.files import git_commit
+from fedrun.rundir.files import device_name, git_commit
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {  # name: (what it is, its overrides)

@@ -113,8 +113,7 @@ def measure(repeats: int) -> dict:
     import torch
 
     from fedrun.model.native import build as native
-    from fedrun.bench.workloads import device_name
-    from fedrun.rundir.files import git_commit
+    from fedrun.rundir.files import device_name, git_commit
 
     out = {}
     with tempfile.TemporaryDirectory() as work:

@@ -15,13 +15,14 @@ import pandas as pd
 import pytest
 import torch
 
+import fedrun.engine.experiment
 import fedrun.rundir.files
 from fedrun.algorithms import PARTS
 from fedrun.rundir.checkpoint import checkpoints, load_latest, save_checkpoint
 from fedrun.engine.experiment import run_experiment
 from fedrun.errors import ConfigError
 from fedrun.papers.table_summary import provenance
-from fedrun.rundir.files import finished_summary
+from fedrun.rundir.files import device_name, finished_summary
 
 ALGOS = {
     "fedavg": ["algo=fedavg"],
@@ -153,28 +154,39 @@ def test_a_resumed_runs_summary_names_every_commit_that_computed_it_and_their_ti
     rounds' time. Checkpoints written before they recorded commits take them from the run's summary.json."""
     def run(commit: str, rounds: int, run_dir: Path, *extra: str) -> dict:
         monkeypatch.setattr(fedrun.rundir.files, "git_commit", lambda: commit)
+        monkeypatch.setattr(fedrun.engine.experiment, "device_name", lambda device: f"box-{commit}")
         return run_experiment(cfg_factory(*BASE, f"fl.rounds={rounds}", *extra), run_dir)
 
     first = run("aaa", 5, tmp_path / "new")
     assert load_latest(tmp_path / "new")["commits"] == ["aaa"] and "git_commits" not in first
+    assert first["machine"] == "box-aaa" and "machines" not in first
     extended = run("bbb", 8, tmp_path / "new", "resume=true")
     assert extended["git_commit"] == "bbb" and extended["git_commits"] == ["aaa", "bbb"]
+    assert extended["machine"] == "box-bbb" and extended["machines"] == ["box-aaa", "box-bbb"]
     assert extended["wall_time_s"] < extended["total_wall_time_s"] <= extended["wall_time_s"] + first["wall_time_s"]
     assert load_latest(tmp_path / "new")["commits"] == ["aaa", "bbb"]
     again = run("bbb", 8, tmp_path / "new", "resume=true")  # nothing left to run: the same commits, once each
     assert again["git_commits"] == ["aaa", "bbb"] and again["total_wall_time_s"] >= extended["total_wall_time_s"]
+    assert again["machines"] == ["box-aaa", "box-bbb"]
 
     run("aaa", 5, tmp_path / "old")
     latest = checkpoints(tmp_path / "old")[0]
     state = torch.load(latest, weights_only=True)
-    del state["commits"], state["wall_time_s"]  # as written before checkpoints recorded them
+    del state["commits"], state["wall_time_s"], state["machines"]  # as written before checkpoints recorded them
     torch.save(state, latest)
     old = run("bbb", 8, tmp_path / "old", "resume=true")
     assert old["git_commits"] == ["aaa", "bbb"] and "total_wall_time_s" not in old
+    assert old["machines"] == ["box-aaa", "box-bbb"]  # the earlier machine from the run's summary.json
     line = provenance("cmd", [extended, old])
-    assert "made at commit aaa, bbb;" in line
+    assert "made at commit aaa, bbb;" in line and line.endswith(" on box-aaa, box-bbb.")
     assert f"compute time {extended['total_wall_time_s'] + old['wall_time_s']:.0f} s (not counting the rounds before " \
            "the resumption of 1 run(s)" in line
+    # a run made before runs recorded their machine: counted, beside the machine that makes the table
+    older = {k: v for k, v in first.items() if k != "machine"}
+    assert "on box-aaa, box-bbb; where 1 of the runs ran is not recorded (this table was made on " in \
+        provenance("cmd", [extended, older])
+    assert f"s; where the runs ran is not recorded (this table was made on {device_name(torch.device('cpu'))})." in \
+        provenance("cmd", [older])
 
 
 def test_an_extension_killed_midway_is_not_taken_for_a_finished_run(tmp_path, cfg_factory):

@@ -25,14 +25,15 @@ from pathlib import Path
 import torch
 
 from fedrun.algorithms.schema import make
-from fedrun.bench.workloads import (SCALE_WORKLOADS, WORKLOADS, device_name, flops_per_round, machine,
-                                    matmul_peak_gflops, quick, seconds, setup, time_rounds)
+from fedrun.bench.workloads import (SCALE_WORKLOADS, WORKLOADS, flops_per_round, machine, matmul_peak_gflops, quick,
+                                    seconds, setup, time_rounds)
 from fedrun.engine import tree
 from fedrun.engine.cuda_math import configure_cuda
 from fedrun.engine.executor import VmapExecutor, activation_bytes_per_sample
 from fedrun.engine.graph_executor import GraphExecutor
 from fedrun.engine.precision import local_steps
 from fedrun.model.functional import FunctionalModel
+from fedrun.rundir.files import device_name
 
 FORMS = ("vmap", "graph", "vmap_network", "graph_network")
 PRECISIONS = ("float32", "tf32", "bfloat16")

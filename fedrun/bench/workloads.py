@@ -44,7 +44,7 @@ from fedrun.engine.blocked import block_length
 from fedrun.model.functional import FunctionalModel, prefers_channels_last
 from fedrun.model.native.fused_conv import applies as kernel_applies
 from fedrun.model.zoo import build_model
-from fedrun.rundir.files import git_commit
+from fedrun.rundir.files import device_name, git_commit
 
 
 @dataclass(frozen=True)
@@ -370,18 +370,6 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
     if record is not None:
         rec["steps_mb"] = sum(z.numel() * z.element_size() for z in result.steps) / 2**20
     return rec
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    model = platform.processor() or "cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model} ({torch.get_num_threads()} threads)"
 
 
 def machine() -> dict:

@@ -21,7 +21,7 @@ from fedrun.config.checks import validate
 from fedrun.errors import ConfigError
 from fedrun.rundir.loggers import ProgressBar, WandbLogger
 from fedrun.rundir.resume import resume_command
-from fedrun.rundir.files import RunDirectory, base_summary, move_aside
+from fedrun.rundir.files import RunDirectory, base_summary, device_name, move_aside
 from fedrun.process.startup import release_collector
 from fedrun.engine.ranks import Ranks
 from fedrun.engine.simulation import Simulation
@@ -70,7 +70,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
         nothing_to_resume(run_dir, cfg, ranks.writer)
     started_with = check_resumable(saved, cfg, run_dir) if saved is not None else cfg.fl.rounds
     # the commits that computed the checkpoint's rounds and their wall time, read before summary.json is rewritten
-    made_by, earlier_s = earlier_work(saved, run_dir) if saved is not None else ([], 0.0)
+    made_by, earlier_s, ran_on = earlier_work(saved, run_dir) if saved is not None else ([], 0.0, [])
     out = RunDirectory(run_dir, write_metrics=cfg.logger.name != "none", write=ranks.writer)
     summary = base_summary(cfg) | {"status": "running"}
     commits = list(dict.fromkeys(made_by + ([summary["git_commit"]] if summary["git_commit"] else [])))
@@ -90,8 +90,11 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
         log.info("%s on %s: %s (%d parameters), %s executor, device %s", sim.algo.name, sim.data.name,
                  cfg.model.name, sim.model.dim, sim.executor.name, sim.device)
         summary |= {"dataset_fingerprint": sim.data.fingerprint(), "partition_fingerprint": sim.partition.fingerprint(),
-                    "num_parameters": sim.model.dim, "device": str(sim.device), "executor": sim.executor.name,
-                    "ranks": ranks.size}
+                    "num_parameters": sim.model.dim, "device": str(sim.device), "machine": device_name(sim.device),
+                    "executor": sim.executor.name, "ranks": ranks.size}
+        machines = list(dict.fromkeys([*ran_on, summary["machine"]]))  # where its rounds ran, each once
+        if saved is not None:
+            summary["machines"] = machines
         if cfg.logger.name == "wandb" and ranks.writer:
             wandb = WandbLogger(cfg, out.path, sweep_group)
         rounds = cfg.fl.rounds
@@ -147,7 +150,8 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
             if ((every and not ended and (rnd % every == 0 or rnd == rounds)) or stopping) and ranks.writer:
                 save_checkpoint(run_dir, rnd, {"round": rnd, "rounds": rounds, "config_fingerprint": fingerprint,
                                                "history": history, "bytes_up": bytes_up, "bytes_down": bytes_down,
-                                               "commits": commits, "wall_time_s": None if earlier_s is None else
+                                               "commits": commits, "machines": machines,
+                                               "wall_time_s": None if earlier_s is None else
                                                earlier_s + time.perf_counter() - started,
                                                "simulation": sim.state_dict()}, keep)
             if diverged:  # a run that fails to converge is a result (BHerd Fig. 5a, alpha = 0.1): stop, keep it

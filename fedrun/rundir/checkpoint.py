@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from fedrun.errors import ConfigError
 from fedrun.rundir.files import (CONFIG_FILE, EXECUTION_SETTINGS, changes_results, commits_of, config_differences,
-                                 saved_config)
+                                 machines_of, saved_config)
 
 log = logging.getLogger("fedrun")
 PREFIX = "checkpoint_"
@@ -85,15 +85,16 @@ def changed_settings(config: Path, cfg, started: int) -> list[str] | None:
     return config_differences(there, wanted)
 
 
-def earlier_work(saved: dict, run_dir: Path) -> tuple[list[str], float | None]:
-    """The commits that computed a checkpoint's rounds, in order, and their wall time in seconds (None when not
-    known), so that a resumed or extended run's summary names every commit that made it. Checkpoints written before
-    they recorded these take the commits from the run's summary.json (the run that wrote the checkpoint)."""
-    if "commits" in saved:
-        return list(saved["commits"]), saved.get("wall_time_s")
+def earlier_work(saved: dict, run_dir: Path) -> tuple[list[str], float | None, list[str]]:
+    """The commits that computed a checkpoint's rounds, in order, their wall time in seconds (None when not known) and
+    the machines they ran on, so that a resumed or extended run's summary names every commit and machine that made it.
+    Checkpoints written before they recorded these take them from the run's summary.json (the run that wrote the
+    checkpoint)."""
     summary = run_dir / "summary.json"
     old = json.loads(summary.read_text()) if summary.exists() else {}
-    return commits_of(old), None
+    if "commits" in saved:
+        return list(saved["commits"]), saved.get("wall_time_s"), list(saved.get("machines", machines_of(old)))
+    return commits_of(old), None, machines_of(old)
 
 
 def checkpoints(run_dir: str | os.PathLike) -> list[Path]:

@@ -31,6 +31,30 @@ def commits_of(summary: dict) -> list[str]:
     return [str(c) for c in summary.get("git_commits") or [summary.get("git_commit")] if c]
 
 
+def machines_of(summary: dict) -> list[str]:
+    """The machines that computed a run's rounds, as its summary.json records them (a resumed run: every one, in
+    order); [] for a run made before runs recorded theirs."""
+    return [str(m) for m in summary.get("machines") or [summary.get("machine")] if m]
+
+
+def device_name(device) -> str:
+    """The machine a ``torch.device`` names, as results cite it: the GPU's model, or the CPU's with the threads torch
+    uses (what a CPU run's speed depends on)."""
+    import platform
+
+    import torch
+
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model} ({torch.get_num_threads()} threads)"
+
+
 def git_commit(tree: Path | None = None) -> str | None:
     """The commit of a fedrun source tree (this one by default), with ``-dirty`` when its code has uncommitted
     changes; changes under ``results/`` do not count (a bench run rewrites its tables there before the next one
