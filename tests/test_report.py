@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from fedrun.engine.experiment import run_experiment
-from fedrun.rundir.report import main as report_main
+from fedrun.rundir.report import main as report_main, zoom
 
 
 def test_report_groups_two_runs_and_draws_curves(tmp_path, cfg_factory, capsys):
@@ -30,6 +30,24 @@ def test_report_groups_two_runs_and_draws_curves(tmp_path, cfg_factory, capsys):
     assert "4 runs, grouped by ['algo.name', 'seed']" in capsys.readouterr().out
     assert report_main([str(tmp_path / "runs"), "--by", "nonsense.key"]) == 2
     assert json.loads((tmp_path / "runs" / "fedavg-0" / "summary.json").read_text())["status"] == "finished"
+
+
+def test_curves_that_end_on_a_plateau_get_their_second_half_magnified():
+    """Accuracy that rises from 0.1 to about 0.98 and stays there: the inset spans the second half of the rounds and
+    the curves' values there, a tenth to spare; curves still far apart at the end (or a falling loss still falling)
+    get none."""
+    rounds = pd.Index(range(0, 101), name="round")
+    rising = pd.Series([0.1 + 0.88 * (1 - 0.9 ** r) for r in rounds], index=rounds)
+    close = rising - 0.004
+    x0, x1, y0, y1 = zoom([rising, close])
+    tail = pd.concat([rising[50:], close[50:]])
+    pad = (tail.max() - tail.min()) / 10
+    assert (x0, x1) == (50.0, 100.0)
+    assert y0 == pytest.approx(tail.min() - pad) and y1 == pytest.approx(tail.max() + pad)
+    assert zoom([rising, 0.6 * rising]) is None  # 0.59 against 0.98: the full scale shows the gap
+    assert zoom([pd.Series([2.0 - r / 50 for r in rounds], index=rounds)]) is None  # a straight line: no plateau
+    flat = pd.Series(0.5, index=rounds)
+    assert zoom([flat]) is None  # nothing varies: nothing to magnify
 
 
 def test_report_on_a_sweep_with_a_failed_job_and_the_full_method_names(tmp_path, capsys):

@@ -180,11 +180,31 @@ def on_common_grid(curves: list[pd.Series], points: int = 200) -> list[pd.Series
     return [pd.Series(np.interp(grid, c.index, c.values), index=grid) for c in curves]
 
 
+def zoom(means: list[pd.Series], share: float = 0.25) -> tuple[float, float, float, float] | None:
+    """The box (x0, x1, y0, y1) that shows the second half of the curves ``means`` (their x range's) with a tenth of
+    its height to spare, or None when that box is more than ``share`` of the whole plot's height: curves that meet
+    near a plateau (accuracy after the first rounds) differ there by less than a line's width at full scale."""
+    lo, hi = min(m.index.min() for m in means), max(m.index.max() for m in means)
+    x0 = (lo + hi) / 2
+    tail = pd.concat([m[m.index >= x0] for m in means])
+    whole = pd.concat(means)
+    if tail.empty or not np.isfinite(tail).all():
+        return None
+    y0, y1 = float(tail.min()), float(tail.max())
+    pad = (y1 - y0) / 10 or abs(y1) / 1000 or 1e-3
+    if y1 - y0 + 2 * pad > share * (whole.max() - whole.min()):
+        return None
+    return float(x0), float(hi), y0 - pad, y1 + pad
+
+
 def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "", x: str = "round",
                 sort: bool = True, metrics: tuple[str, ...] = ("test_acc",)) -> None:
     """Each group's mean (±1 std over its runs) of each metrics.csv column in ``metrics``, one panel each (test
     accuracy by default), against ``x``: the round, or a column such as ``sim_time_s`` (the runs' curves then put on
-    one grid, :func:`on_common_grid`). A panel skips the runs that do not log its column."""
+    one grid, :func:`on_common_grid`). A panel skips the runs that do not log its column; where its curves end on a
+    plateau it adds an inset of their second half, magnified (:func:`zoom`)."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,6 +215,7 @@ def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "", x:
     groups = list(df.groupby(by, dropna=False, sort=sort)) if by else [("all", df)]
     logs = {d: pd.read_csv(Path(d) / METRICS_FILE) for d in df["run_dir"] if (Path(d) / METRICS_FILE).exists()}
     for ax, metric in zip(axes[0], metrics):
+        drawn = []  # (mean, its line's colour)
         for key, g in groups:
             curves = [logs[d].dropna(subset=[metric]).set_index(x)[metric] for d in g["run_dir"]
                       if d in logs and metric in logs[d]]
@@ -204,18 +225,29 @@ def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "", x:
             frame = pd.concat(curves if x == "round" else on_common_grid(curves), axis=1)
             mean, std = frame.mean(axis=1), frame.std(axis=1).fillna(0)
             label = ", ".join(f"{k}={v}" for k, v in zip(by, key if isinstance(key, tuple) else (key,))) or "all"
-            ax.plot(mean.index, mean.values, label=f"{label} (n={len(curves)})")
+            (line,) = ax.plot(mean.index, mean.values, label=f"{label} (n={len(curves)})")
             ax.fill_between(mean.index, (mean - std).values, (mean + std).values, alpha=0.2)
+            drawn.append((mean, line.get_color()))
         ax.set_xlabel(x)
         if x == "round":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("test accuracy" if metric == "test_acc" else metric)
         ax.grid(alpha=0.3)
+        box = zoom([m for m, _ in drawn]) if drawn else None
+        if box:  # below the curves when they end high (accuracy), above them when they end low (a loss)
+            ends_high = box[3] > (ax.get_ylim()[0] + ax.get_ylim()[1]) / 2
+            inset = ax.inset_axes([0.4, 0.1 if ends_high else 0.45, 0.55, 0.45])
+            for mean, colour in drawn:
+                inset.plot(mean.index, mean.values, color=colour, linewidth=1)
+            inset.set_xlim(*box[:2])
+            inset.set_ylim(*box[2:])
+            inset.tick_params(labelsize=7)
+            inset.grid(alpha=0.3)
+            inset.set_title("second half, magnified", fontsize=7)
         if ax.has_data():
-            ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    fig.suptitle(textwrap.fill(title, 110 * len(metrics)), fontsize=9)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
