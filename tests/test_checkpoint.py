@@ -150,8 +150,9 @@ def test_a_finished_run_extended_to_more_rounds_matches_the_longer_run(tmp_path,
 
 def test_a_resumed_runs_summary_names_every_commit_that_computed_it_and_their_time(tmp_path, cfg_factory,
                                                                                     monkeypatch):
-    """A run extended at another commit says both (results tables cite them); its total wall time adds the earlier
-    rounds' time. Checkpoints written before they recorded commits take them from the run's summary.json."""
+    """A run extended at another commit, on another machine, names both of each (results tables cite them); its total
+    wall time adds the earlier rounds' time. Checkpoints written before they recorded commits and machines take them
+    from the run's summary.json."""
     def run(commit: str, rounds: int, run_dir: Path, *extra: str) -> dict:
         monkeypatch.setattr(fedrun.rundir.files, "git_commit", lambda: commit)
         monkeypatch.setattr(fedrun.engine.experiment, "device_name", lambda device: f"box-{commit}")
