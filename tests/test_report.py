@@ -176,3 +176,35 @@ def test_more_rounds_extend_a_finished_run_only_when_resuming(tmp_path):
     (run / "summary.json").write_text(json.dumps(summary | {"status": "diverged"}))
     assert finished_summary(run, compose_config([*base, "fl.rounds=9"]))["status"] == "diverged"
 
+
+
+def test_curves_average_the_complete_runs_and_draw_each_unfinished_run_on_its_own(tmp_path):
+    """A group of two finished runs, a diverged one and one stopped at round 3 of 6: the mean and std at each round
+    are those of the three complete runs (the diverged one held at its last value, as the table counts it), the
+    stopped run comes back on its own; a group with no complete run has no mean (curve_groups, what plot_curves
+    draws)."""
+    from fedrun.rundir.report import curve_groups, plot_curves
+
+    rounds = list(range(1, 7))
+    runs = {"a0": ("finished", [0.1 * r for r in rounds]), "a1": ("finished", [0.1 * r + 0.04 for r in rounds]),
+            "a2": ("diverged", [0.2, 0.1]), "a3": ("interrupted", [0.5, 0.6, 0.7]),
+            "b0": ("running", [0.3, 0.35])}
+    logs, rows = {}, []
+    for name, (status, acc) in runs.items():
+        run = tmp_path / name
+        run.mkdir()
+        pd.DataFrame({"round": rounds[:len(acc)], "test_acc": acc}).to_csv(run / "metrics.csv", index=False)
+        logs[str(run)] = pd.read_csv(run / "metrics.csv")
+        rows.append({"run_dir": str(run), "status": status, "group": name[0]})
+    df = pd.DataFrame(rows)
+    a, b = curve_groups(df, ["group"], "test_acc", logs)
+    held = [0.2, 0.1, 0.1, 0.1, 0.1, 0.1]
+    for i, r in enumerate(rounds):
+        values = [0.1 * r, 0.1 * r + 0.04, held[i]]
+        assert a.mean[r] == pytest.approx(sum(values) / 3)
+        assert a.std[r] == pytest.approx(pd.Series(values).std())
+    assert (a.label, a.complete) == ("group=a", 3)
+    assert len(a.unfinished) == 1 and list(a.unfinished[0].values) == [0.5, 0.6, 0.7]
+    assert (b.label, b.complete, b.mean) == ("group=b", 0, None) and list(b.unfinished[0].index) == [1, 2]
+    plot_curves(df, ["group"], tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 1000

@@ -10,6 +10,7 @@ what it swept. Means and stds are over the complete runs (finished, or diverged:
 result); each row says how many runs it has and how many of them finished. Runs that did not finish are listed after
 the table and kept out of the means: failed (with the error), diverged (with the round), interrupted (checkpointed
 by SIGTERM/Ctrl-C: with the command that continues it), running (still going, or killed) and missing (no summary).
+``--out`` also draws each group's mean curve over the same complete runs, and each unfinished run's own, dashed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -197,12 +199,53 @@ def zoom(means: list[pd.Series], share: float = 0.25) -> tuple[float, float, flo
     return float(x0), float(hi), y0 - pad, y1 + pad
 
 
+class Curves(NamedTuple):
+    """One group's curves of one metric: the mean and std over its complete runs (None when it has none), and each
+    unfinished run's own curve (a run still going, stopped or failed part-way)."""
+    label: str
+    complete: int
+    mean: pd.Series | None
+    std: pd.Series | None
+    unfinished: list[pd.Series]
+
+
+def curve_groups(df: pd.DataFrame, by: list[str], metric: str, logs: dict[str, pd.DataFrame], x: str = "round",
+                 sort: bool = True) -> list[Curves]:
+    """Each group's :class:`Curves` of ``metric`` against ``x`` from the runs' metrics.csv (``logs``, by run
+    directory). The mean is over the complete runs only, as the table's means are (a diverged run with its last value
+    to the end): a run stopped part-way would otherwise draw the mean's tail from fewer seeds, a step where it stops.
+    A run without a ``status`` is complete."""
+    out = []
+    groups = list(df.groupby(by, dropna=False, sort=sort)) if by else [("all", df)]
+    for key, g in groups:
+        status = g["status"] if "status" in g else pd.Series("finished", index=g.index)
+        curves = {d: logs[d].dropna(subset=[metric]).set_index(x)[metric] for d in g["run_dir"]
+                  if d in logs and metric in logs[d]}
+        done = [(c, s) for d, s in zip(g["run_dir"], status) if s in COMPLETE and len(c := curves.get(d, ())) > 0]
+        running = [c for d, s in zip(g["run_dir"], status) if s not in COMPLETE and len(c := curves.get(d, ())) > 0]
+        if not done and not running:
+            continue
+        label = ", ".join(f"{k}={v}" for k, v in zip(by, key if isinstance(key, tuple) else (key,))) or "all"
+        mean = std = None
+        if done:
+            parts = [c for c, _ in done]
+            frame = pd.concat(parts if x == "round" else on_common_grid(parts), axis=1, ignore_index=True)
+            for i, (_, s) in enumerate(done):
+                if s == "diverged" and x == "round":  # it counts with its last value to the end, as in the table
+                    frame[i] = frame[i].ffill()
+            mean, std = frame.mean(axis=1), frame.std(axis=1).fillna(0)
+        out.append(Curves(label, len(done), mean, std, running))
+    return out
+
+
 def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "", x: str = "round",
                 sort: bool = True, metrics: tuple[str, ...] = ("test_acc",)) -> None:
-    """Each group's mean (±1 std over its runs) of each metrics.csv column in ``metrics``, one panel each (test
-    accuracy by default), against ``x``: the round, or a column such as ``sim_time_s`` (the runs' curves then put on
-    one grid, :func:`on_common_grid`). A panel skips the runs that do not log its column; where its curves end on a
-    plateau it adds an inset of their second half, magnified (:func:`zoom`)."""
+    """Each group's mean (±1 std over its complete runs, :func:`curve_groups`) of each metrics.csv column in
+    ``metrics``, one panel each (test accuracy by default), against ``x``: the round, or a column such as
+    ``sim_time_s`` (the runs' curves then put on one grid, :func:`on_common_grid`). Each unfinished run is drawn on
+    its own, dashed, in its group's colour, so that a sweep can be watched while it runs. A panel skips the runs that
+    do not log its column; where its means end on a plateau it adds an inset of their second half, magnified
+    (:func:`zoom`)."""
     import textwrap
 
     import matplotlib
@@ -212,22 +255,23 @@ def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "", x:
     from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, len(metrics), figsize=(7 * len(metrics), 4.5), squeeze=False)
-    groups = list(df.groupby(by, dropna=False, sort=sort)) if by else [("all", df)]
     logs = {d: pd.read_csv(Path(d) / METRICS_FILE) for d in df["run_dir"] if (Path(d) / METRICS_FILE).exists()}
     for ax, metric in zip(axes[0], metrics):
         drawn = []  # (mean, its line's colour)
-        for key, g in groups:
-            curves = [logs[d].dropna(subset=[metric]).set_index(x)[metric] for d in g["run_dir"]
-                      if d in logs and metric in logs[d]]
-            curves = [c for c in curves if len(c)]
-            if not curves:
-                continue
-            frame = pd.concat(curves if x == "round" else on_common_grid(curves), axis=1)
-            mean, std = frame.mean(axis=1), frame.std(axis=1).fillna(0)
-            label = ", ".join(f"{k}={v}" for k, v in zip(by, key if isinstance(key, tuple) else (key,))) or "all"
-            (line,) = ax.plot(mean.index, mean.values, label=f"{label} (n={len(curves)})")
-            ax.fill_between(mean.index, (mean - std).values, (mean + std).values, alpha=0.2)
-            drawn.append((mean, line.get_color()))
+        for group in curve_groups(df, by, metric, logs, x=x, sort=sort):
+            label = f"{group.label} (n={group.complete}" + (
+                f"; {len(group.unfinished)} unfinished, dashed)" if group.unfinished else ")")
+            colour = None
+            if group.mean is not None:
+                (line,) = ax.plot(group.mean.index, group.mean.values, label=label)
+                colour = line.get_color()
+                ax.fill_between(group.mean.index, (group.mean - group.std).values,
+                                (group.mean + group.std).values, color=colour, alpha=0.2)
+                drawn.append((group.mean, colour))
+            for i, curve in enumerate(group.unfinished):
+                (line,) = ax.plot(curve.index, curve.values, linestyle="--", linewidth=0.9, alpha=0.8, color=colour,
+                                  label=label if colour is None and i == 0 else None)
+                colour = line.get_color()
         ax.set_xlabel(x)
         if x == "round":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -283,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.md").write_text(f"{len(runs)} runs from {', '.join(args.paths)}\n\n{text}\n")
         table.to_csv(out / "report.csv", index=False)
-        plot_curves(df, by, out / "curves.png", f"{', '.join(args.paths)}: mean test accuracy (±1 std over seeds)")
+        dashed = "; unfinished runs dashed" if (~df["status"].isin(COMPLETE)).any() else ""
+        plot_curves(df, by, out / "curves.png", f"{', '.join(args.paths)}: mean test accuracy (±1 std over seeds) "
+                    f"of the complete runs{dashed}")
         print(f"\nwrote {out / 'report.md'}, {out / 'report.csv'}, {out / 'curves.png'}")
     return 0
 
