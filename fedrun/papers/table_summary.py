@@ -6,6 +6,7 @@ beside fedrun, and the files ``fedrun-table`` writes (table, CSV, curves), heade
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from fedrun.papers import claims
 from fedrun.papers import measures
 from fedrun.papers.artefacts import PRESET, RESERVED, Artefact, Paper, grid, normalise, override_key, preset_config
 from fedrun.rundir.report import COMPLETE, SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
-from fedrun.rundir.files import (METRICS_FILE, commits_of, device_name, git_commit, machines_of, saved_config,
+from fedrun.rundir.files import (METRICS_FILE, commits_of, cpu_model, git_commit, machines_of, saved_config,
                                  saved_overrides)
 
 FIXTURE_FILE = "fixture.json"  # in a preset's sweep folder: the runs there ran on a stand-in for absent data
@@ -271,9 +272,7 @@ def _cell(v) -> str:
 def provenance(command: str, summaries: list[dict], made: str = "runs") -> str:
     """One sentence for a table's header: the command, this commit, the runs' (or a measurement's) commits,
     compute time and the machines they ran on (runs made before runs recorded theirs: counted, beside the machine
-    that makes the table)."""
-    import torch
-
+    that makes the table: its CPU and cores, not the threads of the process that renders it)."""
     commits = sorted({c for s in summaries for c in commits_of(s)})
     compute = sum(s.get("total_wall_time_s", s.get("wall_time_s", 0.0)) for s in summaries)
     unknown = sum(1 for s in summaries if "resumed_from_round" in s and "total_wall_time_s" not in s)
@@ -283,7 +282,7 @@ def provenance(command: str, summaries: list[dict], made: str = "runs") -> str:
     unrecorded = sum(1 for s in summaries if not machines_of(s))
     where = (f" on {', '.join(machines)}" if machines else "") + (
         f"; where {f'{unrecorded} of the' if machines else 'the'} {made} ran is not recorded (this table was made on "
-        f"{device_name(torch.device('cpu'))})" if unrecorded else "")
+        f"{cpu_model()}, {os.cpu_count()} cores)" if unrecorded else "")
     return (f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')} from {len(summaries)} {made} "
             f"made at commit {', '.join(commits) or 'unknown'}; their compute time {compute:.0f} s{before}{where}.")
 

@@ -40,19 +40,24 @@ def machines_of(summary: dict) -> list[str]:
 def device_name(device) -> str:
     """The machine a ``torch.device`` names, as results cite it: the GPU's model, or the CPU's with the threads torch
     uses (what a CPU run's speed depends on)."""
-    import platform
-
     import torch
 
     if torch.device(device).type == "cuda":
         return torch.cuda.get_device_name(device)
+    return f"{cpu_model()} ({torch.get_num_threads()} threads)"
+
+
+def cpu_model() -> str:
+    """This machine's CPU model as /proc/cpuinfo names it (the platform's processor string elsewhere)."""
+    import platform
+
     model = platform.processor() or "cpu"
     try:
         with open("/proc/cpuinfo") as f:
             model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{model} ({torch.get_num_threads()} threads)"
+    return model
 
 
 def git_commit(tree: Path | None = None) -> str | None:
