@@ -208,3 +208,23 @@ def test_curves_average_the_complete_runs_and_draw_each_unfinished_run_on_its_ow
     assert (b.label, b.complete, b.mean) == ("group=b", 0, None) and list(b.unfinished[0].index) == [1, 2]
     plot_curves(df, ["group"], tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_a_running_run_says_how_far_it_is_and_how_long_it_has_left(tmp_path):
+    """A running run's row under a report: its last round of those planned and the time left at the pace of its
+    latest rounds (a resumption's clock restart ignored); silent for far longer than a round takes, probably killed."""
+    import os
+
+    import yaml
+
+    from fedrun.rundir.report import progress
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"fl": {"rounds": 100}}))
+    elapsed = [5.0 + 2.0 * i for i in range(6)] + [3.0 + 2.0 * i for i in range(6)]  # resumed after round 6
+    pd.DataFrame({"round": range(1, 13), "test_acc": 0.5, "elapsed_s": elapsed}).to_csv(tmp_path / "metrics.csv",
+                                                                                       index=False)
+    written = (tmp_path / "metrics.csv").stat().st_mtime
+    assert progress(tmp_path, now=written + 1) == "running: round 12 of 100, about 3 min left at 2 s a round"
+    assert progress(tmp_path, now=written + 3600) == "round 12 of 100, then nothing logged for 60 min: probably killed"
+    os.remove(tmp_path / "metrics.csv")
+    assert progress(tmp_path) == "still running, or killed"

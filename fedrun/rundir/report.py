@@ -8,9 +8,10 @@ other key whose value differs between the runs and can change results (the seed 
 was checkpointed or resumed: fedrun.rundir.files.changes_results, the list the staleness check uses), so a sweep reports
 what it swept. Means and stds are over the complete runs (finished, or diverged: a run that fails to converge is a
 result); each row says how many runs it has and how many of them finished. Runs that did not finish are listed after
-the table and kept out of the means: failed (with the error), diverged (with the round), interrupted (checkpointed
-by SIGTERM/Ctrl-C: with the command that continues it), running (still going, or killed) and missing (no summary).
-``--out`` also draws each group's mean curve over the same complete runs, and each unfinished run's own, dashed.
+the table: diverged (with the round; counted in the means) and, kept out of them, failed (with the error), interrupted
+(checkpointed by SIGTERM/Ctrl-C: with the command that continues it), running (its round and time left, or probably
+killed) and missing (no summary). ``--out`` also draws each group's mean curve over the same complete runs, and each
+unfinished run's own, dashed.
 """
 
 from __future__ import annotations
@@ -166,9 +167,41 @@ def unfinished(df: pd.DataFrame) -> str:
                   else r["error"] + (f"; {go_on}" if held else "") if isinstance(r["error"], str) else
                   "no summary.json: killed before it could write one" if r["status"] == "missing" else
                   f"interrupted{_after(r['rounds_completed'])}: {go_on}" if r["status"] == "interrupted" else
-                  f"still running, or killed: {go_on}")
+                  f"{progress(r['run_dir'])}: {go_on}")
         lines.append(f"| {r['run_dir']} | {r['status']} | {cell(detail)} |")
     return "\n".join(lines) + "\n"
+
+
+PACE_ROUNDS = 20  # the latest rounds whose times give a running run's pace
+
+
+def progress(run_dir: str | Path, now: float | None = None) -> str:
+    """Where a run whose summary says ``running`` is: its last logged round of the rounds planned, and, at the pace of
+    its latest rounds (metrics.csv's ``elapsed_s``), about how long it has left; or, when no round has been logged
+    for much longer than a round takes, that its process is probably gone (killed, or its machine stopped)."""
+    import time
+
+    run_dir = Path(run_dir)
+    path = run_dir / METRICS_FILE
+    log = pd.read_csv(path) if path.exists() else None
+    if log is None or log.empty or "elapsed_s" not in log:
+        return "still running, or killed"
+    planned = (saved_config(run_dir).get("fl") or {}).get("rounds")
+    last = int(log["round"].iloc[-1])
+    steps = log["elapsed_s"].diff().iloc[-PACE_ROUNDS:]
+    steps = steps[steps > 0]  # a resumed process starts its clock again
+    pace = float(steps.median()) if len(steps) else None
+    silent = (time.time() if now is None else now) - path.stat().st_mtime
+    where = f"round {last}" + (f" of {planned}" if planned else "")
+    if pace is None or silent > max(10 * pace, 300):
+        return f"{where}, then nothing logged for {_duration(silent)}: probably killed"
+    left = f", about {_duration(pace * (planned - last))} left at {pace:.3g} s a round" if planned else ""
+    return f"running: {where}{left}"
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 
 def _after(rounds) -> str:
