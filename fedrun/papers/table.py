@@ -9,9 +9,11 @@ own numbers (paper/<paper>.yaml).
 
 Each preset of the artefact runs as ``fedrun -m experiment=<preset> seed=0,..,K-1 <overrides>`` into
 ``<runs>/<artefact>/<preset>/`` (one folder per grid point, named by its values), so ``resume=true``, launchers and
-skipping of finished jobs work as for any sweep. The summary is fedrun-report's (mean ± std over seeds), joined with
-the paper's numbers; rows whose data was absent (a fixture in the dataset's format stood in) or whose runs were
-shortened are marked, and jobs that did not finish are listed under the table. Writes ``<artefact>.md``, ``.csv``
+skipping of finished jobs work as for any sweep; while a sweep runs, fedrun-table says every ten minutes how many of
+its runs are complete, which are running (their rounds) and roughly how long it has left. The summary is
+fedrun-report's (mean ± std over seeds), joined with the paper's numbers; rows whose data was absent (a fixture in the
+dataset's format stood in) or whose runs were shortened are marked, and jobs that did not finish are listed under the
+table. Writes ``<artefact>.md``, ``.csv``
 and the figure (``.png``) beside the runs, into ``<runs>/<artefact>/``, unless ``--out`` says where (the committed
 tables are in ``results/<paper>/``). A committed table (one git tracks) is replaced only by one made with the same
 settings (rounds, seeds, the runs' commits) or with ``--replace``: a 5-round check never passes for a paper's table.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -36,6 +39,7 @@ from fedrun.config.overrides import override_key
 from fedrun.papers.artefacts import Artefact, artefacts, grid, is_sweep, outline, preset_config
 from fedrun.papers.table_summary import FIXTURE_FILE, SUMMARY_FILE, collect, write
 from fedrun.rundir.files import commits_of
+from fedrun.rundir.report import COMPLETE, duration, find_runs, pace
 
 
 def sweep_command(preset: str, folder: Path, overrides: list[str]) -> list[str]:
@@ -75,6 +79,55 @@ def _stamps(folder: Path) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in folder.rglob(SUMMARY_FILE)} if folder.exists() else {}
 
 
+WATCH_S = 600.0  # how often fedrun-table says where a running sweep is
+
+
+def _watched(cmd: list[str], say) -> int:
+    """Run the sweep's command, calling ``say`` every WATCH_S seconds while it runs; its exit status. A failed job is
+    recorded in its folder (listed under the table). On Ctrl-C, which reaches the sweep too, it waits for the sweep's
+    runs to write their checkpoints before stopping."""
+    proc = subprocess.Popen(cmd)
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=WATCH_S)
+            except subprocess.TimeoutExpired:
+                say()
+    except KeyboardInterrupt:
+        proc.wait()
+        raise
+
+
+def sweep_progress(folder: Path, jobs: int, now: float | None = None) -> str:
+    """Where a sweep of ``jobs`` runs into ``folder`` is: how many are complete, failed, running (each one's round) or
+    still to start, and roughly how long it has left: the running runs' rounds left at their pace, and each run to
+    start as long as the runs so far took or will take on average, shared by as many at a time as are running now."""
+    complete, failed, totals, left, rounds = 0, 0, [], 0.0, []
+    for d in find_runs([str(folder)]) if folder.exists() else []:
+        summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {}
+        if summary.get("status") in COMPLETE:
+            complete += 1
+            totals.append(summary.get("total_wall_time_s", summary.get("wall_time_s")))
+            continue
+        at = pace(d, now)
+        if summary.get("status") != "running" or at is None or at.stalled:
+            failed += summary.get("status") == "failed"
+            continue
+        rounds.append(f"{at.round}/{at.planned}" if at.planned else str(at.round))
+        if at.left_s is not None:
+            left += at.left_s
+            totals.append(at.seconds_per_round * at.planned)
+    totals = [t for t in totals if t]
+    to_start = max(0, jobs - complete - failed - len(rounds))
+    text = f"{complete} of {jobs} runs complete" + (f", {failed} failed" if failed else "") + (
+        f", {len(rounds)} running (round{'s' * (len(rounds) > 1)} {', '.join(rounds)})" if rounds else "") + (
+        f", {to_start} to start" if to_start else "")
+    if rounds and totals:
+        seconds = (left + to_start * sum(totals) / len(totals)) / len(rounds)
+        text += f"; roughly {duration(seconds)} left at {len(rounds)} at a time"
+    return text
+
+
 def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: int, log=print) -> int:
     """Run every preset's sweep (or the artefact's measurement); returns how many jobs ran (finished jobs are
     skipped by fedrun itself)."""
@@ -87,8 +140,9 @@ def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: in
         before = _stamps(folder)
         cmd = sweep_command(preset, folder, [*overrides, *extra])
         log(f"fedrun-table: {' '.join(cmd[2:])}")
-        done = subprocess.run(cmd, check=False)  # a failed job is recorded in its folder, listed under the table
-        if done.returncode == 2:  # refused before any job ran: a bad override, said above by fedrun itself
+        jobs = math.prod(len(v) for v in grid(preset, [*overrides, *extra]).values())
+        returncode = _watched(cmd, lambda: log(f"fedrun-table: {preset}: {sweep_progress(folder, jobs)}"))
+        if returncode == 2:  # refused before any job ran: a bad override, said above by fedrun itself
             raise FedrunError(f"fedrun refused the sweep of {preset} (its message is above); nothing ran")
         after = _stamps(folder)
         ran += sum(1 for p, t in after.items() if before.get(p) != t)

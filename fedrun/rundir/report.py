@@ -175,31 +175,56 @@ def unfinished(df: pd.DataFrame) -> str:
 PACE_ROUNDS = 20  # the latest rounds whose times give a running run's pace
 
 
-def progress(run_dir: str | Path, now: float | None = None) -> str:
-    """Where a run whose summary says ``running`` is: its last logged round of the rounds planned, and, at the pace of
-    its latest rounds (metrics.csv's ``elapsed_s``), about how long it has left; or, when no round has been logged
-    for much longer than a round takes, that its process is probably gone (killed, or its machine stopped)."""
+class Pace(NamedTuple):
+    """Where a running run is: its last logged round, the rounds its config plans (None when it names none), the
+    median seconds of its latest rounds and how long ago it last logged one."""
+    round: int
+    planned: int | None
+    seconds_per_round: float | None
+    silent_s: float
+
+    @property
+    def stalled(self) -> bool:
+        """Nothing logged for ten times a round's time, and at least five minutes: its process is probably gone."""
+        return self.seconds_per_round is None or self.silent_s > max(10 * self.seconds_per_round, 300)
+
+    @property
+    def left_s(self) -> float | None:
+        return None if self.planned is None or self.stalled else self.seconds_per_round * (self.planned - self.round)
+
+
+def pace(run_dir: str | Path, now: float | None = None) -> Pace | None:
+    """A run's :class:`Pace` from its metrics.csv (``elapsed_s``, over its latest PACE_ROUNDS rounds; a resumed
+    process starts its clock again), or None before it has logged a round."""
     import time
 
     run_dir = Path(run_dir)
     path = run_dir / METRICS_FILE
     log = pd.read_csv(path) if path.exists() else None
     if log is None or log.empty or "elapsed_s" not in log:
-        return "still running, or killed"
-    planned = (saved_config(run_dir).get("fl") or {}).get("rounds")
-    last = int(log["round"].iloc[-1])
+        return None
     steps = log["elapsed_s"].diff().iloc[-PACE_ROUNDS:]
-    steps = steps[steps > 0]  # a resumed process starts its clock again
-    pace = float(steps.median()) if len(steps) else None
-    silent = (time.time() if now is None else now) - path.stat().st_mtime
-    where = f"round {last}" + (f" of {planned}" if planned else "")
-    if pace is None or silent > max(10 * pace, 300):
-        return f"{where}, then nothing logged for {_duration(silent)}: probably killed"
-    left = f", about {_duration(pace * (planned - last))} left at {pace:.3g} s a round" if planned else ""
+    steps = steps[steps > 0]
+    return Pace(int(log["round"].iloc[-1]), (saved_config(run_dir).get("fl") or {}).get("rounds"),
+                float(steps.median()) if len(steps) else None,
+                (time.time() if now is None else now) - path.stat().st_mtime)
+
+
+def progress(run_dir: str | Path, now: float | None = None) -> str:
+    """Where a run whose summary says ``running`` is: its last round of the rounds planned and about how long it has
+    left at the pace of its latest rounds; or, when it has gone silent (:attr:`Pace.stalled`), that its process is
+    probably gone (killed, or its machine stopped)."""
+    at = pace(run_dir, now)
+    if at is None:
+        return "still running, or killed"
+    where = f"round {at.round}" + (f" of {at.planned}" if at.planned else "")
+    if at.stalled:
+        return f"{where}, then nothing logged for {duration(at.silent_s)}: probably killed"
+    left = f", about {duration(at.left_s)} left at {at.seconds_per_round:.3g} s a round" if at.planned else ""
     return f"running: {where}{left}"
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     minutes = round(seconds / 60)
     return f"{minutes} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
