@@ -281,13 +281,16 @@ def test_a_papers_file_with_a_bad_claim_or_value_is_refused_naming_it(tmp_path, 
 
 
 def test_rows_and_columns_pivot_with_the_paper_beside_fedrun_and_a_tolerance_note():
+    """The runs' cells beside the paper's; a paper cell without runs, and each point of the preset's grid with
+    neither (what is still to run), marked."""
     from fedrun.papers.artefacts import Artefact, Value
 
     numbers = pd.DataFrame({"algo": ["fedavg", "fedavg", "bherd"], "partition": ["case1", "case2", "case1"],
                             "value": [84.0, 83.0, 85.0]})
-    a = Artefact(name="t", paper="p", source="Table", what="", presets=("x",), values=(Value("value", "v", 1.0),),
-                 rows=("algo",), columns=("partition",), tolerance=1.0, paper_numbers=numbers)
-    runs = pd.DataFrame([{"run_dir": f"r{i}", PRESET: "x", "algo": algo, "partition": case, "seed": seed,
+    a = Artefact(name="t", paper="p", source="Table", what="", presets=("bherd_table2_svm",),
+                 values=(Value("value", "v", 1.0),), rows=("algo",), columns=("partition",), tolerance=1.0,
+                 paper_numbers=numbers)
+    runs = pd.DataFrame([{"run_dir": f"r{i}", PRESET: "bherd_table2_svm", "algo": algo, "partition": case, "seed": seed,
                           "status": "finished", "error": None, "diverged_round": None, "rounds_completed": 3,
                           "value": v, "rounds": 3, "planned_rounds": 3, "fixture": "", "summary": {}}
                          for i, (algo, case, seed, v) in enumerate([("fedavg", "case1", 0, 84.5),
@@ -297,7 +300,17 @@ def test_rows_and_columns_pivot_with_the_paper_beside_fedrun_and_a_tolerance_not
     assert "| algo | fedrun case1 | paper case1 | fedrun case2 | paper case2 | note |" in text
     assert ("| fedavg | 85.00 ± 0.71 | 84.00 | 80.00 | 83.00 | case1: within 1 of the paper; case2: NOT within 1 "
             in text)
-    assert "| bherd | – | 85.00 | – | – | case1: no finished run |" in text
+    assert "| bherd | – | 85.00 | – | – | no finished run |" in text  # case1 the paper's cell, case2 the grid's
+    rows = [line.split(" | ")[0].strip("| ") for line in text.splitlines()[2:]]
+    assert rows == ["fedavg", "bherd", "centralized", "grab_fedavg", "fednova", "bherd_fednova", "scaffold",
+                    "bherd_scaffold", "feddyn", "bherd_feddyn"]  # the runs', the paper's, then the grid's order
+    assert "| scaffold | – | – | – | – | no finished run |" in text
+    why = replace(a, not_run={"bherd_table2_svm": "too long here: 5 hours a run"})
+    assert "| scaffold | – | – | – | – | no finished run: too long here |" in markdown(why, summarise(why, runs))
+    # runs of one's own values of a grid key (algo=fedprox): the table is that sweep's, with no grid points to run
+    own = runs.assign(algo="fedprox")
+    table = summarise(a, own)
+    assert len(table) == 5 and set(table["algo"]) == {"fedprox", "fedavg", "bherd"}  # its 2 cells, the paper's 3
 
 
 def test_unknown_artefact_is_refused_with_the_nearest_name(capsys):
@@ -346,7 +359,8 @@ def test_some_presets_of_an_artefact_show_their_paper_cells_only(capsys):
     _, a = artefacts()["bherd_table2"]
     svm = replace(a, presets=("bherd_table2_svm",))
     table = summarise(svm, pd.DataFrame())
-    assert set(table[PRESET]) == {"bherd_table2_svm"} and len(table) == 18 and set(table["note"]) == {"no finished run"}
+    assert set(table[PRESET]) == {"bherd_table2_svm"} and set(table["note"]) == {"no finished run"}
+    assert len(table) == 20 and table["value_paper"].notna().sum() == 18  # its grid; the paper's 18 numbers
     with pytest.raises(SystemExit) as err:
         main(["bherd_table2", "--presets", "bherd_table2_lstm", "--collect-only"])
     assert err.value.code == 2 and "its presets: bherd_table2_svm,bherd_table2_rnn,bherd_table2_cnn" in \

@@ -5,6 +5,7 @@ beside fedrun, and the files ``fedrun-table`` writes (table, CSV, curves), heade
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -14,7 +15,8 @@ import pandas as pd
 
 from fedrun.papers import claims
 from fedrun.papers import measures
-from fedrun.papers.artefacts import PRESET, RESERVED, Artefact, Paper, grid, normalise, override_key, preset_config
+from fedrun.papers.artefacts import (PRESET, RESERVED, Artefact, Paper, grid, normalise, outline, override_key,
+                                     preset_config)
 from fedrun.rundir.report import COMPLETE, SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
 from fedrun.rundir.files import (METRICS_FILE, commits_of, cpu_model, git_commit, machines_of, saved_config,
                                  saved_overrides)
@@ -164,7 +166,8 @@ def summary_keys(artefact: Artefact, table: pd.DataFrame) -> list[str]:
 
 def summarise(artefact: Artefact, runs: pd.DataFrame) -> pd.DataFrame:
     """Per grid point, the mean and std over seeds of each value (runs that finished or diverged; a diverged run
-    with its last value), joined with the paper's numbers (a paper cell without runs stays, marked), and a note."""
+    with its last value), joined with the paper's numbers (a paper cell without runs stays, marked; so does each point
+    of a preset's grid still to run, :func:`_pending`), and a note."""
     keys = grid_keys(artefact, runs) if not runs.empty else [PRESET]
     names = [v.name for v in artefact.values]
     done = runs[runs["status"].isin(COMPLETE)] if not runs.empty else runs
@@ -195,6 +198,8 @@ def summarise(artefact: Artefact, runs: pd.DataFrame) -> pd.DataFrame:
                           ignore_index=True)
     else:
         table = table.assign(**{f"{n}_paper": None for n in names})
+    if not artefact.measure:
+        table = pd.concat([table, _pending(artefact, table, runs)], ignore_index=True)
     for n in names:
         table[f"{n}_diff"] = pd.to_numeric(table[n], errors="coerce") - pd.to_numeric(table[f"{n}_paper"],
                                                                                        errors="coerce")
@@ -202,9 +207,27 @@ def summarise(artefact: Artefact, runs: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def _pending(artefact: Artefact, table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """A row for each point of each preset's own grid that ``table`` does not hold yet (no run finished there, and no
+    paper cell), so that a table says what is still to run. None for a preset whose runs lie off its grid: the runs
+    of a sweep of one's own values over a grid key (``fl.lr=0.01,0.1``) make the table that sweep's."""
+    rows = []
+    for preset in artefact.presets:
+        axes = {k: [normalise(v) for v in vs] for k, vs in outline(preset)[0].items() if k != "seed"}
+        mine = runs[runs[PRESET] == preset] if not runs.empty else runs
+        if any(k in mine and not set(mine[k].dropna().astype(str)) <= set(vs) for k, vs in axes.items()):
+            continue
+        held = table[table[PRESET] == preset]
+        have = set(map(tuple, held[list(axes)].astype(str).values)) if all(k in held for k in axes) else set()
+        rows += [{PRESET: preset, **dict(zip(axes, point))} for point in itertools.product(*axes.values())
+                 if point not in have and (axes or held.empty)]
+    return pd.DataFrame(rows)
+
+
 def _note(artefact: Artefact, row) -> str:
     if pd.isna(row.get("runs")) or not row.get("runs"):
-        return "no finished run"
+        why = artefact.not_run.get(row.get(PRESET), "")  # its first clause: "too long here", "X cannot be fetched"
+        return "no finished run" + (f": {why.split(':')[0]}" if why else "")
     if isinstance(row.get("fixture"), str) and row["fixture"]:
         return f"not reproduced: {row['fixture']}"
     notes = []
