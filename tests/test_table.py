@@ -333,6 +333,29 @@ def test_collect_reads_a_runs_grid_values_from_its_config_when_hydra_recorded_no
     assert found[["fl.num_clients", "partition", "value"]].values.tolist() == [["5", "case2", 50.0]]
 
 
+def test_how_runs_executed_never_splits_a_grid_point_but_an_override_that_changes_results_does(tmp_path):
+    """Three runs of one grid point: two continued with resume=true, one on other threads, all with progress=false,
+    two given fl.lr=0.1. fl.lr, which changes results, is a key of the table, the preset's value where a run was not
+    given one; how the runs executed goes to the header, with how many runs had it where not all did."""
+    from fedrun.papers.artefacts import Artefact, Value
+
+    for seed, extra in enumerate([["resume=true", "fl.lr=0.1"], ["resume=true", "hardware.num_threads=2"],
+                                  ["fl.lr=0.1"]]):
+        run = tmp_path / "t" / "bherd_fig8c" / f"fl.num_clients=5,partition=case2,seed={seed}"
+        (run / ".hydra").mkdir(parents=True)
+        (run / "config.yaml").write_text(yaml.safe_dump({"seed": seed, "partition": {"name": "case2"}, "fl": {
+            "num_clients": 5, "rounds": 100, "lr": 0.1 if "fl.lr=0.1" in extra else 0.05}}))
+        (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
+            ["fl.num_clients=5", "partition=case2", f"seed={seed}", "progress=false", *extra]))
+        (run / "summary.json").write_text(json.dumps({"status": "finished", "final_test_acc": 0.5}))
+    a = Artefact(name="t", paper="p", source="", what="", presets=("bherd_fig8c",),
+                 values=(Value("value", "final_test_acc", 100.0),))
+    found = collect(a, tmp_path)
+    assert "resume" not in found and "hardware.num_threads" not in found and "progress" not in found
+    assert found["fl.lr"].tolist() == ["0.1", "0.05", "0.1"]  # the preset's, where the run was not given one
+    assert found["overrides"].iloc[0] == "hardware.num_threads=2 (1 of 3 runs) progress=False resume=True (2 of 3 runs)"
+
+
 def test_curves_against_simulated_time_are_averaged_on_the_range_every_run_covers():
     from fedrun.rundir.report import on_common_grid
 

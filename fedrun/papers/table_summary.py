@@ -18,8 +18,8 @@ from fedrun.papers import measures
 from fedrun.papers.artefacts import (PRESET, RESERVED, Artefact, Paper, grid, normalise, outline, override_key,
                                      preset_config)
 from fedrun.rundir.report import COMPLETE, SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
-from fedrun.rundir.files import (METRICS_FILE, commits_of, cpu_model, git_commit, machines_of, saved_config,
-                                 saved_overrides)
+from fedrun.rundir.files import (METRICS_FILE, changes_results, commits_of, cpu_model, git_commit, machines_of,
+                                 saved_config, saved_overrides)
 
 FIXTURE_FILE = "fixture.json"  # in a preset's sweep folder: the runs there ran on a stand-in for absent data
 
@@ -32,14 +32,17 @@ def _grid_values(run_dir: Path, keys: list[str], config: dict) -> dict[str, str]
     out = {f"{OTHER}{k}": normalise(v) for k, v in given.items()
            if k not in keys and k not in ("seed", "experiment") and not k.startswith("hydra")}
     for key in keys:
-        if key in given:
-            out[key] = normalise(given[key])
-            continue
-        node = config
-        for part in (key.split(".") if "/" not in key and "." in key else [*key.split("/"), "name"]):
-            node = node.get(part) if isinstance(node, dict) else None
-        out[key] = normalise(node) if node is not None else None
+        out[key] = normalise(given[key]) if key in given else _config_value(config, key)
     return out
+
+
+def _config_value(config: dict, key: str) -> str | None:
+    """A setting's value in a run's config: a dotted key as it is; a group (``partition``, ``algo/harmonizer``) by
+    its option's ``name``."""
+    node = config
+    for part in (key.split(".") if "/" not in key and "." in key else [*key.split("/"), "name"]):
+        node = node.get(part) if isinstance(node, dict) else None
+    return normalise(node) if node is not None else None
 
 
 def _metrics(run_dir: Path) -> pd.DataFrame | None:
@@ -110,11 +113,25 @@ def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
                          "fixture": fixture if used_fixture else "", "summary": summary})
         frame = pd.DataFrame(rows)
         other = [c for c in frame.columns if c.startswith(OTHER)]
-        constant = sorted(c for c in other if frame[c].astype(str).nunique() < 2)
-        frame[OVERRIDES] = " ".join(f"{c.removeprefix(OTHER)}={frame[c].iloc[0]}" for c in constant)
-        frame = frame.drop(columns=constant)
+        # said in the header: the overrides every run had alike, and those of how a run executed (resume=true on the
+        # runs continued, threads), which never split a grid point
+        said = sorted(c for c in other if not changes_results(c.removeprefix(OTHER)) or (
+            frame[c].notna().all() and frame[c].astype(str).nunique() == 1))
+        frame[OVERRIDES] = " ".join(_said(frame, c) for c in said)
+        frame = frame.drop(columns=said)
+        for c in set(other) - set(said):  # a key of the table: where a run was not given it, its config's value
+            frame[c] = [_config_value(saved_config(d), c.removeprefix(OTHER)) if pd.isna(v) else v
+                        for v, d in zip(frame[c], frame["run_dir"])]
         frames.append(_in_grid_order(frame.rename(columns=lambda c: c.removeprefix(OTHER)), grid(preset)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _said(frame: pd.DataFrame, column: str) -> str:
+    """An override as the header names it: ``key=value``, ``key=a/b`` where the runs had different values, with
+    ``(3 of 5 runs)`` where only some had it."""
+    values = frame[column].dropna().astype(str)
+    text = f"{column.removeprefix(OTHER)}={'/'.join(dict.fromkeys(values))}"
+    return text if len(values) == len(frame) else f"{text} ({len(values)} of {len(frame)} runs)"
 
 
 def _measured(artefact: Artefact, folder: Path) -> pd.DataFrame:
