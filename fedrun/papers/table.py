@@ -13,10 +13,10 @@ skipping of finished jobs work as for any sweep; while a sweep runs, fedrun-tabl
 its runs are complete, which are running (their rounds) and roughly how long it has left. The summary is
 fedrun-report's (mean ± std over seeds), joined with the paper's numbers; rows whose data was absent (a fixture in the
 dataset's format stood in) or whose runs were shortened are marked, and jobs that did not finish are listed under the
-table. Writes ``<artefact>.md``, ``.csv``
-and the figure (``.png``) beside the runs, into ``<runs>/<artefact>/``, unless ``--out`` says where (the committed
-tables are in ``results/<paper>/``). A committed table (one git tracks) is replaced only by one made with the same
-settings (rounds, seeds, the runs' commits) or with ``--replace``: a 5-round check never passes for a paper's table.
+table. Writes ``<artefact>.md``, ``.csv`` and the figure (``.png``) beside the runs, into ``<runs>/<artefact>/``,
+unless ``--out`` says where (the committed tables are in ``results/<paper>/``). A committed table (one git tracks) is
+replaced only by one made with the same settings (rounds, seeds, the runs' commits) or with ``--replace``: a 5-round
+check never passes for a paper's table.
 
 An artefact that is not a training run (a timing of the server's code, a centralised optimum) names the function
 that measures it (fedrun/papers/measures); its ``key=value`` arguments are that function's settings, its rows are kept

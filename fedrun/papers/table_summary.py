@@ -237,7 +237,7 @@ def _pending(artefact: Artefact, table: pd.DataFrame, runs: pd.DataFrame) -> pd.
         held = table[table[PRESET] == preset]
         have = set(map(tuple, held[list(axes)].astype(str).values)) if all(k in held for k in axes) else set()
         rows += [{PRESET: preset, **dict(zip(axes, point))} for point in itertools.product(*axes.values())
-                 if point not in have and (axes or held.empty)]
+                 if point not in have]
     return pd.DataFrame(rows)
 
 

@@ -190,7 +190,9 @@ class Pace(NamedTuple):
 
     @property
     def left_s(self) -> float | None:
-        return None if self.planned is None or self.stalled else self.seconds_per_round * (self.planned - self.round)
+        if self.planned is None or self.stalled:
+            return None
+        return self.seconds_per_round * max(0, self.planned - self.round)
 
 
 def pace(run_dir: str | Path, now: float | None = None) -> Pace | None:
@@ -225,6 +227,7 @@ def progress(run_dir: str | Path, now: float | None = None) -> str:
 
 
 def duration(seconds: float) -> str:
+    """A time span as a person reads it: minutes up to two hours, hours beyond."""
     minutes = round(seconds / 60)
     return f"{minutes} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
