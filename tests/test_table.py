@@ -906,3 +906,31 @@ def test_a_sweep_in_progress_says_what_is_done_and_roughly_how_long_is_left(tmp_
     assert sweep_progress(tmp_path, jobs=6, now=now) == (
         "2 of 6 runs complete, 1 failed, 1 running (round 10/100), 2 to start; roughly 7 min left at 1 at a time")
     assert sweep_progress(tmp_path / "not yet", jobs=3) == "0 of 3 runs complete, 3 to start"
+
+
+def test_ctrl_c_waits_for_the_sweeps_checkpoints_and_says_how_to_go_on(tmp_path, monkeypatch, capsys):
+    """The sweep (a stand-in process here) runs past one watch period (a progress line), then Ctrl-C: fedrun-table
+    waits for the sweep to exit (its runs write their checkpoints) rather than killing it, and says how to go on."""
+    import subprocess
+
+    class Sweep:
+        def __init__(self, cmd):
+            self.waits = 0
+
+        def wait(self, timeout=None):
+            self.waits += 1
+            if self.waits == 1:
+                raise subprocess.TimeoutExpired("fedrun", timeout)
+            if self.waits == 2:
+                raise KeyboardInterrupt
+            return 130
+
+    made = []
+    monkeypatch.setattr(fedrun.papers.table.subprocess, "Popen", lambda cmd: made.append(Sweep(cmd)) or made[-1])
+    _write_paper(tmp_path / "papers")
+    monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
+    assert main(["tiny_fig", *TINY, "--runs", str(tmp_path / "runs")]) == 130
+    assert made[0].waits == 3, "waited for the sweep after Ctrl-C"
+    said = capsys.readouterr()
+    assert "fedrun-table: bherd_fig8c: 0 of 2 runs complete, 2 to start" in said.out
+    assert "the same command with resume=true continues each unfinished run" in said.err

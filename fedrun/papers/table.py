@@ -284,6 +284,11 @@ def main(argv: list[str] | None = None) -> int:
         except FedrunError as e:
             print(f"fedrun-table: {e}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # the sweep's runs have written their checkpoints (_watched)
+            print(f"fedrun-table: stopped; the same command with resume=true continues each unfinished run from its "
+                  f"checkpoint, and `fedrun-table {artefact.name} --collect-only --runs {runs}` tables what finished",
+                  file=sys.stderr)
+            return 130
         print(f"fedrun-table: {ran} job(s) ran")
     found = collect(artefact, runs)
     if found.empty:
