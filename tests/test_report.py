@@ -1,8 +1,10 @@
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from fedrun.engine.experiment import run_experiment
 from fedrun.rundir.report import main as report_main, zoom
@@ -228,3 +230,56 @@ def test_a_running_run_says_how_far_it_is_and_how_long_it_has_left(tmp_path):
     assert progress(tmp_path, now=written + 3600) == "round 12 of 100, then nothing logged for 60 min: probably killed"
     os.remove(tmp_path / "metrics.csv")
     assert progress(tmp_path) == "still running, or killed"
+
+
+def test_a_sweep_in_progress_says_what_is_done_and_roughly_how_long_is_left(tmp_path):
+    """Six jobs: two complete (100 s each), one failed, one running (round 10 of 100 at 2 s a round), one silent for
+    an hour (its process gone: to start again): the running one has 180 s left and the two to start take 133 s each,
+    the mean whole length of the complete runs (100, 100) and the running one (200); 447 s, one at a time."""
+    from fedrun.rundir.sweeps import sweep_progress
+
+    def job(name, status, **summary):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.yaml").write_text(yaml.safe_dump({"fl": {"rounds": 100}}))
+        (run / "summary.json").write_text(json.dumps({"status": status, **summary}))
+        return run
+
+    job("a", "finished", wall_time_s=100.0)
+    job("b", "diverged", total_wall_time_s=100.0, wall_time_s=40.0)
+    job("c", "failed")
+    for name in "de":
+        pd.DataFrame({"round": range(1, 11), "elapsed_s": [2.0 * r for r in range(1, 11)]}).to_csv(
+            job(name, "running") / "metrics.csv", index=False)
+    now = (tmp_path / "d" / "metrics.csv").stat().st_mtime + 1
+    os.utime(tmp_path / "e" / "metrics.csv", (now - 3600, now - 3600))
+    assert sweep_progress(tmp_path, jobs=6, now=now) == (
+        "2 of 6 runs complete, 1 failed, 1 running (round 10/100), 2 to start; roughly 7 min left at 1 at a time")
+    assert sweep_progress(tmp_path / "not yet", jobs=3) == "0 of 3 runs complete, 3 to start"
+
+
+def test_a_sweeps_jobs_are_counted_from_what_hydra_recorded_and_the_report_says_where_it_is(tmp_path, capsys):
+    """A basic sweeper's jobs: its preset's params times the command line's sweeps (range() included, a command-line
+    value of a params key replacing its sweep); none known for another sweeper. fedrun-report on the sweep's folder
+    says where it is."""
+    from fedrun.rundir.sweeps import planned_jobs
+
+    def recorded(folder, params, task, sweeper="hydra._internal.core_plugins.basic_sweeper.BasicSweeper"):
+        folder.mkdir(parents=True)
+        (folder / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {
+            "sweeper": {"_target_": sweeper, "params": params}, "overrides": {"hydra": [], "task": task}}}))
+        return folder
+
+    sweep = recorded(tmp_path / "s", {"algo/schedule": "fixed_tau100,gift"},
+                     ["experiment=e", "seed=range(5)", "fl.lr=0.1,0.01,0.001", "progress=false"])
+    assert planned_jobs(sweep) == 2 * 5 * 3
+    assert planned_jobs(recorded(tmp_path / "t", {"algo/schedule": "a,b"}, ["algo/schedule=a", "seed=0,1"])) == 2
+    assert planned_jobs(recorded(tmp_path / "o", {}, ["seed=0,1"], sweeper="hydra_plugins.optuna.OptunaSweeper")) \
+        is None
+    assert planned_jobs(tmp_path) is None
+    run = sweep / "algo" / "schedule=gift,seed=0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "fl": {"rounds": 2}}))
+    (run / "summary.json").write_text(json.dumps({"status": "finished", "final_test_acc": 0.5, "wall_time_s": 60}))
+    assert report_main([str(sweep)]) == 0
+    assert f"{sweep}: 1 of 30 runs complete, 29 to start" in capsys.readouterr().out

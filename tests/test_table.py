@@ -2,7 +2,6 @@
 
 import json
 import math
-import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -880,32 +879,6 @@ def test_a_point_the_artefact_names_not_checked_is_not_counted_with_why(tmp_path
     out = check(art.claims, table, [PRESET, "algo", "h"], not_checked=art.not_checked)
     assert out["verdict"].tolist() == ["holds", "not checked: FedDecorr is FedAvg on a perceptron", "holds", "holds"]
     assert out["where"][1] == {PRESET: "syn", "algo": "decorr"}
-
-
-def test_a_sweep_in_progress_says_what_is_done_and_roughly_how_long_is_left(tmp_path):
-    """Six jobs: two complete (100 s each), one failed, one running (round 10 of 100 at 2 s a round), one silent for
-    an hour (its process gone: to start again): the running one has 180 s left and the two to start take 133 s each,
-    the mean whole length of the complete runs (100, 100) and the running one (200); 447 s, one at a time."""
-    from fedrun.papers.table import sweep_progress
-
-    def job(name, status, **summary):
-        run = tmp_path / name
-        run.mkdir()
-        (run / "config.yaml").write_text(yaml.safe_dump({"fl": {"rounds": 100}}))
-        (run / "summary.json").write_text(json.dumps({"status": status, **summary}))
-        return run
-
-    job("a", "finished", wall_time_s=100.0)
-    job("b", "diverged", total_wall_time_s=100.0, wall_time_s=40.0)
-    job("c", "failed")
-    for name in "de":
-        pd.DataFrame({"round": range(1, 11), "elapsed_s": [2.0 * r for r in range(1, 11)]}).to_csv(
-            job(name, "running") / "metrics.csv", index=False)
-    now = (tmp_path / "d" / "metrics.csv").stat().st_mtime + 1
-    os.utime(tmp_path / "e" / "metrics.csv", (now - 3600, now - 3600))
-    assert sweep_progress(tmp_path, jobs=6, now=now) == (
-        "2 of 6 runs complete, 1 failed, 1 running (round 10/100), 2 to start; roughly 7 min left at 1 at a time")
-    assert sweep_progress(tmp_path / "not yet", jobs=3) == "0 of 3 runs complete, 3 to start"
 
 
 def test_ctrl_c_waits_for_the_sweeps_checkpoints_and_says_how_to_go_on(tmp_path, monkeypatch, capsys):

@@ -39,7 +39,7 @@ from fedrun.config.overrides import override_key
 from fedrun.papers.artefacts import Artefact, artefacts, grid, is_sweep, outline, preset_config
 from fedrun.papers.table_summary import FIXTURE_FILE, SUMMARY_FILE, collect, write
 from fedrun.rundir.files import commits_of
-from fedrun.rundir.report import COMPLETE, duration, find_runs, pace
+from fedrun.rundir.sweeps import sweep_progress
 
 
 def sweep_command(preset: str, folder: Path, overrides: list[str]) -> list[str]:
@@ -96,36 +96,6 @@ def _watched(cmd: list[str], say) -> int:
     except KeyboardInterrupt:
         proc.wait()
         raise
-
-
-def sweep_progress(folder: Path, jobs: int, now: float | None = None) -> str:
-    """Where a sweep of ``jobs`` runs into ``folder`` is: how many are complete, failed, running (each one's round) or
-    still to start, and roughly how long it has left: the running runs' rounds left at their pace, and each run to
-    start as long as the runs so far took or will take on average, shared by as many at a time as are running now."""
-    complete, failed, totals, left, rounds = 0, 0, [], 0.0, []
-    for d in find_runs([str(folder)]) if folder.exists() else []:
-        summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {}
-        if summary.get("status") in COMPLETE:
-            complete += 1
-            totals.append(summary.get("total_wall_time_s", summary.get("wall_time_s")))
-            continue
-        at = pace(d, now)
-        if summary.get("status") != "running" or at is None or at.stalled:
-            failed += summary.get("status") == "failed"
-            continue
-        rounds.append(f"{at.round}/{at.planned}" if at.planned else str(at.round))
-        if at.left_s is not None:
-            left += at.left_s
-            totals.append(at.seconds_per_round * at.planned)
-    totals = [t for t in totals if t]
-    to_start = max(0, jobs - complete - failed - len(rounds))
-    text = f"{complete} of {jobs} runs complete" + (f", {failed} failed" if failed else "") + (
-        f", {len(rounds)} running (round{'s' * (len(rounds) > 1)} {', '.join(rounds)})" if rounds else "") + (
-        f", {to_start} to start" if to_start else "")
-    if rounds and totals:
-        seconds = (left + to_start * sum(totals) / len(totals)) / len(rounds)
-        text += f"; roughly {duration(seconds)} left at {len(rounds)} at a time"
-    return text
 
 
 def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: int, log=print) -> int:

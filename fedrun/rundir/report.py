@@ -3,15 +3,16 @@
     fedrun-report multirun/2026-11-21/12-00-00            # a sweep directory (searched recursively)
     fedrun-report RUN_A RUN_B --by method,fl.local_epochs --out report/
 
-Rows are grouped by the config keys given with --by, or by default by the method (``fedavg+fedgh``, ...) and every
-other key whose value differs between the runs and can change results (the seed excepted; not how a run executed,
-was checkpointed or resumed: fedrun.rundir.files.changes_results, the list the staleness check uses), so a sweep reports
-what it swept. Means and stds are over the complete runs (finished, or diverged: a run that fails to converge is a
-result); each row says how many runs it has and how many of them finished. Runs that did not finish are listed after
-the table: diverged (with the round; counted in the means) and, kept out of them, failed (with the error), interrupted
-(checkpointed by SIGTERM/Ctrl-C: with the command that continues it), running (its round and time left, or probably
-killed) and missing (no summary). ``--out`` also draws each group's mean curve over the same complete runs, and each
-unfinished run's own, dashed.
+For a sweep's folder it first says how far the sweep is: its runs complete, failed, running and still to start, and
+roughly how long it has left. Rows are grouped by the config keys given with --by, or by default by the method
+(``fedavg+fedgh``, ...) and every other key whose value differs between the runs and can change results (the seed
+excepted; not how a run executed, was checkpointed or resumed: fedrun.rundir.files.changes_results, the list the
+staleness check uses), so a sweep reports what it swept. Means and stds are over the complete runs (finished, or
+diverged: a run that fails to converge is a result); each row says how many runs it has and how many of them finished.
+Runs that did not finish are listed after the table: diverged (with the round; counted in the means) and, kept out of
+them, failed (with the error), interrupted (checkpointed by SIGTERM/Ctrl-C: with the command that continues it), running
+(its round and time left, or probably killed) and missing (no summary). ``--out`` also draws each group's mean curve
+over the same complete runs, and each unfinished run's own, dashed.
 """
 
 from __future__ import annotations
@@ -357,6 +358,8 @@ def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "", x:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fedrun.rundir.sweeps import planned_jobs, sweep_progress
+
     parser = argparse.ArgumentParser(prog="fedrun-report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", help="run directories or directories that contain them (sweeps)")
@@ -382,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     table = summarize(df, by)
     text = markdown(table) + unfinished(df)
     print(f"{len(runs)} runs, grouped by {by or 'nothing'}\n")
+    for path in args.paths:  # a sweep's folder: how far it is
+        if (Path(path) / "multirun.yaml").exists():
+            print(f"{path}: {sweep_progress(Path(path), planned_jobs(path))}\n")
     print(text)
     if args.out:
         out = Path(args.out)
