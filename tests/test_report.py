@@ -122,8 +122,6 @@ def test_report_groups_only_on_settings_that_change_results_and_averages_complet
     """Runs that differ in how they ran (resume, hardware.num_threads, the logger) form one group; a setting that
     changes results (hardware.dtype) splits them. Interrupted and failed runs stay out of the means (listed under
     the table), and each row says how many runs it has and how many finished."""
-    import yaml
-
     def fake(name, status, acc, **settings):
         run = tmp_path / "runs" / name
         run.mkdir(parents=True)
@@ -179,7 +177,6 @@ def test_more_rounds_extend_a_finished_run_only_when_resuming(tmp_path):
     assert finished_summary(run, compose_config([*base, "fl.rounds=9"]))["status"] == "diverged"
 
 
-
 def test_curves_average_the_complete_runs_and_draw_each_unfinished_run_on_its_own(tmp_path):
     """A group of two finished runs, a diverged one and one stopped at round 3 of 6: the mean and std at each round
     are those of the three complete runs (the diverged one held at its last value, as the table counts it), the
@@ -215,10 +212,6 @@ def test_curves_average_the_complete_runs_and_draw_each_unfinished_run_on_its_ow
 def test_a_running_run_says_how_far_it_is_and_how_long_it_has_left(tmp_path):
     """A running run's row under a report: its last round of those planned and the time left at the pace of its
     latest rounds (a resumption's clock restart ignored); silent for far longer than a round takes, probably killed."""
-    import os
-
-    import yaml
-
     from fedrun.rundir.report import progress
 
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"fl": {"rounds": 100}}))
