@@ -12,7 +12,7 @@ export FEDRUN_COMMIT="$(cat .device/commit 2>/dev/null)" WANDB_MODE=disabled HYD
 # the tests' CPU reference runs use torch's operators: compiling fedrun's CPU kernels would spend device time
 export CXX=/nonexistent/g++
 PY=${PYTHON:-python}
-HW=${HW:-gpu}  # HW=cpu EXTRA="fl.rounds=1 ...": a dry run of the kit's steps on a machine without a GPU
+HW=${HW:-gpu}  # HW=cpu EXTRA="fl.rounds=1" PYTHON=.venv/bin/python: a dry run of the kit's steps without a GPU
 EXTRA=${EXTRA:-}
 what=",${1:-all},"
 step() {  # step NAME SECONDS COMMAND...: the command's output in $OUT/NAME.log, its status and seconds in steps.tsv
