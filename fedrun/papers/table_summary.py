@@ -98,9 +98,9 @@ def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
             continue
         fixture = json.loads((folder / FIXTURE_FILE).read_text())["note"] if (folder / FIXTURE_FILE).exists() else ""
         planned = int(preset_config(preset).fl.rounds)
-        rows = []
+        rows, configs = [], {}
         for d in find_runs([str(folder)]):
-            config = saved_config(d)
+            config = configs[str(d)] = saved_config(d)
             summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {}
             used_fixture = fixture and str(folder / "fixture-data") == str(config.get("data", {}).get("root"))
             metrics = _metrics(d) if any("@" in v.of for v in artefact.values) else None
@@ -120,7 +120,7 @@ def collect(artefact: Artefact, runs: Path) -> pd.DataFrame:
         frame[OVERRIDES] = " ".join(_said(frame, c) for c in said)
         frame = frame.drop(columns=said)
         for c in set(other) - set(said):  # a key of the table: where a run was not given it, its config's value
-            frame[c] = [_config_value(saved_config(d), c.removeprefix(OTHER)) if pd.isna(v) else v
+            frame[c] = [_config_value(configs[d], c.removeprefix(OTHER)) if pd.isna(v) else v
                         for v, d in zip(frame[c], frame["run_dir"])]
         frames.append(_in_grid_order(frame.rename(columns=lambda c: c.removeprefix(OTHER)), grid(preset)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
