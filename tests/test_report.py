@@ -246,16 +246,40 @@ def test_a_sweep_in_progress_says_what_is_done_and_roughly_how_long_is_left(tmp_
             job(name, "running") / "metrics.csv", index=False)
     now = (tmp_path / "d" / "metrics.csv").stat().st_mtime + 1
     os.utime(tmp_path / "e" / "metrics.csv", (now - 3600, now - 3600))
-    assert sweep_progress(tmp_path, jobs=6, now=now) == (
+    assert sweep_progress(tmp_path, {"seed": [str(s) for s in range(6)]}, now=now) == (
         "2 of 6 runs complete, 1 failed, 1 running (round 10/100), 2 to start; roughly 7 min left at 1 at a time")
-    assert sweep_progress(tmp_path / "not yet", jobs=3) == "0 of 3 runs complete, 3 to start"
+    assert sweep_progress(tmp_path / "not yet", {"seed": ["0", "1", "2"]}) == "0 of 3 runs complete, 3 to start"
+
+
+def test_a_sweeps_runs_to_start_take_as_long_as_the_other_seeds_of_their_grid_point(tmp_path):
+    """Schedule a: two seeds complete in 60 s each, one to start (60 s). Schedule b: one running at round 10 of 100
+    (20 s so far, 2 s a round: 200 s in all), two to start (200 s each). 180 + 60 + 400 = 640 s, one at a time, where
+    the mean of every run so far would say 180 + 3 x 107 = 500 s."""
+    from fedrun.rundir.sweeps import sweep_progress
+
+    def job(schedule, seed, status, **summary):
+        run = tmp_path / f"schedule={schedule},seed={seed}"
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"algo/schedule={schedule}", "progress=False",
+                                                                       f"seed={seed}"]))
+        (run / "config.yaml").write_text(yaml.safe_dump({"fl": {"rounds": 100}}))
+        (run / "summary.json").write_text(json.dumps({"status": status, **summary}))
+        return run
+
+    job("a", 0, "finished", wall_time_s=60.0)
+    job("a", 1, "finished", wall_time_s=60.0)
+    running = job("b", 0, "running") / "metrics.csv"
+    pd.DataFrame({"round": range(1, 11), "elapsed_s": [2.0 * r for r in range(1, 11)]}).to_csv(running, index=False)
+    grid = {"algo/schedule": ["a", "b"], "progress": ["false"], "seed": ["0", "1", "2"]}
+    assert sweep_progress(tmp_path, grid, now=running.stat().st_mtime + 1) == (
+        "2 of 6 runs complete, 1 running (round 10/100), 3 to start; roughly 11 min left at 1 at a time")
 
 
 def test_a_sweeps_jobs_are_counted_from_what_hydra_recorded_and_the_report_says_where_it_is(tmp_path, capsys):
     """A basic sweeper's jobs: its preset's params times the command line's sweeps (range() included, a command-line
     value of a params key replacing its sweep); none known for another sweeper. fedrun-report on the sweep's folder
     says where it is."""
-    from fedrun.rundir.sweeps import planned_jobs
+    from fedrun.rundir.sweeps import planned_grid
 
     def recorded(folder, params, task, sweeper="hydra._internal.core_plugins.basic_sweeper.BasicSweeper"):
         folder.mkdir(parents=True)
@@ -265,11 +289,14 @@ def test_a_sweeps_jobs_are_counted_from_what_hydra_recorded_and_the_report_says_
 
     sweep = recorded(tmp_path / "s", {"algo/schedule": "fixed_tau100,gift"},
                      ["experiment=e", "seed=range(5)", "fl.lr=0.1,0.01,0.001", "progress=false"])
-    assert planned_jobs(sweep) == 2 * 5 * 3
-    assert planned_jobs(recorded(tmp_path / "t", {"algo/schedule": "a,b"}, ["algo/schedule=a", "seed=0,1"])) == 2
-    assert planned_jobs(recorded(tmp_path / "o", {}, ["seed=0,1"], sweeper="hydra_plugins.optuna.OptunaSweeper")) \
+    assert planned_grid(sweep) == {"algo/schedule": ["fixed_tau100", "gift"], "experiment": ["e"],
+                                   "seed": ["0", "1", "2", "3", "4"], "fl.lr": ["0.1", "0.01", "0.001"],
+                                   "progress": ["false"]}
+    assert planned_grid(recorded(tmp_path / "t", {"algo/schedule": "a,b"}, ["algo/schedule=a", "seed=0,1"])) == {
+        "algo/schedule": ["a"], "seed": ["0", "1"]}
+    assert planned_grid(recorded(tmp_path / "o", {}, ["seed=0,1"], sweeper="hydra_plugins.optuna.OptunaSweeper")) \
         is None
-    assert planned_jobs(tmp_path) is None
+    assert planned_grid(tmp_path) is None
     run = sweep / "algo" / "schedule=gift,seed=0"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "fl": {"rounds": 2}}))

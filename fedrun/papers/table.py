@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -110,8 +109,8 @@ def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: in
         before = _stamps(folder)
         cmd = sweep_command(preset, folder, [*overrides, *extra])
         log(f"fedrun-table: {' '.join(cmd[2:])}")
-        jobs = math.prod(len(v) for v in grid(preset, [*overrides, *extra]).values())
-        returncode = _watched(cmd, lambda: log(f"fedrun-table: {preset}: {sweep_progress(folder, jobs)}"))
+        axes = grid(preset, [*overrides, *extra])
+        returncode = _watched(cmd, lambda: log(f"fedrun-table: {preset}: {sweep_progress(folder, axes)}"))
         if returncode == 2:  # refused before any job ran: a bad override, said above by fedrun itself
             raise FedrunError(f"fedrun refused the sweep of {preset} (its message is above); nothing ran")
         after = _stamps(folder)

@@ -178,11 +178,12 @@ PACE_ROUNDS = 20  # the latest rounds whose times give a running run's pace
 
 class Pace(NamedTuple):
     """Where a running run is: its last logged round, the rounds its config plans (None when it names none), the
-    median seconds of its latest rounds and how long ago it last logged one."""
+    median seconds of its latest rounds, how long ago it last logged one and the seconds its rounds so far took."""
     round: int
     planned: int | None
     seconds_per_round: float | None
     silent_s: float
+    spent_s: float = 0.0
 
     @property
     def stalled(self) -> bool:
@@ -206,11 +207,13 @@ def pace(run_dir: str | Path, now: float | None = None) -> Pace | None:
     log = pd.read_csv(path) if path.exists() else None
     if log is None or log.empty or "elapsed_s" not in log:
         return None
-    steps = log["elapsed_s"].diff().iloc[-PACE_ROUNDS:]
-    steps = steps[steps > 0]
+    steps = log["elapsed_s"].diff()
+    steps = steps[steps > 0]  # a resumed process's clock restart left out
+    latest = steps.iloc[-PACE_ROUNDS:]
     return Pace(int(log["round"].iloc[-1]), (saved_config(run_dir).get("fl") or {}).get("rounds"),
-                float(steps.median()) if len(steps) else None,
-                (time.time() if now is None else now) - path.stat().st_mtime)
+                float(latest.median()) if len(latest) else None,
+                (time.time() if now is None else now) - path.stat().st_mtime,
+                float(log["elapsed_s"].iloc[0] + steps.sum()))
 
 
 def progress(run_dir: str | Path, now: float | None = None) -> str:
@@ -358,7 +361,7 @@ def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "", x:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fedrun.rundir.sweeps import planned_jobs, sweep_progress
+    from fedrun.rundir.sweeps import planned_grid, sweep_progress
 
     parser = argparse.ArgumentParser(prog="fedrun-report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -387,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(runs)} runs, grouped by {by or 'nothing'}\n")
     for path in args.paths:  # a sweep's folder: how far it is
         if (Path(path) / "multirun.yaml").exists():
-            print(f"{path}: {sweep_progress(Path(path), planned_jobs(path))}\n")
+            print(f"{path}: {sweep_progress(Path(path), planned_grid(path))}\n")
     print(text)
     if args.out:
         out = Path(args.out)

@@ -7,14 +7,18 @@ is (:func:`sweep_progress`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from fedrun.rundir.files import REFUSED_FILE, SUMMARY_FILE
+from fedrun.rundir.files import REFUSED_FILE, SUMMARY_FILE, saved_overrides
+
+SEED_KEY = "seed"  # a sweep's replicate axis: its runs at one grid point differ only in it
 
 FAILED_JOBS: list[str] = []  # run directories of this sweep's failed or refused jobs
 
@@ -39,45 +43,71 @@ class FailedJobs(Callback):
         return {p: p.stat().st_mtime_ns for name in (SUMMARY_FILE, REFUSED_FILE) for p in sorted(root.rglob(name))}
 
 
-def sweep_progress(folder: Path, jobs: int | None, now: float | None = None) -> str:
-    """Where a sweep of ``jobs`` runs into ``folder`` is: how many are complete, failed, running (each one's round) or
-    still to start, and roughly how long it has left: the running runs' rounds left at their pace, and each run to
-    start as long as the runs so far took or will take on average, shared by as many at a time as are running now.
-    Without ``jobs`` (a sweeper that does not list its jobs beforehand) it says what has started."""
+def sweep_progress(folder: Path, grid: dict[str, list[str]] | None, now: float | None = None) -> str:
+    """Where a sweep over ``grid`` (key -> values; each combination a job) into ``folder`` is: how many runs are
+    complete, failed, running (each one's round) or still to start, and roughly how long it has left. That is the
+    running runs' rounds left at their pace, plus each run still to start as long as the runs of its grid point (other
+    seeds) took or will take on average, or all the runs so far where its point has none, shared by as many at a time
+    as are running now. Without ``grid`` (a sweeper that does not list its jobs beforehand) it says what has started."""
     from fedrun.rundir.report import COMPLETE, duration, find_runs, pace  # pandas: not on the CLI's start-up path
 
-    complete, failed, totals, left, rounds = 0, 0, [], 0.0, []
+    point_keys = [k for k, values in (grid or {}).items() if k != SEED_KEY and len(values) > 1]
+    complete, failed, rounds, left = 0, 0, [], 0.0
+    started: Counter = Counter()  # runs complete, failed or running, by grid point (None: off the grid)
+    totals: dict[tuple | None, list[float]] = {}  # their whole lengths, done or expected
     for d in find_runs([str(folder)]) if folder.exists() else []:
         summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {}
-        if summary.get("status") in COMPLETE:
+        status, point = summary.get("status"), _grid_point(d, grid, point_keys)
+        at = None if status in COMPLETE else pace(d, now)
+        if status in COMPLETE:
             complete += 1
-            totals.append(summary.get("total_wall_time_s", summary.get("wall_time_s")))
+            total = summary.get("total_wall_time_s", summary.get("wall_time_s"))
+        elif status == "running" and at is not None and not at.stalled:
+            rounds.append(f"{at.round}/{at.planned}" if at.planned else str(at.round))
+            total = None if at.left_s is None else at.spent_s + at.left_s
+            left += at.left_s or 0.0
+        else:  # failed, or gone silent (to start again)
+            failed += status == "failed"
+            started[point] += status == "failed"
             continue
-        at = pace(d, now)
-        if summary.get("status") != "running" or at is None or at.stalled:
-            failed += summary.get("status") == "failed"
-            continue
-        rounds.append(f"{at.round}/{at.planned}" if at.planned else str(at.round))
-        if at.left_s is not None:
-            left += at.left_s
-            totals.append(at.seconds_per_round * at.planned)
-    totals = [t for t in totals if t]
+        started[point] += 1
+        if total:
+            totals.setdefault(point, []).append(total)
+    jobs = math.prod(len(v) for v in grid.values()) if grid is not None else None
     to_start = max(0, jobs - complete - failed - len(rounds)) if jobs is not None else 0
     parts = [f"{complete}{'' if jobs is None else f' of {jobs}'} runs complete"]
     parts += [f"{failed} failed"] if failed else []
     parts += [f"{len(rounds)} running (round{'s' * (len(rounds) > 1)} {', '.join(rounds)})"] if rounds else []
     parts += [f"{to_start} to start"] if to_start else []
     text = ", ".join(parts)
-    if rounds and totals:
-        seconds = (left + to_start * sum(totals) / len(totals)) / len(rounds)
-        text += f"; roughly {duration(seconds)} left at {len(rounds)} at a time"
+    everything = [t for ts in totals.values() for t in ts]
+    if rounds and everything:
+        mean = sum(everything) / len(everything)
+        seeds = len(grid.get(SEED_KEY, [None])) if grid else 0
+        missing = {p: max(0, seeds - started[p]) for p in itertools.product(*(grid[k] for k in point_keys))} \
+            if grid else {}
+        if sum(missing.values()) == to_start:  # every run placed on the grid: a point's runs to start at its pace
+            ahead = sum(n * (sum(totals[p]) / len(totals[p]) if p in totals else mean) for p, n in missing.items())
+        else:
+            ahead = to_start * mean
+        text += f"; roughly {duration((left + ahead) / len(rounds))} left at {len(rounds)} at a time"
     return text
 
 
-def planned_jobs(sweep_dir: str | Path) -> int | None:
-    """How many jobs the ``fedrun -m`` sweep into ``sweep_dir`` launches: the product of its sweeps' lengths, its
-    sweeper's ``params`` with the sweeps on its command line, as Hydra's basic sweeper combines them (from the
-    ``multirun.yaml`` Hydra writes there); None without that file, or for a sweeper that picks its jobs as it goes."""
+def _grid_point(run_dir: Path, grid: dict[str, list[str]] | None, point_keys: list[str]) -> tuple | None:
+    """The run's values of the grid's swept keys other than the seed, from the overrides Hydra recorded for it; None
+    when it has no such record or lies off the grid."""
+    if not grid:
+        return None
+    given = dict(o.split("=", 1) for o in saved_overrides(run_dir) if "=" in o)
+    point = tuple(given.get(k) for k in point_keys)
+    return point if all(v in grid[k] for v, k in zip(point, point_keys)) else None
+
+
+def planned_grid(sweep_dir: str | Path) -> dict[str, list[str]] | None:
+    """The grid of the ``fedrun -m`` sweep into ``sweep_dir`` (key -> values, every combination a job): its sweeper's
+    ``params`` with the sweeps on its command line, as Hydra's basic sweeper combines them (from the ``multirun.yaml``
+    Hydra writes there); None without that file, or for a sweeper that picks its jobs as it goes."""
     import yaml
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -92,5 +122,6 @@ def planned_jobs(sweep_dir: str | Path) -> int | None:
     lines += list((hydra.get("overrides") or {}).get("task") or [])
     axes = {}
     for o in OverridesParser.create().parse_overrides(lines):
-        axes[o.key_or_group] = len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
-    return math.prod(axes.values())
+        axes[o.key_or_group] = [str(v) for v in o.sweep_string_iterator()] if o.is_sweep_override() else \
+            [o.input_line.split("=", 1)[1]]
+    return axes
