@@ -226,9 +226,10 @@ def test_a_running_run_says_how_far_it_is_and_how_long_it_has_left(tmp_path):
 
 
 def test_a_sweep_in_progress_says_what_is_done_and_roughly_how_long_is_left(tmp_path):
-    """Six jobs: two complete (100 s each), one failed, one running (round 10 of 100 at 2 s a round), one silent for
-    an hour (its process gone: to start again): the running one has 180 s left and the two to start take 133 s each,
-    the mean whole length of the complete runs (100, 100) and the running one (200); 447 s, one at a time."""
+    """Six jobs: two complete (100 s each), one failed, one running (round 10 of 100 at 2 s a round, 20 s so far), one
+    silent for an hour (its process gone: to start again). The running one takes as long as the complete ones of its
+    grid point (80 s left, not the 180 s its pace says: a run's pace can change as it goes, as GIFT's does), and the
+    two to start 100 s each: 280 s, one at a time."""
     from fedrun.rundir.sweeps import sweep_progress
 
     def job(name, status, **summary):
@@ -247,7 +248,7 @@ def test_a_sweep_in_progress_says_what_is_done_and_roughly_how_long_is_left(tmp_
     now = (tmp_path / "d" / "metrics.csv").stat().st_mtime + 1
     os.utime(tmp_path / "e" / "metrics.csv", (now - 3600, now - 3600))
     assert sweep_progress(tmp_path, {"seed": [str(s) for s in range(6)]}, now=now) == (
-        "2 of 6 runs complete, 1 failed, 1 running (round 10/100), 2 to start; roughly 7 min left at 1 at a time")
+        "2 of 6 runs complete, 1 failed, 1 running (round 10/100), 2 to start; roughly 5 min left at 1 at a time")
     assert sweep_progress(tmp_path / "not yet", {"seed": ["0", "1", "2"]}) == "0 of 3 runs complete, 3 to start"
 
 

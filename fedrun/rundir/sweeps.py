@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -45,34 +46,35 @@ class FailedJobs(Callback):
 
 def sweep_progress(folder: Path, grid: dict[str, list[str]] | None, now: float | None = None) -> str:
     """Where a sweep over ``grid`` (key -> values; each combination a job) into ``folder`` is: how many runs are
-    complete, failed, running (each one's round) or still to start, and roughly how long it has left. That is the
-    running runs' rounds left at their pace, plus each run still to start as long as the runs of its grid point (other
-    seeds) took or will take on average, or all the runs so far where its point has none, shared by as many at a time
-    as are running now. Without ``grid`` (a sweeper that does not list its jobs beforehand) it says what has started."""
+    complete, failed, running (each one's round) or still to start, and roughly how long it has left, shared by as many
+    runs at a time as are running now. A run's length is taken from the complete runs of its grid point (its other
+    seeds) where there are some: a run's pace can change as it goes (GIFT's tau shrinks); otherwise a running run has
+    its rounds left at its recent pace to go, and a run still to start takes as long as the running runs of its point,
+    or all the runs so far. Without ``grid`` (a sweeper that does not list its jobs beforehand) it says what has
+    started."""
     from fedrun.rundir.report import COMPLETE, duration, find_runs, pace  # pandas: not on the CLI's start-up path
 
     point_keys = [k for k, values in (grid or {}).items() if k != SEED_KEY and len(values) > 1]
-    complete, failed, rounds, left = 0, 0, [], 0.0
+    complete, failed, rounds = 0, 0, []
     started: Counter = Counter()  # runs complete, failed or running, by grid point (None: off the grid)
-    totals: dict[tuple | None, list[float]] = {}  # their whole lengths, done or expected
+    done: dict[tuple | None, list[float]] = {}  # the complete runs' lengths, by grid point
+    going: list[tuple[tuple | None, float, float]] = []  # the running runs' points, seconds so far and seconds left
     for d in find_runs([str(folder)]) if folder.exists() else []:
         summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {}
         status, point = summary.get("status"), _grid_point(d, grid, point_keys)
         at = None if status in COMPLETE else pace(d, now)
         if status in COMPLETE:
             complete += 1
-            total = summary.get("total_wall_time_s", summary.get("wall_time_s"))
+            done.setdefault(point, []).append(summary.get("total_wall_time_s", summary.get("wall_time_s")) or 0.0)
         elif status == "running" and at is not None and not at.stalled:
             rounds.append(f"{at.round}/{at.planned}" if at.planned else str(at.round))
-            total = None if at.left_s is None else at.spent_s + at.left_s
-            left += at.left_s or 0.0
+            if at.left_s is not None:
+                going.append((point, at.spent_s, at.left_s))
         else:  # failed, or gone silent (to start again)
             failed += status == "failed"
             started[point] += status == "failed"
             continue
         started[point] += 1
-        if total:
-            totals.setdefault(point, []).append(total)
     jobs = math.prod(len(v) for v in grid.values()) if grid is not None else None
     to_start = max(0, jobs - complete - failed - len(rounds)) if jobs is not None else 0
     parts = [f"{complete}{'' if jobs is None else f' of {jobs}'} runs complete"]
@@ -80,17 +82,20 @@ def sweep_progress(folder: Path, grid: dict[str, list[str]] | None, now: float |
     parts += [f"{len(rounds)} running (round{'s' * (len(rounds) > 1)} {', '.join(rounds)})"] if rounds else []
     parts += [f"{to_start} to start"] if to_start else []
     text = ", ".join(parts)
-    everything = [t for ts in totals.values() for t in ts]
-    if rounds and everything:
-        mean = sum(everything) / len(everything)
+    length = {p: sum(ts) / len(ts) for p, ts in done.items() if sum(ts) > 0}  # a complete run's, by point
+    left = [max(0.0, length[p] - spent) if p in length else rest for p, spent, rest in going]
+    for p, spent, rest in going:  # points without a complete run: as long as their running runs will have taken
+        length.setdefault(p, statistics.mean(s + r for q, s, r in going if q == p))
+    if rounds and length:
+        mean = statistics.mean(length.values())
         seeds = len(grid.get(SEED_KEY, [None])) if grid else 0
         missing = {p: max(0, seeds - started[p]) for p in itertools.product(*(grid[k] for k in point_keys))} \
             if grid else {}
-        if sum(missing.values()) == to_start:  # every run placed on the grid: a point's runs to start at its pace
-            ahead = sum(n * (sum(totals[p]) / len(totals[p]) if p in totals else mean) for p, n in missing.items())
+        if sum(missing.values()) == to_start:  # every run placed on the grid
+            ahead = sum(n * length.get(p, mean) for p, n in missing.items())
         else:
             ahead = to_start * mean
-        text += f"; roughly {duration((left + ahead) / len(rounds))} left at {len(rounds)} at a time"
+        text += f"; roughly {duration((sum(left) + ahead) / len(rounds))} left at {len(rounds)} at a time"
     return text
 
 
