@@ -33,6 +33,7 @@ from fedrun.rundir.resume import choose_run_dir
 from fedrun.rundir.files import (CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, move_aside,
                                  write_json)
 from fedrun.process.startup import hold_collector
+from fedrun.rundir.reuse import adopt, twin
 from fedrun.rundir.sweeps import FAILED_JOBS
 
 log = logging.getLogger("fedrun")
@@ -75,6 +76,12 @@ def _main(cfg: DictConfig) -> float | None:
         refused.unlink(missing_ok=True)  # an earlier refusal no longer applies
     if done is not None:
         log.info("job %s: %s already holds a %s run; skipped", hc.job.num, run_dir, done["status"])
+        return done.get("final_test_acc")
+    source = twin(Path(cfg.reuse), run_dir, cfg) if cfg.reuse else None
+    if source is not None:
+        done = adopt(source, run_dir) if ranks.writer else {}
+        log.info("job %s: %s holds a %s run of this config, made at this commit: copied into %s, not run again",
+                 hc.job.num, source, done.get("status", "finished"), run_dir)
         return done.get("final_test_acc")
     summary_file = run_dir / SUMMARY_FILE
     earlier = summary_file.stat().st_mtime_ns if summary_file.exists() else None  # an earlier attempt's

@@ -237,6 +237,7 @@ REQUIREMENT_BROKEN_BY = {  # a config that breaks each cross-group requirement (
     "afl_needs_the_time_model_and_a_budget": ["algo/schedule=afl"],
     "adacomm_interval_needs_simulated_time": ["algo/schedule=adacomm", "algo.schedule.interval_s=10"],
     "a_cuda_device_is_visible": ["hardware.device=cuda"],
+    "reuse_names_a_folder": ["reuse=/nonexistent/runs"],
 }
 
 

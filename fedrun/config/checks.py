@@ -10,6 +10,7 @@ value, the allowed range and a fix; all problems are reported at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -155,6 +156,13 @@ def a_cuda_device_is_visible(cfg, spec: DatasetSpec | None) -> str | None:
 
 
 # every requirement that spans groups, in the order their problems are listed
+def reuse_names_a_folder(cfg, spec: DatasetSpec | None) -> str | None:
+    if cfg.reuse is None or Path(cfg.reuse).is_dir():
+        return None
+    return _problem("reuse", cfg.reuse, "must be null or a folder that exists",
+                    "name the folder that holds the runs to copy (a sweep's, or fedrun-table's --runs), or reuse=null")
+
+
 REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement(evaluation_grid_needs_simulated_time, needs_data=False),
     Requirement(augmentation_needs_pixel_images),
@@ -167,4 +175,5 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement(afl_needs_the_time_model_and_a_budget, needs_data=False),
     Requirement(adacomm_interval_needs_simulated_time, needs_data=False),
     Requirement(a_cuda_device_is_visible, needs_data=False),
+    Requirement(reuse_names_a_folder, needs_data=False),
 )

@@ -213,6 +213,7 @@ class RunConfig:
     progress: bool = MISSING
     resume: bool = MISSING
     overwrite: bool = MISSING
+    reuse: Optional[str] = MISSING
     data: Any = MISSING
     partition: Any = MISSING
     participation: Any = MISSING

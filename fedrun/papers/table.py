@@ -107,7 +107,9 @@ def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: in
         folder = runs / (artefact.runs_of or artefact.name) / preset
         extra = _stand_in(preset, folder, overrides, fixture_rounds)
         before = _stamps(folder)
-        cmd = sweep_command(preset, folder, [*overrides, *extra])
+        shared = [] if any(override_key(o) == "reuse" for o in overrides) else [f"reuse={runs.resolve()}"]
+        runs.mkdir(parents=True, exist_ok=True)  # a job copies an identical run of another artefact from under it
+        cmd = sweep_command(preset, folder, [*overrides, *extra, *shared])
         log(f"fedrun-table: {' '.join(cmd[2:])}")
         axes = grid(preset, [*overrides, *extra])
         returncode = _watched(cmd, lambda: log(f"fedrun-table: {preset}: {sweep_progress(folder, axes)}"))

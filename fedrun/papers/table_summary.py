@@ -27,10 +27,11 @@ FIXTURE_FILE = "fixture.json"  # in a preset's sweep folder: the runs there ran 
 def _grid_values(run_dir: Path, keys: list[str], config: dict) -> dict[str, str]:
     """The run's value of each grid key: from the overrides Hydra recorded for the job, else from its config (a
     dotted key as it is; a group, ``partition`` or ``algo/harmonizer``, by its option's ``name``). The job's other
-    recorded overrides come too, marked ``OTHER`` (collect keeps those that vary)."""
+    recorded overrides come too, marked ``OTHER`` (collect keeps those that vary), but for ``reuse``, which
+    fedrun-table gives every job (where a job looked for a copy, not what it ran)."""
     given = {override_key(o): o.split("=", 1)[1] for o in saved_overrides(run_dir) if "=" in o}
     out = {f"{OTHER}{k}": normalise(v) for k, v in given.items()
-           if k not in keys and k not in ("seed", "experiment") and not k.startswith("hydra")}
+           if k not in keys and k not in ("seed", "experiment", "reuse") and not k.startswith("hydra")}
     for key in keys:
         out[key] = normalise(given[key]) if key in given else _config_value(config, key)
     return out

@@ -145,8 +145,10 @@ def _fmt(v):
     return v
 
 
+COMPLETE = ("finished", "diverged")  # a run's outcome: deterministic, what means are over and what is not rerun
+
 # How a run executes or is logged, and where its data files are: not what it computes...
-EXECUTION_SETTINGS = ("hardware", "progress", "checkpoint", "resume", "overwrite", "logger", "data.root")
+EXECUTION_SETTINGS = ("hardware", "progress", "checkpoint", "resume", "overwrite", "reuse", "logger", "data.root")
 # ...but for these hardware settings, which change the numbers a run computes (float64; TF32's or bfloat16's
 # products; the order of a GPU's sums): a run made with another of them is another run
 RESULT_SETTINGS = ("hardware.dtype", "hardware.precision", "hardware.deterministic")
@@ -205,7 +207,7 @@ def finished_summary(run_dir: str | Path, cfg=None) -> dict | None:
     if not path.exists():
         return None
     summary = json.loads(path.read_text())
-    if summary.get("status") not in ("finished", "diverged"):
+    if summary.get("status") not in COMPLETE:
         return None
     if cfg is None or not (Path(run_dir) / CONFIG_FILE).exists():
         return summary

@@ -26,10 +26,9 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from fedrun.rundir.files import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, changes_results, saved_config
+from fedrun.rundir.files import COMPLETE, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, changes_results, saved_config
 
 IGNORED_KEYS = {"seed"}
-COMPLETE = ("finished", "diverged")  # a run's outcome: what the means are over
 VALUE_COLUMNS = ["final_test_acc", "best_test_acc", "rounds_to_target", "wall_time_s"]
 NAME_KEYS = ("algo.name", "algo.local.name", "algo.step_selector.name", "algo.harmonizer.name", "algo.aggregator.name",
              "algo.server_opt.name", "algo.schedule.name", "algo.bank.name")  # what ``method`` already says
