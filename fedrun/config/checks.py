@@ -155,7 +155,6 @@ def a_cuda_device_is_visible(cfg, spec: DatasetSpec | None) -> str | None:
     return "hardware.device='cuda': no CUDA device is visible. Fix: hardware=cpu or hardware=auto"
 
 
-# every requirement that spans groups, in the order their problems are listed
 def reuse_names_a_folder(cfg, spec: DatasetSpec | None) -> str | None:
     if cfg.reuse is None or Path(cfg.reuse).is_dir():
         return None
@@ -163,6 +162,7 @@ def reuse_names_a_folder(cfg, spec: DatasetSpec | None) -> str | None:
                     "name the folder that holds the runs to copy (a sweep's, or fedrun-table's --runs), or reuse=null")
 
 
+# every requirement that spans groups, in the order their problems are listed
 REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement(evaluation_grid_needs_simulated_time, needs_data=False),
     Requirement(augmentation_needs_pixel_images),
