@@ -34,7 +34,7 @@ def made(folder: Path, cfg, commit="abc1234", status="finished") -> Path:
     return folder
 
 
-def test_a_twin_is_a_complete_run_of_the_same_config_seed_data_and_clean_commit(tmp_path, monkeypatch):
+def test_a_twin_is_a_complete_run_of_the_same_config_seed_data_and_clean_commit(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(reuse, "git_commit", lambda: "abc1234")
     cfg = compose_config([*SMALL, "seed=0"])
     job = tmp_path / "b" / "job"
@@ -49,7 +49,9 @@ def test_a_twin_is_a_complete_run_of_the_same_config_seed_data_and_clean_commit(
     other_threads = made(tmp_path / "a" / "twin", compose_config([*SMALL, "seed=0", "hardware.num_threads=1"]))
     assert twin(tmp_path, job, cfg) == other_threads  # how a run executed does not change what it computed
     monkeypatch.setattr(reuse, "git_commit", lambda: "abc1234-dirty")
-    assert twin(tmp_path, job, cfg) is None  # a copy could not be told from a run of the changed code
+    with caplog.at_level("INFO", logger="fedrun"):
+        assert twin(tmp_path, job, cfg) is None  # a copy could not be told from a run of the changed code
+    assert "no run is copied: this code's commit is abc1234-dirty (uncommitted changes)" in caplog.text
 
 
 def test_an_adopted_run_keeps_its_files_and_says_where_it_came_from(tmp_path):

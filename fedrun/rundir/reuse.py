@@ -7,6 +7,7 @@ the run the job would have made."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -15,13 +16,19 @@ from omegaconf import OmegaConf
 from fedrun.rundir.files import (COMPLETE, CONFIG_FILE, SUMMARY_FILE, config_differences, git_commit, saved_config,
                                  write_json)
 
+log = logging.getLogger("fedrun")
+
 
 def twin(root: Path, run_dir: Path, cfg) -> Path | None:
     """A complete run under ``root`` (not ``run_dir`` itself) made at this clean commit, with the seed, the settings
     that change results and the data folder of ``cfg``; None when there is none, or when this code has uncommitted
     changes (a copy could not be told from a run of this code)."""
     commit = git_commit()
-    if not commit or commit.endswith("-dirty") or not root.is_dir():
+    if not commit or commit.endswith("-dirty"):
+        log.info("reuse=%s: no run is copied: this code's commit is %s (a copy needs a clean one)", root,
+                 "unknown" if not commit else f"{commit} (uncommitted changes)")
+        return None
+    if not root.is_dir():
         return None
     wanted = OmegaConf.to_container(cfg, resolve=True)
     for path in sorted(root.rglob(SUMMARY_FILE)):
