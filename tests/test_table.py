@@ -782,6 +782,13 @@ def test_a_preregistered_effect_may_differ_by_a_grid_keys_value():
     assert out["verdict"].tolist() == ["holds", "does not hold", f"not checked: the paper states no effect at "
                                                                  f"{PRESET}=cifar"]
     assert out["needs"].tolist()[:2] == [1.0, 5.0]
+    # where the paper states no effect, the paired difference is reported, not decided
+    assert (out["pairs"].iloc[2], out["difference"].iloc[2]) == (5, pytest.approx(1.5))
+    assert math.isnan(out["needs"].iloc[2]) and out["interval"].iloc[2] == (pytest.approx(1.5), pytest.approx(1.5))
+    from fedrun.papers.claims import markdown
+
+    assert f"x ({PRESET}=cifar): dgt: 81.5; none: 80 (acc); paired difference 1.5 (95% CI 1.5 to 1.5, 5 seeds; " \
+        f"reported, not decided) -> **not checked: the paper states no effect at {PRESET}=cifar**" in markdown(out)
 
 
 def test_a_preregistered_effect_may_be_the_papers_own_difference_at_each_point():

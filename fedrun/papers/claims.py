@@ -30,20 +30,26 @@ def paired_verdict(claim: Claim, method: dict[int, float], versus: dict[int, flo
     diverged runs), ``missing`` a seed to why a side has no value there (failed, interrupted, not run), ``effect`` is
     the paper's there. Returns the verdict, the pairs, the mean difference in the claimed direction and its 95%
     bootstrap interval."""
-    seeds = sorted(set(method) & set(versus))
-    d = np.array([method[s] - versus[s] for s in seeds], dtype=float) * (1 if claim.better == "higher" else -1)
-    out = {"pairs": len(seeds), "difference": float(d.mean()) if len(d) else math.nan,
-           "interval": (math.nan, math.nan), "needs": claim.share * effect}
-    if len(seeds) >= 2:
-        draws = np.random.default_rng(0).integers(0, len(d), size=(RESAMPLES, len(d)))
-        out["interval"] = tuple(float(x) for x in np.percentile(d[draws].mean(axis=1), [2.5, 97.5]))
-    if len(seeds) < claim.seeds:
+    out = paired_difference(claim, method, versus) | {"needs": claim.share * effect}
+    if out["pairs"] < claim.seeds:
         why = "; ".join(f"seed {s}: {missing[s]}" for s in sorted(missing))
-        out["verdict"] = f"{UNDECIDED}: {len(seeds)} of the {claim.seeds} seed pairs it needs" + (f" ({why})" if why
+        out["verdict"] = f"{UNDECIDED}: {out['pairs']} of the {claim.seeds} seed pairs it needs" + (f" ({why})" if why
                                                                                                  else "")
         return out
     holds = out["interval"][0] > 0 and out["difference"] >= out["needs"]
     out["verdict"] = HOLDS if holds else FAILS
+    return out
+
+
+def paired_difference(claim: Claim, method: dict[int, float], versus: dict[int, float]) -> dict:
+    """The seeds both sides have, their mean difference in the claimed direction and its 95% bootstrap interval."""
+    seeds = sorted(set(method) & set(versus))
+    d = np.array([method[s] - versus[s] for s in seeds], dtype=float) * (1 if claim.better == "higher" else -1)
+    out = {"pairs": len(seeds), "difference": float(d.mean()) if len(d) else math.nan,
+           "interval": (math.nan, math.nan)}
+    if len(seeds) >= 2:
+        draws = np.random.default_rng(0).integers(0, len(d), size=(RESAMPLES, len(d)))
+        out["interval"] = tuple(float(x) for x in np.percentile(d[draws].mean(axis=1), [2.5, 97.5]))
     return out
 
 
@@ -66,10 +72,11 @@ def _paired(claim: Claim, where: dict, runs: pd.DataFrame, best: dict[str, str])
         missing.setdefault(s, "method not run" if s not in sides["method"] else "versus not run")
     effect = claim.paper_effect(where)
     at = ", ".join(f"{k}={v}" for k, v in where.items())
-    if effect is None:
-        return {"verdict": f"not checked: the paper states no effect at {at}"}
-    if effect <= 0:
-        return {"verdict": f"not checked: the paper's own numbers show no gain at {at} ({effect:+.4g})"}
+    if effect is None or effect <= 0:  # no margin to decide by: the paired difference is reported, not decided
+        why = f"the paper states no effect at {at}" if effect is None else \
+            f"the paper's own numbers show no gain at {at} ({effect:+.4g})"
+        reported = paired_difference(claim, sides["method"], sides["versus"])
+        return (reported | {"needs": math.nan} if reported["pairs"] else {}) | {"verdict": f"not checked: {why}"}
     return paired_verdict(claim, sides["method"], sides["versus"], missing, effect)
 
 
@@ -183,8 +190,9 @@ def markdown(checked: pd.DataFrame) -> str:
         paired = ""
         if not pd.isna(r.get("pairs")):
             lo, hi = r["interval"]
+            rule = f"needs > 0 and >= {_fmt(r['needs'])}" if not pd.isna(r.get("needs")) else "reported, not decided"
             paired = (f"; paired difference {_fmt(r['difference'])} (95% CI {_fmt(lo)} to {_fmt(hi)}, "
-                      f"{int(r['pairs'])} seeds; needs > 0 and >= {_fmt(r['needs'])})")
+                      f"{int(r['pairs'])} seeds; {rule})")
         tuned = f"; each at its best {r['tuned']}" if isinstance(r.get("tuned"), str) and r["tuned"] else ""
         lines.append(f"- {r['says']}{f' ({where})' if where else ''}:{compared}{tuned}{paired} -> **{r['verdict']}**")
     return "\n".join(lines)

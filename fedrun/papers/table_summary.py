@@ -351,7 +351,7 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
             markdown(artefact, table), claims.markdown(checked)]
     if not runs.empty:
         text.append(unfinished(runs).strip())
-    (out / f"{artefact.name}.md").write_text("\n".join(t for t in text if t) + "\n")
+    (out / f"{artefact.name}.md").write_text("\n".join(t.rstrip("\n") + "\n" for t in text if t))  # parts apart
     if artefact.figure == "curves" and not runs.empty and not artefact.measure:
         # the runs the table's means are over: a run stopped part-way would draw a curve's tail from fewer seeds
         complete = runs[runs["status"].isin(COMPLETE)]
