@@ -53,7 +53,7 @@ def test_the_smoke_command_runs_the_whole_path_in_seconds(cfg_factory, tmp_path)
 
 def test_the_claims_block_lists_every_paired_point_of_the_committed_verdict_files(tmp_path, monkeypatch):
     """Only pre-registered points with paired runs, each with its interval and its runs' commit; a point not checked
-    is not listed (CLAIMS.md counts those)."""
+    is not listed (CLAIMS.md counts those), unless its paired difference is reported (the paper states no effect)."""
     blocks = load_script("readme_blocks")
     folder = tmp_path / "results" / "p"
     folder.mkdir(parents=True)
@@ -61,8 +61,11 @@ def test_the_claims_block_lists_every_paired_point_of_the_committed_verdict_file
     (folder / "t1_claims.csv").write_text(
         "says,where,value,method,versus,verdict,pairs,difference,interval,needs,tuned\n"
         "gh helps,{'algo': 'fedavg'},acc,{},{},holds,5.0,3.74,\"(3.24, 4.43)\",2.035,lr: fedgh 2.0\n"
-        "gh helps,{'preset': 'cifar'},acc,{},{},not checked: cannot be fetched,,,,,\n")
+        "gh helps,{'preset': 'cifar'},acc,{},{},not checked: cannot be fetched,,,,,\n"
+        "gh helps,{'preset': 'mnist'},acc,{},{},not checked: the paper states no effect,5.0,0.05,\"(0.01, 0.09)\",,\n")
     monkeypatch.setattr(blocks, "REPO", tmp_path)
     rows = blocks.claims_block().splitlines()[2:]
     assert rows == ["| gh helps | algo=fedavg; each at its best lr: fedgh 2.0 | +3.74 (+3.24 to +4.43), 5 seeds | "
-                    ">= 2.04 | holds | `results/p/t1.md` (abcdef0) |"]
+                    ">= 2.04 | holds | `results/p/t1.md` (abcdef0) |",
+                    "| gh helps | preset=mnist | +0.05 (+0.01 to +0.09), 5 seeds | reported, not decided | "
+                    "not checked: the paper states no effect | `results/p/t1.md` (abcdef0) |"]
