@@ -44,7 +44,8 @@ def device_name(device) -> str:
 
     if torch.device(device).type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{cpu_model()} ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"{cpu_model()} ({threads} thread{'s' * (threads != 1)})"
 
 
 def cpu_model() -> str:
