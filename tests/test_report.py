@@ -209,6 +209,28 @@ def test_curves_average_the_complete_runs_and_draw_each_unfinished_run_on_its_ow
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
 
+def test_a_groups_colour_is_the_same_in_every_panel(tmp_path, monkeypatch):
+    """Only GIFT logs its consistency: its panel draws GIFT alone, in GIFT's colour of the accuracy panel, not in the
+    first colour of the cycle."""
+    import matplotlib.figure
+
+    from fedrun.rundir.report import plot_curves
+
+    figures = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: figures.append(self))
+    rows = []
+    for name, columns in (("fixed", {}), ("gift", {"gift_C": [0.6, 0.4]})):
+        run = tmp_path / name
+        run.mkdir()
+        pd.DataFrame({"round": [1, 2], "test_acc": [0.5, 0.6], **columns}).to_csv(run / "metrics.csv", index=False)
+        rows.append({"run_dir": str(run), "status": "finished", "schedule": name})
+    plot_curves(pd.DataFrame(rows), ["schedule"], tmp_path / "curves.png", metrics=("test_acc", "gift_C"))
+    accuracy, consistency = figures[0].axes[:2]
+    colour = {line.get_label().split(" ")[0]: line.get_color() for line in accuracy.lines}
+    assert colour["schedule=fixed"] != colour["schedule=gift"]
+    assert [line.get_color() for line in consistency.lines] == [colour["schedule=gift"]]
+
+
 def test_a_running_run_says_how_far_it_is_and_how_long_it_has_left(tmp_path):
     """A running run's row under a report: its last round of those planned and the time left at the pace of its
     latest rounds (a resumption's clock restart ignored); silent for far longer than a round takes, probably killed."""

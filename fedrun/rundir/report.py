@@ -320,22 +320,22 @@ def plot_curves(df: pd.DataFrame, by: list[str], path: Path, title: str = "", x:
 
     fig, axes = plt.subplots(1, len(metrics), figsize=(7 * len(metrics), 4.5), squeeze=False)
     logs = {d: pd.read_csv(Path(d) / METRICS_FILE) for d in df["run_dir"] if (Path(d) / METRICS_FILE).exists()}
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours: dict[str, str] = {}  # a group's colour, the same in every panel (a panel may lack some groups)
     for ax, metric in zip(axes[0], metrics):
         drawn = []  # (mean, its line's colour)
         for group in curve_groups(df, by, metric, logs, x=x, sort=sort):
             label = f"{group.label} (n={group.complete}" + (
                 f"; {len(group.unfinished)} unfinished, dashed)" if group.unfinished else ")")
-            colour = None
+            colour = colours.setdefault(group.label, palette[len(colours) % len(palette)])
             if group.mean is not None:
-                (line,) = ax.plot(group.mean.index, group.mean.values, label=label)
-                colour = line.get_color()
+                ax.plot(group.mean.index, group.mean.values, label=label, color=colour)
                 ax.fill_between(group.mean.index, (group.mean - group.std).values,
                                 (group.mean + group.std).values, color=colour, alpha=0.2)
                 drawn.append((group.mean, colour))
             for i, curve in enumerate(group.unfinished):
-                (line,) = ax.plot(curve.index, curve.values, linestyle="--", linewidth=0.9, alpha=0.8, color=colour,
-                                  label=label if colour is None and i == 0 else None)
-                colour = line.get_color()
+                ax.plot(curve.index, curve.values, linestyle="--", linewidth=0.9, alpha=0.8, color=colour,
+                        label=label if group.mean is None and i == 0 else None)
         ax.set_xlabel(x)
         if x == "round":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
