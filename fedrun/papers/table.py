@@ -103,12 +103,12 @@ def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: in
     if artefact.measure:
         return measures.run(artefact, runs / artefact.name, overrides, log)
     ran = 0
+    runs.mkdir(parents=True, exist_ok=True)  # a job copies an identical run of another artefact from under it
+    shared = [] if any(override_key(o) == "reuse" for o in overrides) else [f"reuse={runs.resolve()}"]
     for preset in artefact.presets:
         folder = runs / (artefact.runs_of or artefact.name) / preset
         extra = _stand_in(preset, folder, overrides, fixture_rounds)
         before = _stamps(folder)
-        shared = [] if any(override_key(o) == "reuse" for o in overrides) else [f"reuse={runs.resolve()}"]
-        runs.mkdir(parents=True, exist_ok=True)  # a job copies an identical run of another artefact from under it
         cmd = sweep_command(preset, folder, [*overrides, *extra, *shared])
         log(f"fedrun-table: {' '.join(cmd[2:])}")
         axes = grid(preset, [*overrides, *extra])

@@ -15,11 +15,10 @@ import pandas as pd
 
 from fedrun.papers import claims
 from fedrun.papers import measures
-from fedrun.papers.artefacts import (PRESET, RESERVED, Artefact, Paper, grid, normalise, outline, override_key,
-                                     preset_config)
+from fedrun.papers.artefacts import (PRESET, RESERVED, Artefact, Paper, grid, normalise, outline, preset_config)
 from fedrun.rundir.report import COMPLETE, SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
 from fedrun.rundir.files import (METRICS_FILE, changes_results, commits_of, cpu_model, git_commit, machines_of,
-                                 saved_config, saved_overrides)
+                                 overridden, saved_config)
 
 FIXTURE_FILE = "fixture.json"  # in a preset's sweep folder: the runs there ran on a stand-in for absent data
 
@@ -29,7 +28,7 @@ def _grid_values(run_dir: Path, keys: list[str], config: dict) -> dict[str, str]
     dotted key as it is; a group, ``partition`` or ``algo/harmonizer``, by its option's ``name``). The job's other
     recorded overrides come too, marked ``OTHER`` (collect keeps those that vary), but for ``reuse``, which
     fedrun-table gives every job (where a job looked for a copy, not what it ran)."""
-    given = {override_key(o): o.split("=", 1)[1] for o in saved_overrides(run_dir) if "=" in o}
+    given = overridden(run_dir)
     out = {f"{OTHER}{k}": normalise(v) for k, v in given.items()
            if k not in keys and k not in ("seed", "experiment", "reuse") and not k.startswith("hydra")}
     for key in keys:

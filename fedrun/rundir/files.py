@@ -178,6 +178,13 @@ def saved_overrides(run_dir: str | Path) -> list[str]:
     return [renamed_override(str(o)) for o in (yaml.safe_load(path.read_text()) or [])] if path.exists() else []
 
 
+def overridden(run_dir: str | Path) -> dict[str, str]:
+    """The value each of the run's recorded overrides (:func:`saved_overrides`) sets, by its key."""
+    from fedrun.config.overrides import override_key
+
+    return {override_key(o): o.split("=", 1)[1] for o in saved_overrides(run_dir) if "=" in o}
+
+
 def config_differences(saved: dict, wanted: dict, prefix: str = "") -> list[str]:
     """The settings both configs (plain dicts) hold with different values, as ``key: saved there, wanted asked``.
     A setting only one of them holds (added to fedrun after a run was made) is not compared, nor are those that do

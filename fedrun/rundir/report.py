@@ -182,7 +182,7 @@ class Pace(NamedTuple):
     planned: int | None
     seconds_per_round: float | None
     silent_s: float
-    spent_s: float = 0.0
+    spent_s: float
 
     @property
     def stalled(self) -> bool:

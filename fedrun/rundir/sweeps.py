@@ -17,7 +17,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from fedrun.rundir.files import REFUSED_FILE, SUMMARY_FILE, saved_overrides
+from fedrun.rundir.files import COMPLETE, REFUSED_FILE, SUMMARY_FILE, overridden
 
 SEED_KEY = "seed"  # a sweep's replicate axis: its runs at one grid point differ only in it
 
@@ -52,7 +52,7 @@ def sweep_progress(folder: Path, grid: dict[str, list[str]] | None, now: float |
     its rounds left at its recent pace to go, and a run still to start takes as long as the running runs of its point,
     or all the runs so far. Without ``grid`` (a sweeper that does not list its jobs beforehand) it says what has
     started."""
-    from fedrun.rundir.report import COMPLETE, duration, find_runs, pace  # pandas: not on the CLI's start-up path
+    from fedrun.rundir.report import duration, find_runs, pace  # pandas: not on the CLI's start-up path
 
     point_keys = [k for k, values in (grid or {}).items() if k != SEED_KEY and len(values) > 1]
     complete, failed, rounds = 0, 0, []
@@ -62,17 +62,16 @@ def sweep_progress(folder: Path, grid: dict[str, list[str]] | None, now: float |
     for d in find_runs([str(folder)]) if folder.exists() else []:
         summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {}
         status, point = summary.get("status"), _grid_point(d, grid, point_keys)
-        at = None if status in COMPLETE else pace(d, now)
         if status in COMPLETE:
             complete += 1
             done.setdefault(point, []).append(summary.get("total_wall_time_s", summary.get("wall_time_s")) or 0.0)
-        elif status == "running" and at is not None and not at.stalled:
+        elif status == "running" and (at := pace(d, now)) is not None and not at.stalled:
             rounds.append(f"{at.round}/{at.planned}" if at.planned else str(at.round))
             if at.left_s is not None:
                 going.append((point, at.spent_s, at.left_s))
-        else:  # failed, or gone silent (to start again)
-            failed += status == "failed"
-            started[point] += status == "failed"
+        elif status == "failed":
+            failed += 1
+        else:  # gone silent: to start again
             continue
         started[point] += 1
     jobs = math.prod(len(v) for v in grid.values()) if grid is not None else None
@@ -104,7 +103,7 @@ def _grid_point(run_dir: Path, grid: dict[str, list[str]] | None, point_keys: li
     when it has no such record or lies off the grid."""
     if not grid:
         return None
-    given = dict(o.split("=", 1) for o in saved_overrides(run_dir) if "=" in o)
+    given = overridden(run_dir)
     point = tuple(given.get(k) for k in point_keys)
     return point if all(v in grid[k] for v, k in zip(point, point_keys)) else None
 
