@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -43,9 +46,35 @@ def without_a_compiler():
     return context
 
 
+@functools.lru_cache(maxsize=None)
+def _composed(overrides: tuple[str, ...]):
+    """One composition per distinct override list in a test session (Hydra takes about 0.2 s a composition, and
+    tests compose the same bases again and again), with the warnings it gave."""
+    with warnings.catch_warnings(record=True) as given:
+        warnings.simplefilter("always")
+        cfg = compose_config(list(overrides))
+    return cfg, [(w.message, w.category) for w in given]
+
+
 def make_cfg(*overrides: str):
-    """The config `fedrun <overrides>` would run, composed in-process."""
-    return compose_config(list(overrides))
+    """The config `fedrun <overrides>` would run, composed in-process: a copy of the session's one composition of
+    these overrides (a test may change its copy), with its warnings (a renamed key's) given again on each call."""
+    cfg, given = _composed(overrides)
+    for message, category in given:
+        warnings.warn(message, category, stacklevel=2)
+    return copy.deepcopy(cfg)
+
+
+def with_values(cfg, *assignments: str):
+    """``cfg`` with each ``key=value`` set as the command line sets a key that chooses no group option (the value read
+    as YAML, checked by the key's type): one composition serves the variants a test runs side by side."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    for assignment in assignments:
+        key, value = assignment.split("=", 1)
+        OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
+    return cfg
 
 
 @pytest.fixture

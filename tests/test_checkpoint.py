@@ -73,7 +73,9 @@ def wait_for_rows(proc: subprocess.Popen, run_dir: Path, rows: int, timeout: flo
         time.sleep(0.002)
 
 
-@pytest.mark.parametrize("algo", sorted(ALGOS))
+# FedAvg alone among the slow tests: DGT's and GIFT's runs are FedAvg's with their parts added
+@pytest.mark.parametrize("algo", [pytest.param(a, marks=pytest.mark.slow) if a == "fedavg" else a
+                                  for a in sorted(ALGOS)])
 def test_a_run_killed_at_some_round_and_resumed_matches_the_uninterrupted_run(tmp_path, cfg_factory, algo):
     overrides = [*BASE, "fl.rounds=24", *ALGOS[algo]]
     reference = run_experiment(cfg_factory(*overrides), tmp_path / "reference")
@@ -233,7 +235,9 @@ def test_resume_accepts_a_run_made_before_a_setting_existed(tmp_path, cfg_factor
     assert summary["status"] == "finished" and summary["extended_from_rounds"] == 3
 
 
-@pytest.mark.parametrize("how", ["interrupted", "killed", "finished"])
+# killed in the default suite (the state a crash leaves: a summary still "running"), the other two among the slow tests
+@pytest.mark.parametrize("how", [pytest.param("interrupted", marks=pytest.mark.slow), "killed",
+                                 pytest.param("finished", marks=pytest.mark.slow)])
 def test_rerunning_a_run_directory_without_resume_refuses_and_overwrite_keeps_the_old_files(tmp_path, how):
     from conftest import run_cli
 

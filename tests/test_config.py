@@ -183,9 +183,11 @@ def test_every_ranged_key_of_the_runs_sections_refuses_a_value_out_of_range(cfg_
                                                                             monkeypatch):
     """fl, eval, diagnostics, checkpoint, hardware, participation, timing, logger (fedrun/config/schema.py): a value out
     of range is named with its key before any data is loaded."""
+    from conftest import with_values
+
     monkeypatch.setattr("fedrun.engine.simulation.load_dataset", lambda *a, **k: pytest.fail("data loaded"))
     with pytest.raises(ConfigError) as refused:
-        Simulation(cfg_factory(*choice, f"{key}={bad}"))
+        Simulation(with_values(cfg_factory(*choice), f"{key}={bad}"))
     assert any(p.startswith(f"{key}=") and "Fix: " in p for p in refused.value.problems), refused.value.problems
 
 

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from conftest import register_tiny
+from conftest import register_tiny, with_values
 
 from fedrun.engine.executor import VmapExecutor
 from fedrun.engine.simulation import Simulation
@@ -46,7 +46,7 @@ FAMILIES = {
 
 
 def two_rounds(cfg_factory, overrides, executor, data_name=None, **hw):
-    cfg = cfg_factory(*COMMON, *overrides, f"hardware.executor={executor}",
+    cfg = with_values(cfg_factory(*COMMON, *overrides), f"hardware.executor={executor}",
                       *[f"hardware.{k}={v}" for k, v in hw.items()])
     if data_name:
         cfg.data.name = data_name
@@ -258,6 +258,7 @@ def test_a_large_cohort_creates_no_module_copies(cfg_factory, monkeypatch):
     assert len(out.plans) == 400 and created == []
 
 
+@pytest.mark.slow  # the benchmark's records, not fedrun's results
 def test_bench_records_are_consistent(tmp_path):
     import json
 
@@ -380,6 +381,7 @@ def test_a_bench_stopped_part_way_keeps_the_workloads_it_finished(tmp_path, monk
     assert "| softmax576_400 |" in text and "(partial: 1 of 2 workloads so far)" in text
 
 
+@pytest.mark.slow  # the benchmark's records, not fedrun's results
 def test_the_bench_times_a_dense_cohort_whole_beside_its_cache_sized_chunks(tmp_path, monkeypatch):
     import json
 
@@ -496,7 +498,7 @@ def test_every_algorithm_family_gives_the_same_rounds_under_both_executors(cfg_f
     # graph: every step of the whole stack, finished clients masked (on a CPU its steps run eagerly)
     executors = ("loop", "vmap", "vmap,hardware.cohort_network=false", "graph")
     for executor in executors:
-        sim = Simulation(cfg_factory(*common, *f"hardware.executor={executor}".split(",")))
+        sim = Simulation(with_values(cfg_factory(*common), *f"hardware.executor={executor}".split(",")))
         for rnd in rounds:
             sim.run_round(rnd)
         states[executor] = vars(sim.state)
@@ -515,7 +517,7 @@ def test_clients_finishing_one_by_one_give_the_vmapped_rounds(cfg_factory, famil
               "hardware.gradient=autograd"]  # autograd: BHerd's SGD would step natively
     states = {}
     for tail in (0, 2, 4):
-        sim = Simulation(cfg_factory(*common, f"hardware.vmap_tail={tail}"))
+        sim = Simulation(with_values(cfg_factory(*common), f"hardware.vmap_tail={tail}"))
         assert sim.executor.tail == tail
         plans = [sim.run_round(rnd).plans for rnd in (1, 2)]
         states[tail] = vars(sim.state)
@@ -546,7 +548,7 @@ def test_a_batchable_rule_on_a_stacking_model_steps_without_vmap_and_gives_the_l
     for executor in ("loop", "vmap"):
         monkeypatch.setattr(LocalRule, "descend", staticmethod(
             lambda ctx, state, d: (in_place.setdefault(executor, set()).add(ctx.in_place), descend(ctx, state, d))))
-        sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
+        sim = Simulation(with_values(cfg_factory(*common), f"hardware.executor={executor}"))
         for rnd in (1, 2):
             sim.run_round(rnd)
         states[executor] = vars(sim.state)
@@ -613,7 +615,7 @@ def test_local_sgd_on_a_one_layer_model_in_blocks_of_steps_gives_the_loops_round
               f"fl.batch_size={batch}", "hardware.dtype=float64", "partition=dirichlet", "partition.alpha=0.3"]
     states, losses = {}, {}
     for executor in ("loop", "vmap"):
-        sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
+        sim = Simulation(with_values(cfg_factory(*common), f"hardware.executor={executor}"))
         outs = [sim.run_round(rnd) for rnd in (1, 2)]
         states[executor], losses[executor] = vars(sim.state), [o.result.mean_loss for o in outs]
     plans = outs[0].plans

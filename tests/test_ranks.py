@@ -93,56 +93,70 @@ def test_clients_are_placed_by_their_steps_longest_first_and_every_one_once():
     assert Ranks(0, 3).shares([2, 2, 2]) == [[0], [1], [2]] and Ranks(0, 1).shares([4, 1]) == [[0, 1]]
 
 
-def test_two_ranks_compute_what_one_process_computes_for_every_family(tmp_path):
-    """The same script as one process and as two ranks (each process with one thread: a product's sums split over
-    threads would differ in rounding)."""
-    (tmp_path / "worker.py").write_text(WORKER)
-    families = json.dumps({family: BASE + overrides for family, overrides in FAMILIES.items()})
-    for how, command in (("one", [sys.executable]), ("two", torchrun(2))):
-        proc = subprocess.run([*command, str(tmp_path / "worker.py"), families, str(tmp_path / how)],
-                              env=environment(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+# the families whose server reads the updates only as weighted sums, which ranks can all-reduce (and BHerd and FedGH)
+SUMMED = {"fedavg": ["algo=fedavg"], "fednova": ["algo=fednova"], "scaffold": ["algo=scaffold"],
+          "feddyn": ["algo=feddyn"], "bherd": ["algo=bherd"], "fedgh": ["algo=fedgh"]}
+
+
+def run_worker(command: list[str], runs: dict[str, list[str]], folder: Path) -> Path:
+    """The worker script over ``runs`` (name -> overrides), as one process or under torchrun (each process with one
+    thread: a product's sums split over threads would differ in rounding); each run's files in folder/<name>."""
+    script = folder.parent / "worker.py"
+    script.write_text(WORKER)
+    proc = subprocess.run([*command, str(script), json.dumps(runs), str(folder)], env=environment(),
+                          capture_output=True, text=True, timeout=600, cwd=folder.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return folder
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> Path:
+    """Every family's run as one process, the updates exchanged as rows: what the ranks must compute."""
+    runs = {family: BASE + overrides for family, overrides in {**FAMILIES, **SUMMED}.items()}
+    return run_worker([sys.executable], runs, tmp_path_factory.mktemp("ranks") / "one")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> Path:
+    """The same runs over two ranks exchanging rows."""
+    runs = {family: BASE + overrides for family, overrides in FAMILIES.items()}
+    return run_worker(torchrun(2), runs, tmp_path_factory.mktemp("ranks") / "two")
+
+
+def test_two_ranks_compute_what_one_process_computes_for_every_family(one_process, two_ranks):
     for family in FAMILIES:
-        one, two = (json.loads((tmp_path / how / family / "summary.json").read_text()) for how in ("one", "two"))
+        one, two = (json.loads((how / family / "summary.json").read_text()) for how in (one_process, two_ranks))
         assert two["ranks"] == 2 and one["ranks"] == 1
-        pd.testing.assert_frame_equal(metrics(tmp_path / "two" / family), metrics(tmp_path / "one" / family),
-                                      obj=family)
+        pd.testing.assert_frame_equal(metrics(two_ranks / family), metrics(one_process / family), obj=family)
         assert two["final_test_acc"] == one["final_test_acc"], family
-    exchanged = {family: json.loads((tmp_path / "two" / family / "summary.json").read_text())["exchange_mb"]
+    exchanged = {family: json.loads((two_ranks / family / "summary.json").read_text())["exchange_mb"]
                  for family in ("fedavg", "bherd")}
     # BHerd's ranks exchange what each client's selection made (the update it sends and g_i), not its steps
     assert 2 * exchanged["fedavg"] < exchanged["bherd"] < 4 * exchanged["fedavg"]
 
 
-def test_ranks_that_all_reduce_the_updates_sums_compute_one_process_result_to_rounding(tmp_path):
+def test_ranks_that_all_reduce_the_updates_sums_compute_one_process_result_to_rounding(tmp_path, one_process,
+                                                                                        two_ranks):
     """``hardware.exchange=sums``: where the server reads the updates only as weighted sums (FedAvg's and FedNova's
     means, SCAFFOLD's and FedDyn's), each rank's partial sum is all-reduced. The sums are added in another order than
     one process's product, so the models agree to float64 rounding, and each rank receives d numbers per sum instead
     of the other rank's updates; BHerd's server reads only what each client's selection made, which its rank sends;
     a part that reads each update (FedGH) still gets the rows, bit for bit."""
-    (tmp_path / "worker.py").write_text(WORKER)
-    families = {"fedavg": ["algo=fedavg"], "fednova": ["algo=fednova"], "scaffold": ["algo=scaffold"],
-                "feddyn": ["algo=feddyn"], "bherd": ["algo=bherd"], "fedgh": ["algo=fedgh"]}
-    for how, command, exchange in (("one", [sys.executable], "rows"), ("two", torchrun(2), "sums"),
-                                   ("rows", torchrun(2), "rows")):
-        runs = json.dumps({f: BASE + o + [f"hardware.exchange={exchange}", "fl.rounds=6"]
-                           for f, o in families.items() if how != "rows" or f == "fedavg"})
-        proc = subprocess.run([*command, str(tmp_path / "worker.py"), runs, str(tmp_path / how)],
-                              env=environment(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    for family in families:
-        one, two = (pd.read_csv(tmp_path / how / family / "metrics.csv") for how in ("one", "two"))
+    summed = run_worker(torchrun(2), {f: BASE + o + ["hardware.exchange=sums"] for f, o in SUMMED.items()},
+                        tmp_path / "sums")
+    for family in SUMMED:
+        one, two = (pd.read_csv(how / family / "metrics.csv") for how in (one_process, summed))
         for column in ("train_loss", "test_loss", "test_acc"):
             assert ((two[column] - one[column]).abs() <= 1e-12 * one[column].abs().clip(lower=1)).all(), (family,
                                                                                                            column)
-    pd.testing.assert_frame_equal(metrics(tmp_path / "two" / "fedgh"), metrics(tmp_path / "one" / "fedgh"))
-    how = {f: json.loads((tmp_path / "two" / f / "summary.json").read_text())["exchange"] for f in families}
-    assert how == {**{f: "sums" for f in families}, "fedgh": "rows"}
-    summed, rows = (json.loads((tmp_path / how / "fedavg" / "summary.json").read_text()) for how in ("two", "rows"))
-    d, rounds = summed["num_parameters"], 6
+    pd.testing.assert_frame_equal(metrics(summed / "fedgh"), metrics(one_process / "fedgh"))
+    how = {f: json.loads((summed / f / "summary.json").read_text())["exchange"] for f in SUMMED}
+    assert how == {**{f: "sums" for f in SUMMED}, "fedgh": "rows"}
+    sums, rows = (json.loads((folder / "fedavg" / "summary.json").read_text()) for folder in (summed, two_ranks))
+    d, rounds = sums["num_parameters"], len(pd.read_csv(summed / "fedavg" / "metrics.csv"))
     # a ring all-reduce of d float64 numbers per round moves 2 (R - 1) / R of them through each rank: d here
-    assert summed["exchange_mb"] * 2**20 / (rounds * 8) == pytest.approx(d, rel=0.01)
-    assert rows["exchange_mb"] > 1.5 * summed["exchange_mb"], "two of five clients' rows are more than one sum"
+    assert sums["exchange_mb"] * 2**20 / (rounds * 8) == pytest.approx(d, rel=0.01)
+    assert rows["exchange_mb"] > 1.5 * sums["exchange_mb"], "two of five clients' rows are more than one sum"
 
 
 def test_a_signal_to_one_rank_stops_every_rank_after_the_round_with_a_checkpoint(tmp_path):
@@ -168,6 +182,7 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_round_with_a_checkpoint
     assert list(run_dir.glob("checkpoint*")), "rank 0 wrote no checkpoint"
 
 
+@pytest.mark.slow  # two runs and a torchrun; resuming itself is tested in test_checkpoint.py
 def test_a_run_killed_on_two_ranks_resumes_on_one(tmp_path):
     """torchrun's ranks killed mid-run (SIGKILL, no checkpoint of their own at that moment): the run resumed by one
     process from rank 0's last checkpoint ends with the uninterrupted run's metrics (every process one thread)."""
@@ -191,6 +206,7 @@ def test_a_run_killed_on_two_ranks_resumes_on_one(tmp_path):
     pd.testing.assert_frame_equal(metrics(run_dir), metrics(tmp_path / "reference"))
 
 
+@pytest.mark.slow  # four sweeps' worth of processes
 def test_a_sweeps_jobs_run_over_their_launchers_tasks(tmp_path):
     """The SLURM launcher with ``tasks_per_node`` (here submitit's local mode, the SLURM path on this machine): each
     job is one run over its tasks as ranks, equal to the same sweep's one-process jobs."""

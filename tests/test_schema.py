@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, run_cli
+from conftest import REPO, make_cfg, run_cli
 
 from fedrun.algorithms.schema import SCHEMAS, parse
 from fedrun.config.checks import validate
@@ -164,10 +164,9 @@ def test_a_fix_that_is_a_default_reads_it_where_it_is_written():
 
     from omegaconf import OmegaConf
 
-    from fedrun.config.compose import compose_config
     from fedrun.config.schema import CONF_DIR, DEFAULT, GROUPS, SECTIONS, as_override
 
-    cfg = compose_config([])
+    cfg = make_cfg()
     for name, cls in SECTIONS.items():
         node = cls(**OmegaConf.to_container(cfg[name], resolve=True))
         for _, key, _, fix in node.rules():
@@ -175,7 +174,7 @@ def test_a_fix_that_is_a_default_reads_it_where_it_is_written():
                 assert node.default(key) == cfg[name][key], f"{name}.{key}"
     for group, cls in GROUPS.items():
         for option in sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml")):
-            node = cls(**OmegaConf.to_container(compose_config([f"{group}={option}"])[group], resolve=True))
+            node = cls(**OmegaConf.to_container(make_cfg(f"{group}={option}")[group], resolve=True))
             for _, key, _, fix in node.rules():
                 if fix is DEFAULT:
                     as_override(node.default(key))  # resolves
