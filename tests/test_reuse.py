@@ -98,3 +98,25 @@ def test_a_sweep_copies_the_runs_another_sweep_made_of_its_configs_at_its_commit
             assert "reused_from" not in summary and summary["status"] == "finished", seed
     third = sweep("c", "def5678", "fl.lr=0.1", f"reuse={tmp_path / 'runs'}")
     assert not any("reused_from" in json.loads((d / "summary.json").read_text()) for d in third.values())
+
+
+def test_fedrun_table_counts_the_jobs_a_sweep_copied_apart_from_those_it_ran(tmp_path):
+    """What a table's sweep wrote, read from its jobs' summaries: an untouched run counts for nothing, a summary
+    written or rewritten (a resumed run) counts as a job that ran, one that names its source as copied, and one left
+    unreadable by a killed job as ran."""
+    from fedrun.papers.table import _made, _stamps
+
+    def summary(name: str, **fields) -> None:
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "summary.json").write_text(json.dumps({"status": "finished", **fields}))
+
+    summary("untouched")
+    summary("resumed", status="interrupted")
+    before = _stamps(tmp_path)
+    os.utime(tmp_path / "resumed" / "summary.json", ns=(0, 0))  # rewritten since: another time stamp
+    summary("new")
+    summary("copied", reused_from="/runs/other/0")
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "summary.json").write_text('{"status": "fin')
+    assert _made(before, _stamps(tmp_path)) == (3, 1)
+    assert _made(before, before) == (0, 0)

@@ -78,6 +78,19 @@ def _stamps(folder: Path) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in folder.rglob(SUMMARY_FILE)} if folder.exists() else {}
 
 
+def _made(before: dict[Path, int], after: dict[Path, int]) -> tuple[int, int]:
+    """The jobs a sweep wrote a summary for: (how many ran, how many were copied from an identical run under
+    ``reuse``, whose summary names its source)."""
+    changed = [p for p, t in after.items() if before.get(p) != t]
+    copied = 0
+    for path in changed:
+        try:
+            copied += "reused_from" in json.loads(path.read_text())
+        except (OSError, ValueError):  # a job killed while writing it ran, as far as anyone can tell
+            pass
+    return len(changed) - copied, copied
+
+
 WATCH_S = 600.0  # how often fedrun-table says where a running sweep is
 
 
@@ -97,12 +110,12 @@ def _watched(cmd: list[str], say) -> int:
         raise
 
 
-def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: int, log=print) -> int:
-    """Run every preset's sweep (or the artefact's measurement); returns how many jobs ran (finished jobs are
-    skipped by fedrun itself)."""
+def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: int, log=print) -> tuple[int, int]:
+    """Run every preset's sweep (or the artefact's measurement); returns how many jobs ran and how many were copied
+    from identical runs (finished jobs are skipped by fedrun itself)."""
     if artefact.measure:
-        return measures.run(artefact, runs / artefact.name, overrides, log)
-    ran = 0
+        return measures.run(artefact, runs / artefact.name, overrides, log), 0
+    ran = copied = 0
     runs.mkdir(parents=True, exist_ok=True)  # a job copies an identical run of another artefact from under it
     shared = [] if any(override_key(o) == "reuse" for o in overrides) else [f"reuse={runs.resolve()}"]
     for preset in artefact.presets:
@@ -115,9 +128,9 @@ def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: in
         returncode = _watched(cmd, lambda: log(f"fedrun-table: {preset}: {sweep_progress(folder, axes)}"))
         if returncode == 2:  # refused before any job ran: a bad override, said above by fedrun itself
             raise FedrunError(f"fedrun refused the sweep of {preset} (its message is above); nothing ran")
-        after = _stamps(folder)
-        ran += sum(1 for p, t in after.items() if before.get(p) != t)
-    return ran
+        made = _made(before, _stamps(folder))
+        ran, copied = ran + made[0], copied + made[1]
+    return ran, copied
 
 
 def listing() -> str:
@@ -251,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = Path(args.runs)
     if not args.collect_only:
         try:
-            ran = run(artefact, runs, overrides, args.fixture_rounds)
+            ran, copied = run(artefact, runs, overrides, args.fixture_rounds)
         except FedrunError as e:
             print(f"fedrun-table: {e}", file=sys.stderr)
             return 2
@@ -260,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"checkpoint, and `fedrun-table {artefact.name} --collect-only --runs {runs}` tables what finished",
                   file=sys.stderr)
             return 130
-        print(f"fedrun-table: {ran} job(s) ran")
+        print(f"fedrun-table: {ran} job(s) ran" + (f", {copied} copied from identical runs under {runs} (reuse)"
+                                                    if copied else ""))
     found = collect(artefact, runs)
     if found.empty:
         print(f"fedrun-table: no runs of {artefact.name} under {runs / artefact.name}", file=sys.stderr)
