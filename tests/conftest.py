@@ -67,13 +67,13 @@ def make_cfg(*overrides: str):
 
 def with_values(cfg, *assignments: str):
     """``cfg`` with each ``key=value`` set as the command line sets a key that chooses no group option (the value read
-    as YAML, checked by the key's type): one composition serves the variants a test runs side by side."""
-    import yaml
+    by Hydra's override grammar, checked by the key's type): one composition serves the variants a test runs side by
+    side."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    for assignment in assignments:
-        key, value = assignment.split("=", 1)
-        OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
+    for override in OverridesParser.create().parse_overrides(list(assignments)):
+        OmegaConf.update(cfg, override.key_or_group, override.value(), merge=False)
     return cfg
 
 

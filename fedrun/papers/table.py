@@ -128,8 +128,8 @@ def run(artefact: Artefact, runs: Path, overrides: list[str], fixture_rounds: in
         returncode = _watched(cmd, lambda: log(f"fedrun-table: {preset}: {sweep_progress(folder, axes)}"))
         if returncode == 2:  # refused before any job ran: a bad override, said above by fedrun itself
             raise FedrunError(f"fedrun refused the sweep of {preset} (its message is above); nothing ran")
-        made = _made(before, _stamps(folder))
-        ran, copied = ran + made[0], copied + made[1]
+        ran_here, copied_here = _made(before, _stamps(folder))
+        ran, copied = ran + ran_here, copied + copied_here
     return ran, copied
 
 
