@@ -48,8 +48,8 @@ def without_a_compiler():
 
 @functools.lru_cache(maxsize=None)
 def _composed(overrides: tuple[str, ...]):
-    """One composition per distinct override list in a test session (Hydra takes about 0.2 s a composition, and
-    tests compose the same bases again and again), with the warnings it gave."""
+    """One composition per distinct override list in a test session (a composition through Hydra costs far more
+    than a copy, and tests compose the same bases again and again), with the warnings it gave."""
     with warnings.catch_warnings(record=True) as given:
         warnings.simplefilter("always")
         cfg = compose_config(list(overrides))
