@@ -82,3 +82,16 @@ def test_reports_and_tables_read_an_old_run_under_the_new_keys(tmp_path, cfg_fac
     assert _grid_values(tmp_path, ["algo.step_selector.alpha", "algo/step_selector"], {})[
         "algo.step_selector.alpha"] == "0.5"
     assert upgraded({"algo": {"selector": {"name": "herd"}}}) == {"algo": {"step_selector": {"name": "herd"}}}
+
+
+def test_a_tests_cached_composition_of_an_old_spelling_notes_it_on_every_call():
+    """conftest.make_cfg composes an override list once per session; each call is a fresh copy and notes the old
+    spelling again, as composing it afresh does."""
+    from conftest import make_cfg
+
+    args = ("data=digits", "algo=bherd", "algo/selector=random", "algo.selector.alpha=0.3")
+    for _ in range(2):
+        with pytest.warns(FutureWarning, match="algo.selector.alpha is now algo.step_selector.alpha"):
+            cfg = make_cfg(*args)
+        assert cfg.algo.step_selector.name == "random" and cfg.algo.step_selector.alpha == 0.3
+        cfg.algo.step_selector.alpha = 0.9  # the copy, not the session's composition
