@@ -89,9 +89,9 @@ def test_a_tests_cached_composition_of_an_old_spelling_notes_it_on_every_call():
     spelling again, as composing it afresh does."""
     from conftest import make_cfg
 
-    args = ("data=digits", "algo=bherd", "algo/selector=random", "algo.selector.alpha=0.3")
+    args = ("data=digits", "algo=grab_fedavg", "algo.selector.alpha=0.3")
     for _ in range(2):
         with pytest.warns(FutureWarning, match="algo.selector.alpha is now algo.step_selector.alpha"):
             cfg = make_cfg(*args)
-        assert cfg.algo.step_selector.name == "random" and cfg.algo.step_selector.alpha == 0.3
+        assert cfg.algo.step_selector.alpha == 0.3
         cfg.algo.step_selector.alpha = 0.9  # the copy, not the session's composition
