@@ -17,9 +17,10 @@ gained most over FedAvg in phase 1, for FedAvg, BHerd 0.5 and the random control
 test-set question: how much of a 0.9-point difference between two methods a 2,500-sample test subset explains,
 from the final models of phase 2 (their checkpoints) scored on 200 seeded subsets.
 
-Writes <out>/claims.md (one row per claim: reading, verdict, numbers with their spread, command), <out>/claims_lr.png
-(final accuracy against the learning rate, one panel per reading) and <out>/claims_fig5a.png (Fig. 5a's curves at the
-paper's eta and at the learning rate picked for phase 2). Finished runs under --runs are reused.
+Writes <out>/exploration.md (one row per claim: reading, verdict, numbers with their spread, command),
+<out>/claims_lr.png (final accuracy against the learning rate, one panel per reading) and <out>/claims_fig5a.png
+(Fig. 5a's curves at the paper's eta and at the learning rate picked for phase 2). Finished runs under --runs are
+reused.
 """
 
 from __future__ import annotations
@@ -219,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     note = provenance(command, summaries)
     render_lr_plot(grid, args.lrs, out, note)
     render_fig5a(grid, picked, out, note)
-    (out / "claims.md").write_text(report(args, grid, seeded, picked, note, command)
+    (out / "exploration.md").write_text(report(args, grid, seeded, picked, note, command)
                                    + headline_report({k: batch.job_dir(v, runs) for k, v in headline.items()}))
-    print(f"wrote {out / 'claims.md'}, claims_lr.png and claims_fig5a.png")
+    print(f"wrote {out / 'exploration.md'}, claims_lr.png and claims_fig5a.png")
     return 0
 
 

@@ -1,6 +1,9 @@
 """results/CLAIMS.md: every claim of the five papers (``paper/*.yaml``), one line each: its artefact, its rule
 (pre-registered: seed-paired with the paper's effect; else the means over seeds), its verdicts, the datasets its runs
-need and whether they are on this machine (docs/data.md says how to get each).
+need and whether they are on this machine (docs/data.md says how to get each). And each paper's
+``results/<paper>/claims.md``: every claim at every point of its artefact's table, with its rule, the means compared,
+the seed-paired difference and its 95% interval, what the rule needs, the verdict, and the runs' commit, compute time
+and machine.
 
     python scripts/claims_index.py [--out results/CLAIMS.md] [--results results]
 
@@ -22,7 +25,10 @@ import pandas as pd
 
 from fedrun.data import DATASETS
 from fedrun.data.base import default_root
-from fedrun.papers.artefacts import Claim, outline, papers
+from fedrun.papers import claims as checks
+from fedrun.papers.artefacts import Artefact, Claim, Paper, outline, papers
+from fedrun.papers.table_summary import read_provenance
+from fedrun.rundir.report import duration
 from fedrun.rundir.files import git_commit
 
 
@@ -86,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             if not artefact.claims:
                 continue
             table = Path(args.results) / key / f"{artefact.name}_claims.csv"
-            checked = pd.read_csv(table, dtype=str) if table.exists() else None
+            checked = checks.read(table) if table.exists() else None
             datasets = datasets_of(artefact)
             for d in datasets:
                 present.setdefault(d, DATASETS[d].is_present(root))
@@ -109,7 +115,71 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"{len(lines)} claims -> {out}")
+    for key, paper in papers().items():
+        folder = Path(args.results) / key
+        if any(a.claims for a in paper.artefacts.values()) and folder.is_dir():
+            (folder / "claims.md").write_text(paper_page(key, paper, folder, command.strip(), out))
+            print(f"{paper.cite} -> {folder / 'claims.md'}")
     return 0
+
+
+def paper_page(key: str, paper: Paper, folder: Path, command: str, index: Path) -> str:
+    """``results/<paper>/claims.md``: the paper's claims, artefact by artefact, each point of each claim checked."""
+    explored = (" What was explored before the claims were registered (many commits, readings tried): "
+                "[exploration.md](exploration.md).") if (folder / "exploration.md").exists() else ""
+    parts = [f"# {paper.cite}: its claims, pre-registered and checked\n\n"
+             f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')}, from `paper/{key}.yaml` "
+             "(each claim with its reading, comparison, seeds and rule, written before its runs) and the verdict "
+             "files beside this page (`<artefact>_claims.csv`, written with each table by `fedrun-table "
+             "<artefact>`). A pre-registered claim holds at a point when the 95% bootstrap interval of its "
+             "seed-paired difference lies above 0 and its mean reaches the share of the paper's effect the rule names "
+             "(docs/papers.md, Pre-registered claims); the others compare the means over seeds. A point on a "
+             f"stand-in dataset, or without finished runs, is not checked. Every paper's claims, one line each: "
+             f"[{index.name}](../{index.name}).{explored}\n"]
+    for artefact in paper.artefacts.values():
+        if artefact.claims:
+            parts.append(artefact_section(artefact, folder))
+    return "\n".join(parts)
+
+
+def _where(where: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in where.items())
+
+
+def artefact_section(artefact: Artefact, folder: Path) -> str:
+    """One artefact's claims: their rules, where its runs come from, and a row per claim and point."""
+    lines = [f"## {artefact.name}: {artefact.source}\n", f"Measured: {artefact.what}.\n" if artefact.what else ""]
+    lines += [f"- {c.says}. Rule: {rule(c)}." for c in artefact.claims] + [""]
+    verdict_file, table = folder / f"{artefact.name}_claims.csv", folder / f"{artefact.name}.md"
+    if not verdict_file.exists():
+        lines += [f"No verdicts: {verdicts(None, artefact.claims[0], artefact.not_run, artefact.presets)}.\n"]
+        return "\n".join(lines)
+    made = read_provenance(table.read_text()) if table.exists() else None
+    if made is not None:
+        state = "clean" if made.clean else "not all clean"
+        lines += [f"Runs: [{table.name}]({table.name}), {made.runs} runs made at commit "
+                  f"{', '.join(c[:7] + '-dirty' * c.endswith('-dirty') for c in made.commits) or 'unknown'} "
+                  f"({state}); their compute time {duration(made.compute_s)}{made.where}.\n"]
+    rows = checks.read(verdict_file)
+    numbered = ~rows["verdict"].str.startswith("not checked") | rows["pairs"].notna()  # decided, or reported
+    lines += ["| claim | where | means over seeds | paired difference (95% CI) | needs | verdict |",
+              "|---|---|---|---|---|---|"]
+    for _, r in rows[numbered].iterrows():
+        where = _where(r["where"])
+        if isinstance(r["tuned"], str) and r["tuned"]:
+            where += f"; each at its best {r['tuned']}"
+        means = " vs ".join(", ".join(f"{k}: {v:.2f}" for k, v in side.items() if not pd.isna(v))
+                            for side in (r["method"], r["versus"]) if side)
+        lines.append(f"| {r['says']} | {where} | {means} | {checks.paired_cell(r)} | {checks.needs_cell(r)} | "
+                     f"{r['verdict']} |")
+    skipped = rows[~numbered]
+    if not skipped.empty:  # one line per point and reason, whichever claims it touches
+        lines += ["", "Not checked:"]
+        points = skipped.groupby([skipped["where"].map(_where), skipped["verdict"]], sort=False)["says"].nunique()
+        for (where, verdict), n in points.items():
+            some = f" ({n} of its {len(artefact.claims)} claims)" if n < len(artefact.claims) else ""
+            lines.append(f"- {where}: {verdict.removeprefix('not checked: ')}{some}")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
 E = 1) for each base at each learning rate (the paper gives none) in three variants: the base alone, the base with
 DGT, and the control ``algo.harmonizer.mode=norm_only``: the base's own updates scaled each round by the ratio of
 DGT's aggregate length to the plain aggregate's (``dgt_norm_ratio``), so that "DGT's direction helps" is told apart
-from "a longer server step helps". Writes <out>/claims.md: final accuracy and the mean of the last 5 rounds, the
+from "a longer server step helps". Writes <out>/exploration.md: final accuracy and the mean of the last 5 rounds, the
 rounds to each dataset's target (the paper's "x times faster" counts them), the mean norm ratio, and the verdicts;
 and <out>/claims_lr.png, the accuracy curves of seed 0.
 """
@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     plot(frames, args, out, lines[1].strip())
     lines += ["", "## Verdicts\n", *verdicts, "", f"Re-run: `{command}`. Curves: claims_lr.png (seed 0).", ""]
-    (out / "claims.md").write_text("\n".join(lines))
-    print(f"wrote {out / 'claims.md'}")
+    (out / "exploration.md").write_text("\n".join(lines))
+    print(f"wrote {out / 'exploration.md'}")
     return 0
 
 

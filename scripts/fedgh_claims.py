@@ -11,7 +11,7 @@ momentum 0.9 (FedGH Sec. III-A states it for its experiments; the LEAF presets h
 own test split averaged over all users (``local_acc``, LEAF's per-user mean), over the round's clients
 (``local_acc_round``) or weighted by their test samples (``local_acc_round_samples``), and each round client's model
 after its local training on its own split, over the clients or weighted by samples (``local_model_acc``,
-``local_model_acc_samples``). Writes <out>/claims.md with the paper's Table II values beside each reading's.
+``local_model_acc_samples``). Writes <out>/exploration.md with the paper's Table II values beside each reading's.
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                           for r in READINGS}}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "claims.md").write_text(report(args, values, provenance(command, summaries), command))
-    print(f"wrote {out / 'claims.md'}")
+    (out / "exploration.md").write_text(report(args, values, provenance(command, summaries), command))
+    print(f"wrote {out / 'exploration.md'}")
     return 0
 
 

@@ -11,7 +11,7 @@ own test samples, so that each test sample has an owner, and logs: ``test_acc`` 
 test set, fedrun's reading so far), ``bank_mean_acc``, ``personal_acc`` (Zhao et al.'s protocol: each machine's
 preferred model on the test samples of its classes), ``owner_acc`` (each held-out sample scored by its owner's preferred
 model) and ``oracle_acc`` (a sample counts when any model is right: an upper bound, not a model). Writes
-<out>/claims.md with Zhao et al.'s Fig. 1 and Fig. 3 values beside each reading.
+<out>/exploration.md with Zhao et al.'s Fig. 1 and Fig. 3 values beside each reading.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
               "classifier.", "", f"Re-run: `{command}`.", ""]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "claims.md").write_text("\n".join(lines))
-    print(f"wrote {out / 'claims.md'}")
+    (out / "exploration.md").write_text("\n".join(lines))
+    print(f"wrote {out / 'exploration.md'}")
     return 0
 
 

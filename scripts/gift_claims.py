@@ -28,7 +28,7 @@ Figs. 6-7 read every run on one grid of simulated time (the first evaluation pas
 small tau, evaluated more often per second, does not get a higher best-ever accuracy by chance alone.
 
 Also the first rounds of GIFT on the setting of results/gift/README.md (MNIST, Dirichlet(1)), to say why its tau
-halved at round 3 there. Writes <out>/claims.md (one row per claim: reading, verdict, numbers, command) and the
+halved at round 3 there. Writes <out>/exploration.md (one row per claim: reading, verdict, numbers, command) and the
 plots claims_fig3.png, claims_fig4.png, claims_fig5_<setting>.png, claims_fig6.png, claims_fig7.png (and
 claims_fig5_long.png, claims_fig6_long.png, claims_fig7_long.png). Finished runs under --runs are reused.
 """
@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
              f"Re-run: `{command}`. Plots: claims_fig3.png, claims_fig4.png, claims_fig5_<setting>.png (each "
              "setting), claims_fig6.png and claims_fig7.png (the --compare setting), claims_fig5_long.png, "
              "claims_fig6_long.png and claims_fig7_long.png (the long budget).", ""]
-    (out / "claims.md").write_text("\n".join(lines))
-    print(f"wrote {out / 'claims.md'}")
+    (out / "exploration.md").write_text("\n".join(lines))
+    print(f"wrote {out / 'exploration.md'}")
     return 0
 
 

@@ -68,27 +68,23 @@ def timings_block() -> str:
 def claims_block() -> str:
     """Every pre-registered claim's points that have seed-paired runs, from the committed verdict files
     (results/<paper>/<artefact>_claims.csv, written by fedrun-table), with the commit their runs were made at."""
-    import ast
-
-    import pandas as pd
+    from fedrun.papers import claims
+    from fedrun.papers.table_summary import read_provenance
 
     lines = ["| claim | where | paired difference, points (95% CI) | needs | verdict | table (runs' commit) |",
              "|---|---|---|---|---|---|"]
     for path in sorted((REPO / "results").glob("*/*_claims.csv")):
         table = path.with_name(path.name.removesuffix("_claims.csv") + ".md")
-        made = re.search(r"runs made at commit ([0-9a-f]{7})", table.read_text()) if table.exists() else None
-        link = f"`{table.relative_to(REPO).as_posix()}` ({made.group(1) if made else '?'})"  # outside docs/: no link
-        checked = pd.read_csv(path)
+        made = read_provenance(table.read_text()) if table.exists() else None
+        commit = (made.commits[0][:7] + ("" if made.clean else "-dirty")) if made and len(made.commits) == 1 else "?"
+        link = f"`{table.relative_to(REPO).as_posix()}` ({commit})"  # outside docs/: no link
+        checked = claims.read(path)
         for _, r in checked[checked["pairs"].notna()].iterrows():
-            where = ", ".join(f"{k}={v}" for k, v in ast.literal_eval(r["where"]).items())
-            tuned = r.get("tuned")
-            if isinstance(tuned, str) and tuned:
-                where += f"; each at its best {tuned}"
-            lo, hi = ast.literal_eval(r["interval"].replace("nan", "None"))  # none while pairs are missing
-            measured = "-" if lo is None else f"{r['difference']:+.2f} ({lo:+.2f} to {hi:+.2f})"
-            needs = "reported, not decided" if pd.isna(r["needs"]) else f">= {r['needs']:.2f}"  # no paper effect
-            lines.append(f"| {r['says']} | {where} | {measured}, {int(r['pairs'])} seeds | {needs} | {r['verdict']} | "
-                         f"{link} |")
+            where = ", ".join(f"{k}={v}" for k, v in r["where"].items())
+            if isinstance(r["tuned"], str) and r["tuned"]:
+                where += f"; each at its best {r['tuned']}"
+            lines.append(f"| {r['says']} | {where} | {claims.paired_cell(r)} | {claims.needs_cell(r)} | "
+                         f"{r['verdict']} | {link} |")
     return "\n".join(lines)
 
 

@@ -48,3 +48,59 @@ def test_a_claims_verdicts_are_counted_from_its_tables_points(tmp_path):
     assert index.main(["--out", str(out), "--results", str(tmp_path)]) == 0
     line, = [row for row in out.read_text().splitlines() if f"| {first.says} |" in row]
     assert "| holds at 1 of 4 points; does not hold at 2; not checked at 1 (fixture data) |" in line
+
+
+def test_a_tables_header_is_read_back_as_written():
+    """The claims pages take the runs' commits, compute time and machines from each table's header: what
+    ``provenance`` writes, ``read_provenance`` reads, clean or not, machines recorded or not."""
+    from fedrun.papers.table_summary import provenance, read_provenance
+
+    clean = [{"git_commit": "a" * 40, "wall_time_s": 100.0, "machine": "AMD EPYC 7B13 (2 threads)"},
+             {"git_commits": ["a" * 40], "total_wall_time_s": 50.5, "machines": ["AMD EPYC 7B13 (2 threads)"]}]
+    made = read_provenance(provenance("fedrun-table x", clean) + " Mean ± std over seeds [0, 1] of `final_test_acc`.")
+    assert (made.runs, made.commits, made.compute_s, made.clean) == (2, ("a" * 40,), 150.0, True)
+    assert made.where == " on AMD EPYC 7B13 (2 threads)"
+    mixed = [{"git_commit": "b" * 40 + "-dirty", "wall_time_s": 10.0}, {"git_commit": "c" * 40, "wall_time_s": 5.0}]
+    made = read_provenance(provenance("fedrun-table x", mixed))
+    assert made.commits == ("b" * 40 + "-dirty", "c" * 40) and not made.clean and made.runs == 2
+    assert made.where.startswith("; where the runs ran is not recorded (this table was made on ")
+    assert read_provenance("# a table typed by hand\n") is None
+
+
+def test_each_papers_claims_page_gives_every_point_with_its_rule_runs_and_verdict(tmp_path):
+    """results/<paper>/claims.md: each claim's rule, the table's runs (commit, clean, compute time, machine), a row
+    per decided or reported point with the means, the paired difference and interval and what the rule needs, and
+    the points not checked grouped by why; an artefact without verdicts says why; an old verdict file without the
+    ``tuned`` column still reads."""
+    index = load_script("claims_index")
+    (key, paper), = [(k, p) for k, p in papers().items() if "bherd_table2" in p.artefacts]
+    first, second = paper.artefacts["bherd_table2"].claims[:2]
+    folder = tmp_path / key
+    folder.mkdir()
+    (folder / "bherd_table2.md").write_text(
+        "# t\n\nMade by `fedrun-table bherd_table2` at commit 1234 on 2026-01-01 from 20 runs made at commit "
+        f"{'d' * 40}; their compute time 7200 s on AMD EPYC (2 threads). Mean ± std over seeds.\n")
+    (folder / "bherd_table2_claims.csv").write_text(
+        "says,where,value,method,versus,verdict,pairs,difference,interval,needs\n"  # before `tuned` was written
+        f"{first.says},{{'partition': 'case1'}},value,{{'bherd': 86.5}},{{'fedavg': 86.0}},holds,5.0,0.5,"
+        "\"(0.2, 0.8)\",0.46\n"
+        f"{first.says},{{'preset': 'cnn'}},value,{{}},{{}},not checked: no CIFAR-10,,,,\n"
+        f"{second.says},{{'preset': 'cnn'}},value,{{}},{{}},not checked: no CIFAR-10,,,,\n"
+        f"{second.says},{{'partition': 'case1'}},value,{{'bherd_fednova': 86.0}},{{'fednova': 86.1}},"
+        "not decided: 3 of the 5 seed pairs it needs,3.0,-0.1,\"(-0.3, 0.1)\",0.68\n")
+    assert index.main(["--out", str(tmp_path / "CLAIMS.md"), "--results", str(tmp_path)]) == 0
+    page = (folder / "claims.md").read_text()
+    assert f"- {first.says}. Rule: pre-registered: 5 seed pairs, 95% CI > 0" in page
+    assert f"Runs: [bherd_table2.md](bherd_table2.md), 20 runs made at commit {'d' * 7} (clean); their compute " \
+           "time 2.0 h on AMD EPYC (2 threads)." in page
+    assert (f"| {first.says} | partition=case1 | bherd: 86.50 vs fedavg: 86.00 | +0.50 (+0.20 to +0.80), 5 seeds | "
+            ">= 0.46 | holds |") in page
+    assert (f"| {second.says} | partition=case1 | bherd_fednova: 86.00 vs fednova: 86.10 | -0.10 (-0.30 to +0.10), "
+            "3 seeds | >= 0.68 | not decided: 3 of the 5 seed pairs it needs |") in page
+    n = len(paper.artefacts["bherd_table2"].claims)
+    assert f"- preset=cnn: no CIFAR-10 (2 of its {n} claims)" in page and page.count("no CIFAR-10") == 1
+    assert "No verdicts: no verdict yet" in page or "No verdicts: not testable here" in page  # the other artefacts
+    assert "exploration.md" not in page
+    (folder / "exploration.md").write_text("# before\n")
+    assert index.main(["--out", str(tmp_path / "CLAIMS.md"), "--results", str(tmp_path)]) == 0
+    assert "[exploration.md](exploration.md)" in (folder / "claims.md").read_text()

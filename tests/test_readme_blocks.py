@@ -57,7 +57,8 @@ def test_the_claims_block_lists_every_paired_point_of_the_committed_verdict_file
     blocks = load_script("readme_blocks")
     folder = tmp_path / "results" / "p"
     folder.mkdir(parents=True)
-    (folder / "t1.md").write_text("# t\n\nMade by ... from 10 runs made at commit abcdef0123456789 ...\n")
+    (folder / "t1.md").write_text("# t\n\nMade by `x` at commit 1234 on 2026-01-01 from 10 runs made at commit "
+                                  "abcdef0123456789; their compute time 600 s on AMD EPYC (2 threads). Mean ...\n")
     (folder / "t1_claims.csv").write_text(
         "says,where,value,method,versus,verdict,pairs,difference,interval,needs,tuned\n"
         "gh helps,{'algo': 'fedavg'},acc,{},{},holds,5.0,3.74,\"(3.24, 4.43)\",2.035,lr: fedgh 2.0\n"

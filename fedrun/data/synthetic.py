@@ -90,7 +90,7 @@ def two_gaussians(num_train=50_000, num_test=10_000, dim=2, separation=3.0, cent
     ``center`` along it (class 0 at (center + separation / 2) e, class 1 at (center - separation / 2) e), with
     standard deviations ``spreads``. The paper gives no more; fedrun's defaults make the two classes' loss surfaces
     unequal in curvature (spreads 1 and 2, as the paper's Fig. 2 toy) and put the optimum's intercept far from 0,
-    so that two clients holding one class each pull the intercept apart (results/gift/claims.md)."""
+    so that two clients holding one class each pull the intercept apart (results/gift/exploration.md)."""
     rs = np.random.RandomState(seed)
     e = np.full(dim, 1 / np.sqrt(dim))
     out = {}

@@ -12,7 +12,9 @@ over seeds, with ``margin``.
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,7 @@ from fedrun.papers.artefacts import PRESET, Claim
 
 HOLDS, FAILS = "holds", "does not hold"
 UNDECIDED = "not decided"
+COLUMNS = ["says", "where", "value", "method", "versus", "verdict", "pairs", "difference", "interval", "needs", "tuned"]
 RESAMPLES = 10_000  # bootstrap resamples of the mean paired difference (seeded: the same runs, the same interval)
 
 
@@ -126,8 +129,7 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
             if claim.preregistered and runs is not None and not row["verdict"].startswith("not checked: fixture"):
                 row |= _paired(claim, where | same, runs, best) | {"where": where | same}
             rows.append(row)
-    return pd.DataFrame(rows, columns=["says", "where", "value", "method", "versus", "verdict", "pairs", "difference",
-                                       "interval", "needs", "tuned"])
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def _tuned(claim: Claim, best: dict[str, str], grid: pd.Series) -> str:
@@ -200,3 +202,31 @@ def markdown(checked: pd.DataFrame) -> str:
 
 def _fmt(v) -> str:
     return "–" if pd.isna(v) else f"{v:.4g}"
+
+
+def read(path: Path) -> pd.DataFrame:
+    """A verdict file (``<artefact>_claims.csv``, written by ``fedrun-table`` beside its table) as :func:`check` made
+    it: ``where``, ``method`` and ``versus`` as dicts, ``interval`` as (low, high), NaN where pairs are missing."""
+    df = pd.read_csv(path, dtype={"says": str, "value": str, "verdict": str, "tuned": str}).reindex(columns=COLUMNS)
+    for col in ("where", "method", "versus"):
+        df[col] = [ast.literal_eval(v) if isinstance(v, str) else {} for v in df[col]]
+    df["interval"] = [tuple(float(x) for x in v.strip("()").split(",")) if isinstance(v, str) else (math.nan,) * 2
+                      for v in df["interval"]]
+    return df
+
+
+def paired_cell(r) -> str:
+    """A verdict row's seed-paired difference, ``+0.05 (+0.01 to +0.09), 5 seeds``; empty for a claim on the means."""
+    if pd.isna(r.get("pairs")):
+        return ""
+    lo, hi = r["interval"]
+    measured = "-" if pd.isna(lo) else f"{r['difference']:+.2f} ({lo:+.2f} to {hi:+.2f})"
+    return f"{measured}, {int(r['pairs'])} seeds"
+
+
+def needs_cell(r) -> str:
+    """What a verdict row's mean paired difference must reach, or that the paper states no effect to reach there."""
+    if pd.isna(r.get("pairs")):
+        return ""
+    return "reported, not decided" if pd.isna(r.get("needs")) else f">= {r['needs']:.2f}"
+

@@ -8,7 +8,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -325,6 +327,32 @@ def provenance(command: str, summaries: list[dict], made: str = "runs") -> str:
         f"{cpu_model()}, {os.cpu_count()} cores)" if unrecorded else "")
     return (f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')} from {len(summaries)} {made} "
             f"made at commit {', '.join(commits) or 'unknown'}; their compute time {compute:.0f} s{before}{where}.")
+
+
+@dataclass(frozen=True)
+class Made:
+    """What a table's header says of its runs (:func:`provenance`): how many, their commits, their compute time and
+    where they ran."""
+    runs: int
+    commits: tuple[str, ...]
+    compute_s: float
+    where: str  # " on <machines>" and/or "; where ... is not recorded (...)", or empty
+
+    @property
+    def clean(self) -> bool:
+        return bool(self.commits) and not any(c.endswith("-dirty") for c in self.commits)
+
+
+_MADE = re.compile(r"from (\d+) (?:runs|measurement) made at commit ([^;]+); their compute time (\d+) s(.*?)\.(?=\s|$)")
+
+
+def read_provenance(text: str) -> Made | None:
+    """The runs' part of the header :func:`provenance` writes, read back from a table's text (None without one)."""
+    m = _MADE.search(text)
+    if m is None:
+        return None
+    commits = tuple(c for c in m.group(2).split(", ") if c != "unknown")
+    return Made(int(m.group(1)), commits, float(m.group(3)), m.group(4))
 
 
 def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, command: str) -> Path:

@@ -36,7 +36,7 @@ Points Zhao et al. leave open, decided here and configurable:
   step of alpha_g / sqrt(eps) where the anchor's coordinate is below sqrt(eps / (1 - beta2)) ~ 3e-3). As printed it
   does not train stably on Zhao et al.'s MNIST setting (GA's test loss 1.8 -> 113 within six rounds; at 10%
   participation the bank's models average 77-84% after 40 rounds against 90-93% with Adam's step:
-  results/fsvrg/claims.md), so it is the option, not the default.
+  results/fsvrg/exploration.md), so it is the option, not the default.
 """
 
 from __future__ import annotations
