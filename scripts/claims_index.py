@@ -38,7 +38,7 @@ def rule(claim: Claim) -> str:
     if claim.effects:
         effect = f"the paper's effect at each of {len(claim.effects)} points"
     else:
-        effect = f"the paper's effect {claim.effect:g}"
+        effect = f"the effect registered for it ({claim.effect:g})"
     tuned = f", each side at its best {claim.tuned}" if claim.tuned else ""
     return f"pre-registered: {claim.seeds} seed pairs{tuned}, 95% CI > 0 and mean >= {claim.share:g} x {effect}"
 
