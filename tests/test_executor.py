@@ -91,6 +91,27 @@ def test_vmap_round_equals_loop_round(monkeypatch, cfg_factory, family):
             torch.testing.assert_close(vec.state.buffers[name], loop.state.buffers[name], rtol=1e-4, atol=1e-5)
 
 
+def test_flushed_denormals_give_the_rounds_of_gradual_underflow_in_every_thread(monkeypatch, cfg_factory):
+    """hardware.denormals=flush (the default) takes results below float's normal range as 0, which a CPU computes
+    at full speed (a recurrent model's gradients decay into that range through time: scripts/denormals_cost.py): a
+    GRU's rounds in the loop executor's threads equal those of IEEE's gradual underflow (keep) to float rounding, and
+    the mode holds in the run's thread and in the threads it starts."""
+    import threading
+
+    tiny(monkeypatch, "tokens")
+    params = {}
+    for mode in ("keep", "flush"):
+        sim, _ = two_rounds(cfg_factory, FAMILIES["gru"][1], "loop", "tiny", denormals=mode, loop_threads=2)
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append((torch.tensor([1e-39]) * 1.5).item()))
+        thread.start()
+        thread.join()
+        assert ((torch.tensor([1e-39]) * 1.5).item() == 0.0) is (mode == "flush")
+        assert (seen[0] == 0.0) is (mode == "flush")
+        params[mode] = sim.state.params
+    torch.testing.assert_close(params["flush"], params["keep"], rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.slow  # a control of the test above's design, not of fedrun's code: six MobileNetV2 rounds in float64
 def test_the_batchnorm_familys_training_amplifies_rounding_so_its_rounds_share_a_start(monkeypatch, cfg_factory):
     """The control behind test_vmap_round_equals_loop_round's shared start: the loop against itself, its second round
@@ -976,3 +997,19 @@ def test_the_thousand_client_workloads_run_only_when_named(tmp_path):
     assert mlp["workload"] == "mlp_mnist_1000" and mlp["clients"] == 100
     assert {w.name for w in SCALE_WORKLOADS} == {"lenet5_cifar_1000", "mlp_mnist_1000"}
     assert all((w.samples // w.batch, w.clients) == (5, 1000) for w in SCALE_WORKLOADS)
+
+
+def test_the_denormals_benchmark_times_both_modes_on_a_runs_own_model_and_data(monkeypatch, cfg_factory):
+    """scripts/denormals_cost.py: a config's model on its client 0's minibatches, each mode timed, and the two modes'
+    gradients the same to float rounding; the run's mode is set back to the config's when it is done."""
+    from conftest import load_script
+
+    tiny(monkeypatch, "tokens")
+    cfg = cfg_factory(*COMMON, *FAMILIES["gru"][1], "hardware.denormals=keep")
+    cfg.data.name = "tiny"
+    row = load_script("denormals_cost").measure("tiny", cfg, steps=2, repeats=1)
+    assert row["model"] == "gru" and row["steps"] == 2 and row["batch"] == 16
+    assert min(row[f"{w}_{m}"] for w in ("step", "eval") for m in ("keep", "flush")) > 0
+    assert row["difference"] < 1e-6
+    assert (torch.tensor([1e-39]) * 1.5).item() != 0.0, "the config's mode (keep) again, not the last one timed"
+    torch.set_flush_denormal(True)  # as a default run leaves it

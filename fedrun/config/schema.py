@@ -267,6 +267,7 @@ class HardwareConfig(Section):
     deterministic: bool = MISSING
     num_threads: Optional[int] = MISSING
     host_memory: str = MISSING
+    denormals: str = MISSING
     step_store: str = MISSING
     gram_block: int = MISSING
     backend: str = MISSING
@@ -298,6 +299,7 @@ class HardwareConfig(Section):
         yield (self.num_threads is None or self.num_threads >= 1, "num_threads", "must be null or an integer >= 1",
                "2")
         yield self.host_memory in ("keep", "system"), "host_memory", "must be keep or system", DEFAULT
+        yield self.denormals in ("flush", "keep"), "denormals", "must be flush or keep", DEFAULT
         yield self.step_store in ("auto", "device", "host"), "step_store", "must be auto, device or host", DEFAULT
         yield self.gram_block >= 1, "gram_block", "must be an integer >= 1", DEFAULT
         yield self.backend in BACKENDS, "backend", f"must be one of {BACKENDS}", DEFAULT

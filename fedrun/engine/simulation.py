@@ -76,6 +76,7 @@ class Simulation:
         self.cfg, self.ranks = cfg, ranks or Ranks()
         if cfg.hardware.num_threads:
             torch.set_num_threads(int(cfg.hardware.num_threads))
+        torch.set_flush_denormal(cfg.hardware.denormals == "flush")  # this thread's, and the threads it starts
         if cfg.hardware.host_memory == "keep":
             keep_freed_memory()
         self.device = resolve_device(cfg.hardware.device)
