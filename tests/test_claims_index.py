@@ -77,8 +77,8 @@ def test_a_tables_header_is_read_back_as_written():
 def test_each_papers_claims_page_gives_every_point_with_its_rule_runs_and_verdict(tmp_path):
     """results/<paper>/claims.md: each claim's rule, the table's runs (commit, clean, compute time, machine), a row
     per decided or reported point with the means, the paired difference and interval and what the rule needs, and
-    the points not checked grouped by why; an artefact without verdicts says why; an old verdict file without the
-    ``tuned`` column still reads."""
+    the points not checked grouped by why (a preset without runs here: as its not_run says now, not as the table
+    said); an artefact without verdicts says why; an old verdict file without the ``tuned`` column still reads."""
     index = load_script("claims_index")
     (key, paper), = [(k, p) for k, p in papers().items() if "bherd_table2" in p.artefacts]
     first, second = paper.artefacts["bherd_table2"].claims[:2]
@@ -93,6 +93,7 @@ def test_each_papers_claims_page_gives_every_point_with_its_rule_runs_and_verdic
         "\"(0.2, 0.8)\",0.46\n"
         f"{first.says},{{'preset': 'cnn'}},value,{{}},{{}},not checked: no CIFAR-10,,,,\n"
         f"{second.says},{{'preset': 'cnn'}},value,{{}},{{}},not checked: no CIFAR-10,,,,\n"
+        f"{first.says},{{'preset': 'bherd_table2_rnn'}},value,{{}},{{}},not checked: a cost measured before,,,,\n"
         f"{second.says},{{'partition': 'case1'}},value,{{'bherd_fednova': 86.0}},{{'fednova': 86.1}},"
         "not decided: 3 of the 5 seed pairs it needs,3.0,-0.1,\"(-0.3, 0.1)\",0.68\n")
     assert index.main(["--out", str(tmp_path / "CLAIMS.md"), "--results", str(tmp_path)]) == 0
@@ -106,6 +107,8 @@ def test_each_papers_claims_page_gives_every_point_with_its_rule_runs_and_verdic
             "3 seeds | >= 0.68 | not decided: 3 of the 5 seed pairs it needs |") in page
     n = len(paper.artefacts["bherd_table2"].claims)
     assert f"- preset=cnn: no CIFAR-10 (2 of its {n} claims)" in page and page.count("no CIFAR-10") == 1
+    now = paper.artefacts["bherd_table2"].not_run["bherd_table2_rnn"]  # not_run's reason now, not the table's
+    assert f"- preset=bherd_table2_rnn: {now} (1 of its {n} claims)" in page and "measured before" not in page
     assert "No verdicts: no verdict yet" in page or "No verdicts: not testable here" in page  # the other artefacts
     assert "exploration.md" not in page
     (folder / "exploration.md").write_text("# before\n")
