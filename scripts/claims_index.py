@@ -173,8 +173,9 @@ def artefact_section(artefact: Artefact, folder: Path) -> str:
                   f"({state}); their compute time {duration(made.compute_s)}{made.where}.\n"]
     rows = read_verdicts(verdict_file, artefact)
     numbered = ~rows["verdict"].str.startswith("not checked") | rows["pairs"].notna()  # decided, or reported
-    lines += ["| claim | where | means over seeds | paired difference (95% CI) | needs | verdict |",
-              "|---|---|---|---|---|---|"]
+    if numbered.any():
+        lines += ["| claim | where | means over seeds | paired difference (95% CI) | needs | verdict |",
+                  "|---|---|---|---|---|---|"]
     for _, r in rows[numbered].iterrows():
         where = _where(r["where"])
         if isinstance(r["tuned"], str) and r["tuned"]:
@@ -185,7 +186,7 @@ def artefact_section(artefact: Artefact, folder: Path) -> str:
                      f"{r['verdict']} |")
     skipped = rows[~numbered]
     if not skipped.empty:  # one line per point and reason, whichever claims it touches
-        lines += ["", "Not checked:"]
+        lines += ["", "Not checked:"] if numbered.any() else ["Not checked:"]
         points = skipped.groupby([skipped["where"].map(_where), skipped["verdict"]], sort=False)["says"].nunique()
         for (where, verdict), n in points.items():
             some = f" ({n} of its {len(artefact.claims)} claims)" if n < len(artefact.claims) else ""

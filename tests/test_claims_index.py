@@ -96,8 +96,14 @@ def test_each_papers_claims_page_gives_every_point_with_its_rule_runs_and_verdic
         f"{first.says},{{'preset': 'bherd_table2_rnn'}},value,{{}},{{}},not checked: a cost measured before,,,,\n"
         f"{second.says},{{'partition': 'case1'}},value,{{'bherd_fednova': 86.0}},{{'fednova': 86.1}},"
         "not decided: 3 of the 5 seed pairs it needs,3.0,-0.1,\"(-0.3, 0.1)\",0.68\n")
+    fig = paper.artefacts["bherd_fig5a"]  # every point not checked: the list alone, without an empty table
+    (folder / "bherd_fig5a_claims.csv").write_text(
+        "says,where,value,method,versus,verdict\n"
+        f"{fig.claims[0].says},{{'partition': 'case1'}},final,{{}},{{}},not checked: fixture data\n")
     assert index.main(["--out", str(tmp_path / "CLAIMS.md"), "--results", str(tmp_path)]) == 0
     page = (folder / "claims.md").read_text()
+    section = page.split("## bherd_fig5a:")[1].split("\n## ")[0]
+    assert "| claim |" not in section and "Not checked:\n- partition=case1: fixture data (1 of its" in section
     assert f"- {first.says}. Rule: pre-registered: 5 seed pairs, 95% CI > 0" in page
     assert f"Runs: [bherd_table2.md](bherd_table2.md), 20 runs made at commit {'d' * 7} (clean); their compute " \
            "time 2.0 h on AMD EPYC (2 threads)." in page
