@@ -153,10 +153,6 @@ def paper_page(key: str, paper: Paper, folder: Path, command: str, index: Path) 
     return "\n".join(parts)
 
 
-def _where(where: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in where.items())
-
-
 def artefact_section(artefact: Artefact, folder: Path) -> str:
     """One artefact's claims: their rules, where its runs come from, and a row per claim and point."""
     lines = [f"## {artefact.name}: {artefact.source}\n", f"Measured: {artefact.what}.\n" if artefact.what else ""]
@@ -177,17 +173,15 @@ def artefact_section(artefact: Artefact, folder: Path) -> str:
         lines += ["| claim | where | means over seeds | paired difference (95% CI) | needs | verdict |",
                   "|---|---|---|---|---|---|"]
     for _, r in rows[numbered].iterrows():
-        where = _where(r["where"])
-        if isinstance(r["tuned"], str) and r["tuned"]:
-            where += f"; each at its best {r['tuned']}"
         means = " vs ".join(", ".join(f"{k}: {v:.2f}" for k, v in side.items() if not pd.isna(v))
                             for side in (r["method"], r["versus"]) if side)
-        lines.append(f"| {r['says']} | {where} | {means} | {checks.paired_cell(r)} | {checks.needs_cell(r)} | "
-                     f"{r['verdict']} |")
+        lines.append(f"| {r['says']} | {checks.where_cell(r)} | {means} | {checks.paired_cell(r)} | "
+                     f"{checks.needs_cell(r)} | {r['verdict']} |")
     skipped = rows[~numbered]
     if not skipped.empty:  # one line per point and reason, whichever claims it touches
         lines += ["", "Not checked:"] if numbered.any() else ["Not checked:"]
-        points = skipped.groupby([skipped["where"].map(_where), skipped["verdict"]], sort=False)["says"].nunique()
+        points = skipped.groupby([skipped.apply(checks.where_cell, axis=1), skipped["verdict"]],
+                                 sort=False)["says"].nunique()
         for (where, verdict), n in points.items():
             some = f" ({n} of its {len(artefact.claims)} claims)" if n < len(artefact.claims) else ""
             lines.append(f"- {where}: {verdict.removeprefix('not checked: ')}{some}")

@@ -80,10 +80,7 @@ def claims_block() -> str:
         link = f"`{table.relative_to(REPO).as_posix()}` ({commit})"  # outside docs/: no link
         checked = claims.read(path)
         for _, r in checked[checked["pairs"].notna()].iterrows():
-            where = ", ".join(f"{k}={v}" for k, v in r["where"].items())
-            if isinstance(r["tuned"], str) and r["tuned"]:
-                where += f"; each at its best {r['tuned']}"
-            lines.append(f"| {r['says']} | {where} | {claims.paired_cell(r)} | {claims.needs_cell(r)} | "
+            lines.append(f"| {r['says']} | {claims.where_cell(r)} | {claims.paired_cell(r)} | {claims.needs_cell(r)} | "
                          f"{r['verdict']} | {link} |")
     return "\n".join(lines)
 

@@ -215,6 +215,12 @@ def read(path: Path) -> pd.DataFrame:
     return df
 
 
+def where_cell(r) -> str:
+    """A verdict row's point, ``algo=fedavg, preset=x``, and the values of a tuned key each side was compared at."""
+    where = ", ".join(f"{k}={v}" for k, v in r["where"].items())
+    return where + (f"; each at its best {r['tuned']}" if isinstance(r["tuned"], str) and r["tuned"] else "")
+
+
 def paired_cell(r) -> str:
     """A verdict row's seed-paired difference, ``+0.05 (+0.01 to +0.09), 5 seeds``; empty for a claim on the means."""
     if pd.isna(r.get("pairs")):
@@ -229,4 +235,3 @@ def needs_cell(r) -> str:
     if pd.isna(r.get("pairs")):
         return ""
     return "reported, not decided" if pd.isna(r.get("needs")) else f">= {r['needs']:.2f}"
-
