@@ -20,10 +20,11 @@ from pathlib import Path
 import torch
 
 
-def timed(work) -> float:
+def timed(work) -> tuple[float, object]:
+    """Seconds ``work()`` took, and what it gave."""
     start = time.perf_counter()
-    work()
-    return time.perf_counter() - start
+    out = work()
+    return time.perf_counter() - start, out
 
 
 def measure(preset: str, cfg, steps: int, repeats: int) -> dict:
@@ -52,10 +53,11 @@ def measure(preset: str, cfg, steps: int, repeats: int) -> dict:
         for mode in ("keep", "flush"):
             torch.set_flush_denormal(mode == "flush")
             steps_of()  # warm-up in this mode
-            times[mode]["step"].append(timed(steps_of) / len(batches))
-            times[mode]["eval"].append(timed(evaluate))
-            grads[mode] = torch.stack(steps_of())
+            seconds, grads[mode] = timed(steps_of)
+            times[mode]["step"].append(seconds / len(batches))
+            times[mode]["eval"].append(timed(evaluate)[0])
     torch.set_flush_denormal(cfg.hardware.denormals == "flush")  # the config's own again
+    grads = {mode: torch.stack(g) for mode, g in grads.items()}
     scale = grads["keep"].abs().max().item()
     return {"preset": preset, "model": cfg.model.name, "data": cfg.data.name, "batch": b, "steps": len(batches),
             **{f"{what}_{mode}": statistics.median(times[mode][what]) for mode in times for what in ("step", "eval")},
