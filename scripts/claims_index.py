@@ -1,9 +1,9 @@
-"""results/CLAIMS.md: every claim of the five papers (``paper/*.yaml``), one line each: its artefact, its rule
-(pre-registered: seed-paired with the paper's effect; else the means over seeds), its verdicts, the datasets its runs
-need and whether they are on this machine (docs/data.md says how to get each). And each paper's
-``results/<paper>/claims.md``: every claim at every point of its artefact's table, with its rule, the means compared,
-the seed-paired difference and its 95% interval, what the rule needs, the verdict, and the runs' commit, compute time
-and machine.
+"""results/CLAIMS.md: every claim of the five papers (``paper/*.yaml``), one line each: its verdict in a word, its
+points' verdicts counted, its artefact, its rule (pre-registered: seed-paired with the paper's effect; else the means
+over seeds), the datasets its runs need and whether they are on this machine (docs/data.md says how to get each).
+And each paper's ``results/<paper>/claims.md``: every claim at every point of its artefact's table, with its rule,
+the means compared, the seed-paired difference and its 95% interval, what the rule needs, the verdict, and the runs'
+commit, compute time and machine.
 
     python scripts/claims_index.py [--out results/CLAIMS.md] [--results results]
 
@@ -16,6 +16,7 @@ or "not testable here" with its ``not_run`` reasons where none of its presets ca
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections import Counter
@@ -44,25 +45,27 @@ def rule(claim: Claim) -> str:
 
 
 def verdicts(checked: pd.DataFrame | None, claim: Claim, not_run: dict[str, str] | None = None,
-             presets: tuple[str, ...] = ()) -> str:
+             presets: tuple[str, ...] = (), say=str) -> str:
     """The claim's verdicts over its artefact's points, counted, the decided first: ``holds at 1 of 4 points; does
     not hold at 3; not checked at 8 (fixture data)``; without a table "not testable here" with why where the
-    artefact's ``not_run`` names every one of its ``presets``, else "no verdict yet"."""
+    artefact's ``not_run`` names every one of its ``presets``, else "no verdict yet". ``say`` writes each reason
+    (``Notes.cite``: a long one as a note's number)."""
     if checked is None:
         if presets and set(presets) <= set(not_run or {}):
-            return f"not testable here ({', '.join(sorted(set(not_run[p] for p in presets)))})"
+            return f"not testable here ({', '.join(say(r) for r in sorted(set(not_run[p] for p in presets)))})"
         return "no verdict yet (no table with verdicts in results/)"
     mine = checked[checked["says"] == claim.says]
     if mine.empty:
         return "no verdict yet (the table predates the claim)"
     kinds = Counter(v.split(":", 1)[0] for v in mine["verdict"])
-    why = {k: sorted({v.split(":", 1)[1].split(" (", 1)[0].strip() for v in mine["verdict"]
+    # a point's own detail (which seeds are missing, the paper's number) is dropped, so that like reasons count once
+    why = {k: sorted({re.sub(r" \([^()]*\)$", "", v.split(":", 1)[1].strip()) for v in mine["verdict"]
                       if v.startswith(k + ":")}) for k in kinds}
     order = ("holds", "does not hold", "not decided", "not checked")  # the decided first
     parts = []
     for i, (kind, n) in enumerate(sorted(kinds.items(), key=lambda kn: order.index(kn[0]) if kn[0] in order else 9)):
-        parts.append(f"{kind} at {n}" + (f" of {len(mine)} points" if i == 0 else "")
-                     + (f" ({', '.join(why[kind])})" if why[kind] else ""))
+        parts.append(f"{kind} at {n}" + (f" of {len(mine)} point{'s' * (len(mine) > 1)}" if i == 0 else "")
+                     + (f" ({', '.join(say(r) for r in why[kind])})" if why[kind] else ""))
     return "; ".join(parts)
 
 
@@ -83,6 +86,48 @@ def datasets_of(artefact) -> list[str]:
     return sorted({outline(preset)[1] for preset in artefact.presets})  # read, not composed (tests hold them equal)
 
 
+def overall(checked: pd.DataFrame | None, claim: Claim, counted: str) -> str:
+    """The claim's verdict in a word: holds or does not hold where every decided point agrees, mixed where they
+    differ; without a decided point, "reported" where a paired difference is given without a margin to decide by (the
+    paper states no effect), "no verdict yet" where runs may still come, else "not testable here"."""
+    if checked is None or checked[checked["says"] == claim.says].empty:
+        return "not testable here" if counted.startswith("not testable here") else "no verdict yet"
+    mine = checked[checked["says"] == claim.says]
+    decided = [kind for kind in ("holds", "does not hold") if mine["verdict"].eq(kind).any()]
+    if decided:
+        return "mixed" if len(decided) == 2 else decided[0]
+    if "pairs" in mine and pd.to_numeric(mine["pairs"], errors="coerce").gt(0).any():
+        return "reported, not decided"
+    if mine["verdict"].str.startswith(("not decided", "not checked: no finished run")).any():
+        return "no verdict yet"
+    return "not testable here"
+
+
+TALLY = {"holds": "hold", "does not hold": "do not hold", "mixed": "hold at some points and not at others",
+         "reported, not decided": "are reported, not decided (the paper states no effect to decide by)",
+         "no verdict yet": "have no verdict yet", "not testable here": "are not testable here"}
+
+
+class Notes:
+    """Long reasons (a measured cost, say) said once under the table, as numbered notes that the rows cite."""
+
+    longest_inline = 60
+
+    def __init__(self):
+        self.numbers: dict[str, int] = {}
+
+    def cite(self, reason: str) -> str:
+        """The reason, or where it is longer than ``longest_inline`` its note's number."""
+        if len(reason) <= self.longest_inline:
+            return reason
+        return f"note {self.numbers.setdefault(reason, len(self.numbers) + 1)}"
+
+    def markdown(self) -> str:
+        if not self.numbers:
+            return ""
+        return "\nNotes:\n\n" + "".join(f"{n}. {reason}\n" for reason, n in self.numbers.items())
+
+
 def status(datasets: list[str], present: dict[str, bool]) -> str:
     """Whether the claim's data is on this machine: yes, partly (naming what is missing) or no."""
     missing = [d for d in datasets if not present[d]]
@@ -97,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default="results", help="the committed tables (results/<paper>/)")
     args = parser.parse_args(argv)
     root = default_root()
-    lines, present = [], {}
+    lines, present, notes, tally = [], {}, Notes(), Counter()
     for key, paper in papers().items():
         for artefact in paper.artefacts.values():
             if not artefact.claims:
@@ -109,9 +154,11 @@ def main(argv: list[str] | None = None) -> int:
                 present.setdefault(d, DATASETS[d].is_present(root))
             here = status(datasets, present)
             for claim in artefact.claims:
-                counted = verdicts(checked, claim, artefact.not_run, artefact.presets)
-                lines.append(f"| {paper.cite} | {artefact.name} ({artefact.source}) | {claim.says} | {claim.value} | "
-                             f"{rule(claim)} | {counted} | {', '.join(datasets)} | {here} |")
+                counted = verdicts(checked, claim, artefact.not_run, artefact.presets, notes.cite)
+                tally[word := overall(checked, claim, counted)] += 1
+                lines.append(f"| {paper.cite} | {claim.says} | **{word}** | {counted} | "
+                             f"{artefact.name} ({artefact.source}) | {claim.value} | {rule(claim)} | "
+                             f"{', '.join(datasets)} | {here} |")
     command = "python scripts/claims_index.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"# Every claim of the five papers\n\nMade by `{command.strip()}` at commit {git_commit()} on "
             f"{time.strftime('%Y-%m-%d')}, from `paper/*.yaml` and the tables in {args.results}/, with the data under "
@@ -119,9 +166,11 @@ def main(argv: list[str] | None = None) -> int:
             "<artefact>`, results/<paper>/; its header names the runs' commit), decided by the rule "
             "(docs/papers.md#pre-registered-claims); a point on a stand-in dataset, or without finished runs, is "
             "not checked.\n\n"
-            "| paper | artefact | claim | value | rule | verdicts | data | data on this machine |\n"
-            "|---|---|---|---|---|---|---|---|\n"
-            + "\n".join(lines) + "\n")
+            f"Of the {len(lines)} claims, " + ", ".join(f"{tally[word]} {said}" for word, said in TALLY.items()
+                                                        if tally[word]) + ".\n\n"
+            "| paper | claim | verdict | points | artefact | value | rule | data | data on this machine |\n"
+            "|---|---|---|---|---|---|---|---|---|\n"
+            + "\n".join(lines) + "\n" + notes.markdown())
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

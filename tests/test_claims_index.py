@@ -46,7 +46,7 @@ def test_a_claims_verdicts_are_counted_from_its_tables_points(tmp_path):
     checked = pd.read_csv(folder / "bherd_table2_claims.csv", dtype=str)
     assert index.verdicts(checked, first) == ("holds at 1 of 4 points; does not hold at 2; not checked at 1 "
                                               "(fixture data)")
-    assert index.verdicts(checked, second) == "not decided at 1 of 1 points (3 of the 5 seed pairs it needs)"
+    assert index.verdicts(checked, second) == "not decided at 1 of 1 point (3 of the 5 seed pairs it needs)"
     assert index.verdicts(None, first).startswith("no verdict yet")
     assert index.verdicts(None, first, {"a": "no data"}, ("a", "b")).startswith("no verdict yet"), "b may run"
     assert index.verdicts(None, first, {"a": "no data", "b": "too long here"}, ("a", "b")) == \
@@ -54,7 +54,40 @@ def test_a_claims_verdicts_are_counted_from_its_tables_points(tmp_path):
     out = tmp_path / "CLAIMS.md"
     assert index.main(["--out", str(out), "--results", str(tmp_path)]) == 0
     line, = [row for row in out.read_text().splitlines() if f"| {first.says} |" in row]
-    assert "| holds at 1 of 4 points; does not hold at 2; not checked at 1 (fixture data) |" in line
+    assert "| **mixed** | holds at 1 of 4 points; does not hold at 2; not checked at 1 (fixture data) |" in line
+
+
+def test_a_claims_verdict_in_a_word_and_long_reasons_as_notes(tmp_path):
+    """CLAIMS.md's verdict column: holds or does not hold where the decided points agree, mixed where not, reported
+    where only a paired difference without a margin exists, no verdict yet where runs may come, not testable here
+    where none can; a long reason is a numbered note under the table, said once however many rows cite it."""
+    index = load_script("claims_index")
+    claim = next(c for p in papers().values() for a in p.artefacts.values() for c in a.claims)
+
+    def word(*verdicts, pairs=None):
+        checked = pd.DataFrame({"says": claim.says, "verdict": list(verdicts),
+                                "pairs": pairs or [float("nan")] * len(verdicts)})
+        return index.overall(checked, claim, index.verdicts(checked, claim))
+
+    assert word("holds", "holds", "not checked: fixture data") == "holds"
+    assert word("does not hold", "not checked: no data") == "does not hold"
+    assert word("holds", "does not hold") == "mixed"
+    assert word("not checked: the paper states no effect at x", pairs=[5]) == "reported, not decided"
+    assert word("not decided: 3 of the 5 seed pairs it needs (seed 4: not run)") == "no verdict yet"
+    assert word("not checked: no finished run") == "no verdict yet"
+    assert word("not checked: CIFAR-10 cannot be fetched") == "not testable here"
+    assert index.overall(None, claim, "not testable here (no data)") == "not testable here"
+    assert index.overall(None, claim, "no verdict yet (no table with verdicts in results/)") == "no verdict yet"
+
+    long = "too long here: a round took 50 s on a 2-core CPU (rounds 2-3 of a run), 140 hours for its 100 runs"
+    notes = index.Notes()
+    checked = pd.DataFrame({"says": claim.says, "verdict": ["does not hold", f"not checked: {long}",
+                                                           "not checked: no data (seed 1: failed)"]})
+    counted = index.verdicts(checked, claim, say=notes.cite)
+    assert counted == "does not hold at 1 of 3 points; not checked at 2 (no data, note 1)", "detail dropped, not why"
+    assert index.verdicts(None, claim, {"a": long}, ("a",), notes.cite) == "not testable here (note 1)"
+    assert notes.markdown() == f"\nNotes:\n\n1. {long}\n"
+    assert index.Notes().markdown() == ""
 
 
 def test_a_tables_header_is_read_back_as_written():
