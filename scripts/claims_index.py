@@ -16,8 +16,10 @@ or "not testable here" with its ``not_run`` reasons where none of its presets ca
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -196,10 +198,85 @@ def paper_page(key: str, paper: Paper, folder: Path, command: str, index: Path) 
              "(docs/papers.md, Pre-registered claims); the others compare the means over seeds. A point on a "
              f"stand-in dataset, or without finished runs, is not checked. Every paper's claims, one line each: "
              f"[{index.name}](../{index.name}).{explored}\n"]
+    if forest(paper, folder):
+        parts.append(f"![Each seed-paired difference with its 95% interval]({FOREST})\n\n"
+                     f"`{FOREST}`: each point's seed-paired difference (method minus rival, in the claimed direction) "
+                     "with its 95% bootstrap interval, coloured by verdict; a bar marks what the rule needs there "
+                     "(none where the paper states no effect). A claim holds where its interval clears 0 and its "
+                     "dot reaches the bar.\n")
     for artefact in paper.artefacts.values():
         if artefact.claims:
             parts.append(artefact_section(artefact, folder))
     return "\n".join(parts)
+
+
+FOREST = "claims.png"
+
+
+def unit(artefact: Artefact, name: str) -> str:
+    """What a claim's value is, for an axis: ``accuracy: final_test_acc in %``."""
+    value = next((v for v in artefact.values if v.name == name), None)
+    if value is None:
+        return name
+    scaled = next((f" in {u}" for scale, u in ((100, "%"), (1 / 3600, "hours")) if math.isclose(value.scale, scale)),
+                  "" if value.scale == 1 else f" x {value.scale:g}")
+    return f"{name}: {value.of}{scaled}"
+COLOURS = {checks.HOLDS: "tab:green", checks.FAILS: "tab:red"}  # else grey: reported, not decided
+
+
+def paired_points(paper: Paper, folder: Path) -> list[dict]:
+    """Every point of the paper's claims with a seed-paired difference (decided or reported), from the verdict files
+    in ``folder``, each with ``panel``: what its value is (:func:`unit`)."""
+    rows = []
+    for artefact in paper.artefacts.values():
+        verdict_file = folder / f"{artefact.name}_claims.csv"
+        if artefact.claims and verdict_file.exists():
+            found = read_verdicts(verdict_file, artefact)
+            rows += [r.to_dict() | {"panel": unit(artefact, r["value"])}
+                     for _, r in found[found["pairs"].notna()].iterrows()]
+    return rows
+
+
+def forest(paper: Paper, folder: Path) -> bool:
+    """``<folder>/claims.png``: every paired point of the paper's claims, one panel per value compared (accuracy
+    points, hours), its difference and 95% interval beside what the rule needs. False (and no file) without one."""
+    rows = paired_points(paper, folder)
+    (folder / FOREST).unlink(missing_ok=True)
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = list(dict.fromkeys(r["panel"] for r in rows))
+    sizes = [sum(r["panel"] == v for r in rows) for v in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 1.2 + 0.6 * sum(sizes) + 0.5 * len(panels)),
+                             height_ratios=sizes, squeeze=False)
+    for ax, panel in zip(axes[:, 0], panels):
+        mine = [r for r in rows if r["panel"] == panel]
+        for y, r in enumerate(reversed(mine)):
+            lo, hi = r["interval"]
+            colour = COLOURS.get(r["verdict"], "tab:grey")
+            ax.plot([lo, hi], [y, y], color=colour, lw=2)
+            ax.plot(r["difference"], y, "o", color=colour)
+            if not pd.isna(r["needs"]):
+                ax.plot(r["needs"], y, "|", color="black", ms=14, mew=2)
+        ax.axvline(0, color="grey", lw=0.8)
+        where = [", ".join(str(v) if k == "preset" else f"{k}={v}" for k, v in r["where"].items()
+                           if k != "preset" or len(r["where"]) == 1) for r in reversed(mine)]
+        ax.set_yticks(range(len(mine)), [textwrap.fill(f"{r['says']} ({w})", 60) for r, w in
+                                         zip(reversed(mine), where)], fontsize=7)
+        ax.set_ylim(-0.6, len(mine) - 0.4)
+        ax.set_xlabel(f"paired difference (95% CI), {panel}; bar: what the rule needs", fontsize=8)
+    shown = {COLOURS.get(r["verdict"], "tab:grey") for r in rows}
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=2, label=v) for v, c in
+               (*COLOURS.items(), ("reported, not decided", "tab:grey")) if c in shown]
+    axes[0, 0].legend(handles=handles, fontsize=7, loc="best")
+    axes[0, 0].set_title(f"{paper.cite}: each claim's seed-paired difference", fontsize=9)
+    fig.savefig(folder / FOREST, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return True
 
 
 def artefact_section(artefact: Artefact, folder: Path) -> str:

@@ -111,7 +111,8 @@ def test_each_papers_claims_page_gives_every_point_with_its_rule_runs_and_verdic
     """results/<paper>/claims.md: each claim's rule, the table's runs (commit, clean, compute time, machine), a row
     per decided or reported point with the means, the paired difference and interval and what the rule needs, and
     the points not checked grouped by why (a preset without runs here: as its not_run says now, not as the table
-    said); an artefact without verdicts says why; an old verdict file without the ``tuned`` column still reads."""
+    said); an artefact without verdicts says why; an old verdict file without the ``tuned`` column still reads; the
+    figure draws every paired point, and is removed when none is left."""
     index = load_script("claims_index")
     (key, paper), = [(k, p) for k, p in papers().items() if "bherd_table2" in p.artefacts]
     first, second = paper.artefacts["bherd_table2"].claims[:2]
@@ -150,6 +151,14 @@ def test_each_papers_claims_page_gives_every_point_with_its_rule_runs_and_verdic
     assert f"- preset=bherd_table2_rnn: {now} (1 of its {n} claims)" in page and "measured before" not in page
     assert "No verdicts: no verdict yet" in page or "No verdicts: not testable here" in page  # the other artefacts
     assert "exploration.md" not in page
+    points = index.paired_points(paper, folder)  # what the page's figure draws: the paired points only
+    assert [(p["says"], p["difference"], p["interval"], p["needs"], p["panel"]) for p in points] == [
+        (first.says, 0.5, (0.2, 0.8), 0.46, "value: final_test_acc in %"),
+        (second.says, -0.1, (-0.3, 0.1), 0.68, "value: final_test_acc in %")]
+    assert (folder / "claims.png").stat().st_size > 0 and "![Each seed-paired difference" in page
+    (folder / "bherd_table2_claims.csv").unlink()  # no paired point left: no figure, the old one removed
+    assert index.main(["--out", str(tmp_path / "CLAIMS.md"), "--results", str(tmp_path)]) == 0
+    assert not (folder / "claims.png").exists() and "![" not in (folder / "claims.md").read_text()
     (folder / "exploration.md").write_text("# before\n")
     assert index.main(["--out", str(tmp_path / "CLAIMS.md"), "--results", str(tmp_path)]) == 0
     assert "[exploration.md](exploration.md)" in (folder / "claims.md").read_text()
