@@ -274,6 +274,8 @@ def forest(paper: Paper, folder: Path) -> bool:
                (*COLOURS.items(), ("reported, not decided", "tab:grey")) if c in shown]
     axes[0, 0].legend(handles=handles, fontsize=7, loc="best")
     axes[0, 0].set_title(f"{paper.cite}: each claim's seed-paired difference", fontsize=9)
+    fig.text(0.01, 0, f"python scripts/claims_index.py at {git_commit()[:7]}, from the verdict files in {folder}; "
+             "their runs, seeds and commits: claims.md", fontsize=6, color="grey", va="top")
     fig.savefig(folder / FOREST, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True
