@@ -690,6 +690,11 @@ def test_a_preregistered_claim_is_decided_by_the_paired_rule_written_before_its_
     diverged = verdict(_paired_runs({s: 1.5 for s in range(5)}, status={("dgt", 2): "diverged"}))  # an outcome
     assert diverged["pairs"] == 5
     assert verdict(_paired_runs({s: 1.5 for s in range(3)}), replace(claim, seeds=3))["verdict"] == "holds"
+    by_point = replace(claim, effect=None, effects=((((PRESET, "p"),), 2.0),))  # the paper's effect at a preset
+    running = pd.DataFrame({PRESET: ["p"], "dgt": [float("nan")], "runs": [2], "acc": [float("nan")]})
+    still = _paired_runs({0: 1.0}, status={("dgt", 0): "running", ("none", 0): "running"}).assign(**{PRESET: "p"})
+    unfinished = check((by_point,), running, [PRESET, "dgt"], runs=still)  # no side has finished a run
+    assert unfinished["verdict"].tolist() == ["not checked: no finished run of ['dgt', 'none']"]
     legacy = check((replace(claim, effect=None),), table, ["dgt"], runs=_paired_runs({0: 1.0})).iloc[0]
     assert legacy["verdict"] == "holds" and pd.isna(legacy["pairs"])  # without an effect: the means, as before
     from fedrun.papers.claims import markdown as claims_markdown

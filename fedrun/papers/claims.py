@@ -126,7 +126,10 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
                 continue
             row = _verdict(claim, where, group, claim.value in reaching)
             row["tuned"] = _tuned(claim, best, compared[claim.tuned]) if best else ""
-            if claim.preregistered and runs is not None and not row["verdict"].startswith("not checked: fixture"):
+            # paired where both sides have finished runs: a side without any has no point to read the paper's
+            # effect at, and says so above
+            if claim.preregistered and runs is not None and not row["verdict"].startswith(
+                    ("not checked: fixture", "not checked: no finished run")):
                 row |= _paired(claim, where | same, runs, best) | {"where": where | same}
             rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
