@@ -21,8 +21,10 @@ is absent is left out). ``gift-fig6``: FIG6.md is fig6.md as scripts/gift_figs.p
 569f873:results/gift/fig6.md``) against gift_fig6.csv (rounds within the budget, best accuracy, simulated seconds to
 the target, per setting and schedule). ``bherd-table2``: TABLE2.md is table2.md as scripts/bherd_table2.py wrote it
 (``git show 569f873:results/bherd/table2.md``) against bherd_table2.csv (mean and std over seeds per model, algorithm
-and case). Prints how many cells are equal (to the
-old table's printed precision) and every cell that is not.
+and case). ``rerun``: OLD.csv and NEW.csv are two ``fedrun-table`` renderings of one artefact from runs made at
+other commits or on other machines (``git show <commit>:results/bherd/bherd_table2.csv > OLD.csv``), every value and
+its std compared at each grid point, to the printed two decimals. Prints how many cells are equal (to the
+old table's printed precision) and every cell that is not, and the largest difference.
 """
 
 from __future__ import annotations
@@ -226,6 +228,28 @@ def bherd_table2(old: Path, new: Path) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["model", "algorithm", "case", "cell", "old", "new", "equal"])
 
 
+NOT_VALUES = {"runs", "seeds", "rounds", "planned_rounds"}  # a table's bookkeeping columns, beside its values
+
+
+def rerun(old: Path, new: Path) -> pd.DataFrame:
+    """Two renderings of one fedrun-table artefact, cell by cell: the grid keys are the columns before ``runs``, the
+    cells every other numeric column but the bookkeeping and the paper's numbers (``*_paper``, ``*_diff``)."""
+    before, after = pd.read_csv(old), pd.read_csv(new)
+    keys = list(before.columns[:list(before.columns).index("runs")])
+    if list(after.columns[:len(keys)]) != keys:
+        raise SystemExit(f"{new}'s grid keys are {list(after.columns[:len(keys)])}, {old}'s {keys}: not one artefact")
+    cells = [c for c in before.select_dtypes("number").columns
+             if c not in NOT_VALUES and not c.endswith(("_paper", "_diff")) and c in after]
+    both = before.merge(after, on=keys, suffixes=("_old", "_new"))
+    out = []
+    for _, r in both.iterrows():
+        for c in cells:
+            was, now = r[f"{c}_old"], r[f"{c}_new"]
+            equal = (pd.isna(was) and pd.isna(now)) or round(float(was), 2) == round(float(now), 2)
+            out.append((*r[keys], c, was, now, bool(equal)))
+    return pd.DataFrame(out, columns=[*keys, "cell", "old", "new", "equal"])
+
+
 def _same(point: str):
     """Whether a CSV's grid value is ``point`` (0.0 and 0, 2 and 2.0 alike)."""
     def equal(value) -> bool:
@@ -247,6 +271,7 @@ CHECKS = {  # what: (the comparison, the new tables' folder, the old table and h
                                              "569f873:results/gift/fig6.md > fig6.md"),
     "bherd-table2": (bherd_table2, "results/bherd", "table2.md of scripts/bherd_table2.py: git show "
                                                     "569f873:results/bherd/table2.md > table2.md"),
+    "rerun": (rerun, None, "an earlier rendering of the artefact: git show <commit>:results/<paper>/<artefact>.csv"),
 }
 
 
@@ -259,8 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     compare, folder, old = CHECKS[args.what]
     if args.old is None:
         parser.error(f"{args.what} needs --old ({old})")
+    if args.new is None and folder is None:
+        parser.error(f"{args.what} needs --new (the artefact's CSV as rendered now)")
     cells = compare(Path(args.old), Path(args.new or folder))
     print(f"{int(cells['equal'].sum())} of {len(cells)} cells equal")
+    gaps = (pd.to_numeric(cells["new"], errors="coerce") - pd.to_numeric(cells["old"], errors="coerce")).abs()
+    if gaps.notna().any():
+        print(f"largest difference: {gaps.max():.4g} ({cells.loc[gaps.idxmax(), 'cell']})")
     differing = cells[~cells["equal"]]
     if len(differing):
         print(differing.to_string(index=False))
