@@ -221,7 +221,7 @@ def unit(artefact: Artefact, name: str) -> str:
     scaled = next((f" in {u}" for scale, u in ((100, "%"), (1 / 3600, "hours")) if math.isclose(value.scale, scale)),
                   "" if value.scale == 1 else f" x {value.scale:g}")
     return f"{name}: {value.of}{scaled}"
-COLOURS = {checks.HOLDS: "tab:green", checks.FAILS: "tab:red"}  # else grey: reported, not decided
+COLOURS = {checks.HOLDS: "tab:green", checks.FAILS: "tab:red"}  # else grey: too few pairs, or no effect to reach
 
 
 def paired_points(paper: Paper, folder: Path) -> list[dict]:
@@ -271,7 +271,7 @@ def forest(paper: Paper, folder: Path) -> bool:
         ax.set_xlabel(f"paired difference (95% CI), {panel}; bar: what the rule needs", fontsize=8)
     shown = {COLOURS.get(r["verdict"], "tab:grey") for r in rows}
     handles = [plt.Line2D([], [], color=c, marker="o", lw=2, label=v) for v, c in
-               (*COLOURS.items(), ("reported, not decided", "tab:grey")) if c in shown]
+               (*COLOURS.items(), ("not decided, or reported", "tab:grey")) if c in shown]
     axes[0, 0].legend(handles=handles, fontsize=7, loc="best")
     axes[0, 0].set_title(f"{paper.cite}: each claim's seed-paired difference", fontsize=9)
     fig.text(0.01, 0, f"python scripts/claims_index.py at {git_commit()[:7]}, from the verdict files in {folder}; "
