@@ -240,7 +240,7 @@ def rerun(old: Path, new: Path) -> pd.DataFrame:
         raise SystemExit(f"{new}'s grid keys are {list(after.columns[:len(keys)])}, {old}'s {keys}: not one artefact")
     cells = [c for c in before.select_dtypes("number").columns
              if c not in NOT_VALUES and not c.endswith(("_paper", "_diff")) and c in after]
-    both = before.merge(after, on=keys, suffixes=("_old", "_new"))
+    both = before.merge(after, on=keys, how="outer", suffixes=("_old", "_new"))  # a point one side lacks: unequal
     out = []
     for _, r in both.iterrows():
         for c in cells:
