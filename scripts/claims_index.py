@@ -98,10 +98,10 @@ def overall(checked: pd.DataFrame | None, claim: Claim, counted: str) -> str:
     decided = [kind for kind in ("holds", "does not hold") if mine["verdict"].eq(kind).any()]
     if decided:
         return "mixed" if len(decided) == 2 else decided[0]
-    if "pairs" in mine and pd.to_numeric(mine["pairs"], errors="coerce").gt(0).any():
-        return "reported, not decided"
     if mine["verdict"].str.startswith(("not decided", "not checked: no finished run")).any():
         return "no verdict yet"
+    if "pairs" in mine and pd.to_numeric(mine["pairs"], errors="coerce").gt(0).any():
+        return "reported, not decided"
     return "not testable here"
 
 

@@ -73,7 +73,7 @@ def test_a_claims_verdict_in_a_word_and_long_reasons_as_notes(tmp_path):
     assert word("does not hold", "not checked: no data") == "does not hold"
     assert word("holds", "does not hold") == "mixed"
     assert word("not checked: the paper states no effect at x", pairs=[5]) == "reported, not decided"
-    assert word("not decided: 3 of the 5 seed pairs it needs (seed 4: not run)") == "no verdict yet"
+    assert word("not decided: 3 of the 5 seed pairs it needs (seed 4: not run)", pairs=[3]) == "no verdict yet"
     assert word("not checked: no finished run") == "no verdict yet"
     assert word("not checked: CIFAR-10 cannot be fetched") == "not testable here"
     assert index.overall(None, claim, "not testable here (no data)") == "not testable here"
