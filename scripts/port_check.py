@@ -239,7 +239,7 @@ def rerun(old: Path, new: Path) -> pd.DataFrame:
     if list(after.columns[:len(keys)]) != keys:
         raise SystemExit(f"{new}'s grid keys are {list(after.columns[:len(keys)])}, {old}'s {keys}: not one artefact")
     cells = [c for c in before.select_dtypes("number").columns
-             if c not in NOT_VALUES and not c.endswith(("_paper", "_diff")) and c in after]
+             if c not in NOT_VALUES and c not in keys and not c.endswith(("_paper", "_diff")) and c in after]
     both = before.merge(after, on=keys, how="outer", suffixes=("_old", "_new"))  # a point one side lacks: unequal
     out = []
     for _, r in both.iterrows():

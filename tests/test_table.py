@@ -549,8 +549,9 @@ def test_the_port_check_compares_an_old_scripts_cells_with_fedrun_tables(tmp_pat
     cells = port.bherd_table2(tmp_path / "table2.md", tmp_path)
     assert cells[["case", "cell", "equal"]].values.tolist() == [
         ["case1", "mean", True], ["case1", "std", True], ["case2", "mean", False]]
-    was = pd.DataFrame({"preset": ["p"] * 2, "algo": ["fedavg", "bherd"], "runs": [5, 5], "value": [86.031, 86.04],
-                        "value_std": [0.0, 0.04], "value_paper": [84.48, 85.4], "value_diff": [1.55, 0.64]})
+    was = pd.DataFrame({"preset": ["p"] * 2, "algo": ["fedavg", "bherd"], "alpha": [1.0, 0.5],  # a numeric key
+                        "runs": [5, 5], "value": [86.031, 86.04], "value_std": [0.0, 0.04],
+                        "value_paper": [84.48, 85.4], "value_diff": [1.55, 0.64]})
     now = was.assign(value=[86.034, 86.06], value_diff=[9.0, 9.0], runs=[4, 5])  # bookkeeping and paper's: left out
     was.to_csv(tmp_path / "old.csv", index=False)
     now.to_csv(tmp_path / "new.csv", index=False)
