@@ -263,10 +263,8 @@ def forest(paper: Paper, folder: Path) -> bool:
             if not pd.isna(r["needs"]):
                 ax.plot(r["needs"], y, "|", color="black", ms=14, mew=2)
         ax.axvline(0, color="grey", lw=0.8)
-        where = [", ".join(str(v) if k == "preset" else f"{k}={v}" for k, v in r["where"].items()
-                           if k != "preset" or len(r["where"]) == 1) for r in reversed(mine)]
-        ax.set_yticks(range(len(mine)), [textwrap.fill(f"{r['says']} ({w})", 60) for r, w in
-                                         zip(reversed(mine), where)], fontsize=7)
+        ax.set_yticks(range(len(mine)), [textwrap.fill(f"{r['says']} ({checks.where_cell(r)})", 60)
+                                         for r in reversed(mine)], fontsize=7)
         ax.set_ylim(-0.6, len(mine) - 0.4)
         ax.set_xlabel(f"paired difference (95% CI), {panel}; bar: what the rule needs", fontsize=8)
     shown = {COLOURS.get(r["verdict"], "tab:grey") for r in rows}
