@@ -251,7 +251,7 @@ def forest(paper: Paper, folder: Path) -> bool:
 
     panels = list(dict.fromkeys(r["panel"] for r in rows))
     sizes = [sum(r["panel"] == v for r in rows) for v in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 1.2 + 0.6 * sum(sizes) + 0.5 * len(panels)),
+    fig, axes = plt.subplots(len(panels), 1, figsize=(13, 1.2 + 0.7 * sum(sizes) + 0.5 * len(panels)),
                              height_ratios=sizes, squeeze=False)
     for ax, panel in zip(axes[:, 0], panels):
         mine = [r for r in rows if r["panel"] == panel]
@@ -263,7 +263,7 @@ def forest(paper: Paper, folder: Path) -> bool:
             if not pd.isna(r["needs"]):
                 ax.plot(r["needs"], y, "|", color="black", ms=14, mew=2)
         ax.axvline(0, color="grey", lw=0.8)
-        ax.set_yticks(range(len(mine)), [textwrap.fill(f"{r['says']} ({checks.where_cell(r)})", 60)
+        ax.set_yticks(range(len(mine)), [textwrap.fill(f"{r['says']} ({checks.where_cell(r)})", 80)
                                          for r in reversed(mine)], fontsize=7)
         ax.set_ylim(-0.6, len(mine) - 0.4)
         ax.set_xlabel(f"paired difference (95% CI), {panel}; bar: what the rule needs", fontsize=8)
