@@ -46,15 +46,21 @@ def rule(claim: Claim) -> str:
     return f"pre-registered: {claim.seeds} seed pairs{tuned}, 95% CI > 0 and mean >= {claim.share:g} x {effect}"
 
 
-def verdicts(checked: pd.DataFrame | None, claim: Claim, not_run: dict[str, str] | None = None,
-             presets: tuple[str, ...] = (), say=str) -> str:
+def untestable(artefact: Artefact) -> list[str]:
+    """Why none of the artefact's presets can run here (its ``not_run`` reasons), or none where one of them may."""
+    if artefact.presets and set(artefact.presets) <= set(artefact.not_run):
+        return sorted({artefact.not_run[p] for p in artefact.presets})
+    return []
+
+
+def verdicts(checked: pd.DataFrame | None, claim: Claim, why_untestable: list[str] = (), say=str) -> str:
     """The claim's verdicts over its artefact's points, counted, the decided first: ``holds at 1 of 4 points; does
-    not hold at 3; not checked at 8 (fixture data)``; without a table "not testable here" with why where the
-    artefact's ``not_run`` names every one of its ``presets``, else "no verdict yet". ``say`` writes each reason
+    not hold at 3; not checked at 8 (fixture data)``; without a table "not testable here" with ``why_untestable``
+    (:func:`untestable`) where there is such a reason, else "no verdict yet". ``say`` writes each reason
     (``Notes.cite``: a long one as a note's number)."""
     if checked is None:
-        if presets and set(presets) <= set(not_run or {}):
-            return f"not testable here ({', '.join(say(r) for r in sorted(set(not_run[p] for p in presets)))})"
+        if why_untestable:
+            return f"not testable here ({', '.join(say(r) for r in why_untestable)})"
         return "no verdict yet (no table with verdicts in results/)"
     mine = checked[checked["says"] == claim.says]
     if mine.empty:
@@ -88,12 +94,12 @@ def datasets_of(artefact) -> list[str]:
     return sorted({outline(preset)[1] for preset in artefact.presets})  # read, not composed (tests hold them equal)
 
 
-def overall(checked: pd.DataFrame | None, claim: Claim, counted: str) -> str:
+def overall(checked: pd.DataFrame | None, claim: Claim, why_untestable: list[str] = ()) -> str:
     """The claim's verdict in a word: holds or does not hold where every decided point agrees, mixed where they
     differ; without a decided point, "reported" where a paired difference is given without a margin to decide by (the
     paper states no effect), "no verdict yet" where runs may still come, else "not testable here"."""
     if checked is None or checked[checked["says"] == claim.says].empty:
-        return "not testable here" if counted.startswith("not testable here") else "no verdict yet"
+        return "not testable here" if why_untestable else "no verdict yet"
     mine = checked[checked["says"] == claim.says]
     decided = [kind for kind in ("holds", "does not hold") if mine["verdict"].eq(kind).any()]
     if decided:
@@ -145,19 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = default_root()
     lines, present, notes, tally = [], {}, Notes(), Counter()
+    found = {key: verdict_files(paper, Path(args.results) / key) for key, paper in papers().items()}
     for key, paper in papers().items():
         for artefact in paper.artefacts.values():
             if not artefact.claims:
                 continue
-            table = Path(args.results) / key / f"{artefact.name}_claims.csv"
-            checked = read_verdicts(table, artefact) if table.exists() else None
+            checked, why_untestable = found[key].get(artefact.name), untestable(artefact)
             datasets = datasets_of(artefact)
             for d in datasets:
                 present.setdefault(d, DATASETS[d].is_present(root))
             here = status(datasets, present)
             for claim in artefact.claims:
-                counted = verdicts(checked, claim, artefact.not_run, artefact.presets, notes.cite)
-                tally[word := overall(checked, claim, counted)] += 1
+                counted = verdicts(checked, claim, why_untestable, notes.cite)
+                tally[word := overall(checked, claim, why_untestable)] += 1
                 lines.append(f"| {paper.cite} | {claim.says} | **{word}** | {counted} | "
                              f"{artefact.name} ({artefact.source}) | {claim.value} | {rule(claim)} | "
                              f"{', '.join(datasets)} | {here} |")
@@ -180,13 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     for key, paper in papers().items():
         folder = Path(args.results) / key
         if any(a.claims for a in paper.artefacts.values()) and folder.is_dir():
-            (folder / "claims.md").write_text(paper_page(key, paper, folder, command.strip(), out))
+            (folder / "claims.md").write_text(paper_page(key, paper, folder, found[key], command.strip(), out))
             print(f"{paper.cite} -> {folder / 'claims.md'}")
     return 0
 
 
-def paper_page(key: str, paper: Paper, folder: Path, command: str, index: Path) -> str:
-    """``results/<paper>/claims.md``: the paper's claims, artefact by artefact, each point of each claim checked."""
+def verdict_files(paper: Paper, folder: Path) -> dict[str, pd.DataFrame]:
+    """The verdicts of each of the paper's artefacts with claims and a verdict file in ``folder``, by artefact."""
+    return {a.name: read_verdicts(folder / f"{a.name}_claims.csv", a) for a in paper.artefacts.values()
+            if a.claims and (folder / f"{a.name}_claims.csv").exists()}
+
+
+def paper_page(key: str, paper: Paper, folder: Path, found: dict[str, pd.DataFrame], command: str,
+               index: Path) -> str:
+    """``results/<paper>/claims.md``: the paper's claims, artefact by artefact, each point of each claim checked
+    (``found``: :func:`verdict_files`)."""
     explored = (" What was explored before the claims were registered (many commits, readings tried): "
                 "[exploration.md](exploration.md).") if (folder / "exploration.md").exists() else ""
     parts = [f"# {paper.cite}: its claims, pre-registered and checked\n\n"
@@ -198,7 +212,7 @@ def paper_page(key: str, paper: Paper, folder: Path, command: str, index: Path) 
              "(docs/papers.md, Pre-registered claims); the others compare the means over seeds. A point on a "
              f"stand-in dataset, or without finished runs, is not checked. Every paper's claims, one line each: "
              f"[{index.name}](../{index.name}).{explored}\n"]
-    if forest(paper, folder):
+    if forest(paper, found, folder):
         parts.append(f"![Each seed-paired difference with its 95% interval]({FOREST})\n\n"
                      f"`{FOREST}`: each point's seed-paired difference (method minus rival, in the claimed direction) "
                      "with its 95% bootstrap interval, coloured by verdict; a bar marks what the rule needs there "
@@ -206,7 +220,7 @@ def paper_page(key: str, paper: Paper, folder: Path, command: str, index: Path) 
                      "dot reaches the bar.\n")
     for artefact in paper.artefacts.values():
         if artefact.claims:
-            parts.append(artefact_section(artefact, folder))
+            parts.append(artefact_section(artefact, found.get(artefact.name), folder))
     return "\n".join(parts)
 
 
@@ -224,23 +238,17 @@ def unit(artefact: Artefact, name: str) -> str:
 COLOURS = {checks.HOLDS: "tab:green", checks.FAILS: "tab:red"}  # else grey: too few pairs, or no effect to reach
 
 
-def paired_points(paper: Paper, folder: Path) -> list[dict]:
-    """Every point of the paper's claims with a seed-paired difference (decided or reported), from the verdict files
-    in ``folder``, each with ``panel``: what its value is (:func:`unit`)."""
-    rows = []
-    for artefact in paper.artefacts.values():
-        verdict_file = folder / f"{artefact.name}_claims.csv"
-        if artefact.claims and verdict_file.exists():
-            found = read_verdicts(verdict_file, artefact)
-            rows += [r.to_dict() | {"panel": unit(artefact, r["value"])}
-                     for _, r in found[found["pairs"].notna()].iterrows()]
-    return rows
+def paired_points(paper: Paper, found: dict[str, pd.DataFrame]) -> list[dict]:
+    """Every point of the paper's claims with a seed-paired difference (decided or reported), from its verdicts
+    (:func:`verdict_files`), each with ``panel``: what its value is (:func:`unit`)."""
+    return [r.to_dict() | {"panel": unit(paper.artefacts[name], r["value"])}
+            for name, rows in found.items() for _, r in rows[rows["pairs"].notna()].iterrows()]
 
 
-def forest(paper: Paper, folder: Path) -> bool:
+def forest(paper: Paper, found: dict[str, pd.DataFrame], folder: Path) -> bool:
     """``<folder>/claims.png``: every paired point of the paper's claims, one panel per value compared (accuracy
     points, hours), its difference and 95% interval beside what the rule needs. False (and no file) without one."""
-    rows = paired_points(paper, folder)
+    rows = paired_points(paper, found)
     (folder / FOREST).unlink(missing_ok=True)
     if not rows:
         return False
@@ -279,13 +287,14 @@ def forest(paper: Paper, folder: Path) -> bool:
     return True
 
 
-def artefact_section(artefact: Artefact, folder: Path) -> str:
-    """One artefact's claims: their rules, where its runs come from, and a row per claim and point."""
+def artefact_section(artefact: Artefact, rows: pd.DataFrame | None, folder: Path) -> str:
+    """One artefact's claims: their rules, where its runs come from (its table's header in ``folder``), and a row per
+    claim and point of its verdicts ``rows``."""
     lines = [f"## {artefact.name}: {artefact.source}\n", f"Measured: {artefact.what}.\n" if artefact.what else ""]
     lines += [f"- {c.says}. Rule: {rule(c)}." for c in artefact.claims] + [""]
-    verdict_file, table = folder / f"{artefact.name}_claims.csv", folder / f"{artefact.name}.md"
-    if not verdict_file.exists():
-        lines += [f"No verdicts: {verdicts(None, artefact.claims[0], artefact.not_run, artefact.presets)}.\n"]
+    table = folder / f"{artefact.name}.md"
+    if rows is None:
+        lines += [f"No verdicts: {verdicts(None, artefact.claims[0], untestable(artefact))}.\n"]
         return "\n".join(lines)
     made = read_provenance(table.read_text()) if table.exists() else None
     if made is not None:
@@ -293,7 +302,6 @@ def artefact_section(artefact: Artefact, folder: Path) -> str:
         lines += [f"Runs: [{table.name}]({table.name}), {made.runs} runs made at commit "
                   f"{', '.join(c[:7] + '-dirty' * c.endswith('-dirty') for c in made.commits) or 'unknown'} "
                   f"({state}); their compute time {duration(made.compute_s)}{made.where}.\n"]
-    rows = read_verdicts(verdict_file, artefact)
     numbered = ~rows["verdict"].str.startswith("not checked") | rows["pairs"].notna()  # decided, or reported
     if numbered.any():
         lines += ["| claim | where | means over seeds | paired difference (95% CI) | needs | verdict |",

@@ -4,6 +4,7 @@ its artefact's table counted, and its data."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -48,9 +49,10 @@ def test_a_claims_verdicts_are_counted_from_its_tables_points(tmp_path):
                                               "(fixture data)")
     assert index.verdicts(checked, second) == "not decided at 1 of 1 point (3 of the 5 seed pairs it needs)"
     assert index.verdicts(None, first).startswith("no verdict yet")
-    assert index.verdicts(None, first, {"a": "no data"}, ("a", "b")).startswith("no verdict yet"), "b may run"
-    assert index.verdicts(None, first, {"a": "no data", "b": "too long here"}, ("a", "b")) == \
-        "not testable here (no data, too long here)"
+    artefact = replace(paper.artefacts["bherd_table2"], presets=("a", "b"))
+    assert index.untestable(replace(artefact, not_run={"a": "no data"})) == [], "b may run"
+    why = index.untestable(replace(artefact, not_run={"b": "too long here", "a": "no data"}))
+    assert index.verdicts(None, first, why) == "not testable here (no data, too long here)"
     out = tmp_path / "CLAIMS.md"
     assert index.main(["--out", str(out), "--results", str(tmp_path)]) == 0
     line, = [row for row in out.read_text().splitlines() if f"| {first.says} |" in row]
@@ -67,7 +69,7 @@ def test_a_claims_verdict_in_a_word_and_long_reasons_as_notes(tmp_path):
     def word(*verdicts, pairs=None):
         checked = pd.DataFrame({"says": claim.says, "verdict": list(verdicts),
                                 "pairs": pairs or [float("nan")] * len(verdicts)})
-        return index.overall(checked, claim, index.verdicts(checked, claim))
+        return index.overall(checked, claim)
 
     assert word("holds", "holds", "not checked: fixture data") == "holds"
     assert word("does not hold", "not checked: no data") == "does not hold"
@@ -76,8 +78,8 @@ def test_a_claims_verdict_in_a_word_and_long_reasons_as_notes(tmp_path):
     assert word("not decided: 3 of the 5 seed pairs it needs (seed 4: not run)", pairs=[3]) == "no verdict yet"
     assert word("not checked: no finished run") == "no verdict yet"
     assert word("not checked: CIFAR-10 cannot be fetched") == "not testable here"
-    assert index.overall(None, claim, "not testable here (no data)") == "not testable here"
-    assert index.overall(None, claim, "no verdict yet (no table with verdicts in results/)") == "no verdict yet"
+    assert index.overall(None, claim, ["no data"]) == "not testable here"
+    assert index.overall(None, claim) == "no verdict yet"
 
     long = "too long here: a round took 50 s on a 2-core CPU (rounds 2-3 of a run), 140 hours for its 100 runs"
     notes = index.Notes()
@@ -85,7 +87,7 @@ def test_a_claims_verdict_in_a_word_and_long_reasons_as_notes(tmp_path):
                                                            "not checked: no data (seed 1: failed)"]})
     counted = index.verdicts(checked, claim, say=notes.cite)
     assert counted == "does not hold at 1 of 3 points; not checked at 2 (no data, note 1)", "detail dropped, not why"
-    assert index.verdicts(None, claim, {"a": long}, ("a",), notes.cite) == "not testable here (note 1)"
+    assert index.verdicts(None, claim, [long], notes.cite) == "not testable here (note 1)"
     assert notes.markdown() == f"\nNotes:\n\n1. {long}\n"
     assert index.Notes().markdown() == ""
 
@@ -151,7 +153,8 @@ def test_each_papers_claims_page_gives_every_point_with_its_rule_runs_and_verdic
     assert f"- preset=bherd_table2_rnn: {now} (1 of its {n} claims)" in page and "measured before" not in page
     assert "No verdicts: no verdict yet" in page or "No verdicts: not testable here" in page  # the other artefacts
     assert "exploration.md" not in page
-    points = index.paired_points(paper, folder)  # what the page's figure draws: the paired points only
+    # what the page's figure draws: the paired points only
+    points = index.paired_points(paper, index.verdict_files(paper, folder))
     assert [(p["says"], p["difference"], p["interval"], p["needs"], p["panel"]) for p in points] == [
         (first.says, 0.5, (0.2, 0.8), 0.46, "value: final_test_acc in %"),
         (second.says, -0.1, (-0.3, 0.1), 0.68, "value: final_test_acc in %")]
