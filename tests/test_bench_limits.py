@@ -34,3 +34,22 @@ def test_a_bad_form_or_tf32_on_a_cpu_is_refused():
         limits.main(["--device", "cpu", "--forms", "jit"])
     with pytest.raises(SystemExit):
         limits.main(["--device", "cpu", "--precisions", "tf32"])
+
+
+def test_runs_batched_into_one_cohort_are_set_against_the_same_runs_one_after_another(tmp_path, monkeypatch):
+    """lenet5_mnist_160 holds 16 default experiments' cohorts: its round does 16 times the one run's work (8 times in
+    --quick, 16 clients against 2), and the table gives what batching gains over the runs' rounds in turn."""
+    monkeypatch.setattr(limits, "matmul_peak", lambda device, precision, repeats=3: 1e11)
+    monkeypatch.setattr(limits, "copy_bandwidth", lambda device, repeats=3: 1e10)
+    out = tmp_path / "limits.json"
+    assert limits.main(["--device", "cpu", "--quick", "--only", "lenet5_mnist_10,lenet5_mnist_160", "--forms", "vmap",
+                        "--precisions", "float32", "--repeats", "1", "--out", str(out)]) == 0
+    one, batched = json.loads(out.read_text())
+    assert (one["clients"], batched["clients"], batched["batches"]) == (2, 16, "lenet5_mnist_10")
+    assert batched["flops"] == 8 * one["flops"] and batched["steps"] == 8 * one["steps"]
+    assert f"{8 * one['round_s'] / batched['round_s']:.1f}x" in out.with_suffix(".md").read_text()
+
+    single = {"workload": "w", "batches": None, "clients": 10, "form": "vmap", "precision": "float32", "round_s": 0.1}
+    lines = limits.batched_gains([single, single | {"workload": "w16", "batches": "w", "clients": 160, "round_s": 0.4},
+                                  single | {"workload": "v", "batches": "w", "form": "graph"}])  # no one-run graph
+    assert lines == ["- w16 (16 runs of w), vmap float32: 4.0x (16 x 100.0 ms one after another, 400.0 ms batched)"]

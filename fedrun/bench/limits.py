@@ -11,6 +11,10 @@ round on this chip, measured in the same run: its FLOPs at the chip's matrix-pro
 minimal memory traffic at the chip's copy bandwidth. ``speedup`` is over ``vmap`` in float32, the GPU path this
 table is meant to improve on, timed in the same run.
 
+A workload that holds several runs' cohorts side by side (``Workload.batches``: ``lenet5_mnist_160`` is 16 runs of
+the default experiment) is also set against its one-run workload timed in the same run: what a sweep would gain by
+training its runs' cohorts as one, form by form, before any engine is built for it.
+
 Minimal traffic, a floor rather than an estimate: each client step writes its activations once and reads them once
 in the backward pass, and reads and writes its step state (parameters, direction, optimiser buffers) once.
 """
@@ -37,7 +41,8 @@ from fedrun.rundir.files import device_name
 
 FORMS = ("vmap", "graph", "vmap_network", "graph_network")
 PRECISIONS = ("float32", "tf32", "bfloat16")
-DEFAULT_WORKLOADS = ("lenet5_cifar_1000", "mlp_mnist_1000", "lenet5_cifar_100", "lenet5_mnist_10", "cnn_fedgh_20")
+DEFAULT_WORKLOADS = ("lenet5_cifar_1000", "mlp_mnist_1000", "lenet5_cifar_100", "lenet5_mnist_10", "cnn_fedgh_20",
+                     "lenet5_mnist_160")
 
 
 class InPrecision:
@@ -102,7 +107,8 @@ def run_limits(w, device: torch.device, forms, precisions, repeats: int, peaks: 
                                       repeats, models, w.name)
     flops, traffic = flops_per_round(model, x, y, plans), traffic_per_round(rule, model, ctx, plans, x)
     base = best.get("vmap float32")
-    return [{"workload": w.name, "paper": w.paper, "clients": w.clients, "steps": sum(p.tau for p in plans),
+    return [{"workload": w.name, "paper": w.paper, "clients": w.clients, "batches": w.batches,
+             "steps": sum(p.tau for p in plans),
              "form": form, "precision": precision, "round_s": best[names[form, precision]],
              "first_round_s": first[names[form, precision]], "peak_mem_mb": memory[names[form, precision]],
              "flops": flops, "bytes": traffic, "flops_floor_s": flops / peaks[precision],
@@ -114,6 +120,21 @@ def run_limits(w, device: torch.device, forms, precisions, repeats: int, peaks: 
 
 def speedup(record: dict) -> str:
     return "" if record["speedup"] is None else f"{record['speedup']:.1f}x"
+
+
+def batched_gains(records: list[dict]) -> list[str]:
+    """For each workload holding several runs' cohorts, per form and precision: the runs' rounds one after another
+    (its one-run workload's round, times how many runs it holds) over its one batched round."""
+    single = {(r["workload"], r["form"], r["precision"]): r for r in records}
+    lines = []
+    for r in records:
+        one = single.get((r.get("batches"), r["form"], r["precision"]))
+        if one is not None:
+            runs = r["clients"] / one["clients"]
+            lines.append(f"- {r['workload']} ({runs:g} runs of {one['workload']}), {r['form']} {r['precision']}: "
+                         f"{runs * one['round_s'] / r['round_s']:.1f}x ({runs:g} x {one['round_s'] * 1e3:.1f} ms "
+                         f"one after another, {r['round_s'] * 1e3:.1f} ms batched)")
+    return lines
 
 
 def markdown(records: list[dict], info: dict, command: str) -> str:
@@ -133,6 +154,8 @@ def markdown(records: list[dict], info: dict, command: str) -> str:
             "backward, as torch.utils.flop_counter counts them) at the measured peak of its precision; byte floor: "
             "its minimal traffic (each activation written and read once, each step state read and written once) at "
             "the measured copy bandwidth; of peak: achieved FLOP/s over the peak of its precision.\n\n"
+            + ("Runs batched into one cohort, against the same runs' cohorts one after another:\n\n"
+               + "\n".join(batched) + "\n\n" if (batched := batched_gains(records)) else "") +
             f"Command: `{command}`; commit {info['git_commit']}, {info['date']}.\n")
 
 

@@ -23,7 +23,7 @@ import platform
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,7 @@ class Workload:
     samples: int  # per client
     batch: int
     epochs: float = 1.0
+    batches: str | None = None  # the one-run workload whose cohorts this one holds several of, side by side
 
 
 WORKLOADS = [
@@ -79,6 +80,8 @@ SCALE_WORKLOADS = [
              10, 1000, 50, 10),
     Workload("mlp_mnist_1000", "FedAvg's 2NN (McMahan et al.) at 1000 clients (5 steps, B = 10)", "mlp", "vector",
              (784,), 10, 1000, 50, 10),
+    Workload("lenet5_mnist_160", "16 runs of the default experiment, their cohorts batched as one", "lenet5", "image",
+             (1, 28, 28), 10, 160, 640, 64, batches="lenet5_mnist_10"),
 ]
 
 ADDON_WORKLOADS = [  # (workload, add-ons timed on its round)
@@ -97,8 +100,7 @@ ADDON_WORKLOADS = [  # (workload, add-ons timed on its round)
 
 def quick(w: Workload) -> Workload:
     """A smaller cohort for smoke runs (--quick): the same shapes, fewer clients and steps."""
-    return Workload(w.name, w.paper, w.model, w.kind, w.shape, w.classes, max(2, w.clients // 10),
-                    max(w.batch, w.samples // 10), w.batch, w.epochs)
+    return replace(w, clients=max(2, w.clients // 10), samples=max(w.batch, w.samples // 10))
 
 
 class PeakMemory:
