@@ -51,6 +51,14 @@ def groups_block() -> str:
     return "\n".join(lines)
 
 
+def kernels(m: dict) -> str:
+    """Whether the measured machine ran fedrun's fused convolution kernels (they need AVX-512), where recorded."""
+    if "avx512" not in m:
+        return ""
+    return f", {'with' if m['avx512'] else 'without'} AVX-512: fedrun's fused convolution kernels " + \
+        ("on" if m["avx512"] else "off")
+
+
 def timings_block() -> str:
     """The first commands' times and the default experiment's accuracy, from the committed measurement."""
     if not MEASURED.exists():
@@ -58,7 +66,7 @@ def timings_block() -> str:
     m = json.loads(MEASURED.read_text())
     parts = [f"{COMMANDS[name][0]}: {t['seconds']:.0f} s, test accuracy {t['final_test_acc']:.1%}"
              for name, t in m["commands"].items()]
-    return (f"Once set up, on {m['machine']}: {'; '.join(parts)} (whole process, median of {m['repeats']}; "
+    return (f"Once set up, on {m['machine']}{kernels(m)}: {'; '.join(parts)} (whole process, median of {m['repeats']}; "
             f"`{m['command']}` at commit {m['commit'][:7]}, {m['date']}: "
             f"[{MEASURED.relative_to(REPO).with_suffix('.md')}]({MEASURED.relative_to(REPO).with_suffix('.md')})). "
             f"`make setup` compiles fedrun's CPU kernels once per machine first (about {m['kernel_build_s']:.0f} s "
@@ -124,7 +132,8 @@ def measure(repeats: int) -> dict:
     build = max(native.expected_build_s(s) for s in native.SOURCES)
     return {"commands": out, "repeats": repeats, "machine": device_name(torch.device("cpu")),
             "commit": git_commit() or "unknown", "date": time.strftime("%Y-%m-%d"),
-            "command": f"python scripts/readme_blocks.py --measure --repeats {repeats}", "kernel_build_s": build}
+            "command": f"python scripts/readme_blocks.py --measure --repeats {repeats}", "kernel_build_s": build,
+            "avx512": native.has_avx512()}
 
 
 def write_measurement(m: dict) -> None:
@@ -135,9 +144,9 @@ def write_measurement(m: dict) -> None:
                      f"{t['final_test_acc']:.4f} |" for n, t in m["commands"].items())
     MEASURED.with_suffix(".md").write_text(
         f"# The first commands, timed\n\nMade by `{m['command']}` at commit {m['commit']} on {m['date']}, on "
-        f"{m['machine']}: whole processes (start-up, data, training, evaluation, files), wall clock, the median of "
-        f"{m['repeats']}, once set up (`make setup`: kernels built, MNIST fetched). Seed 0, the data each command "
-        f"names.\n\n| command | as run | seconds | final test accuracy |\n|---|---|---|---|\n{rows}\n\n"
+        f"{m['machine']}{kernels(m)}: whole processes (start-up, data, training, evaluation, files), wall clock, "
+        f"the median of {m['repeats']}, once set up (`make setup`: kernels built, MNIST fetched). Seed 0, the data "
+        f"each command names.\n\n| command | as run | seconds | final test accuracy |\n|---|---|---|---|\n{rows}\n\n"
         f"`make setup`'s kernel build took {m['kernel_build_s']:.0f} s on this machine (its own record, "
         f"fedrun/model/native/build.py).\n")
 
