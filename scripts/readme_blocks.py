@@ -55,8 +55,8 @@ def kernels(m: dict) -> str:
     """Whether the measured machine ran fedrun's fused convolution kernels (they need AVX-512), where recorded."""
     if "avx512" not in m:
         return ""
-    return f", {'with' if m['avx512'] else 'without'} AVX-512: fedrun's fused convolution kernels " + \
-        ("on" if m["avx512"] else "off")
+    return (", which has AVX-512 (fedrun's fused convolution kernels on)" if m["avx512"] else
+            ", which has no AVX-512 (fedrun's fused convolution kernels off)")
 
 
 def timings_block() -> str:

@@ -44,8 +44,8 @@ def test_the_timings_block_is_the_committed_measurement(tmp_path, monkeypatch):
     assert "`make run` (the default experiment): 12 s, test accuracy 98.2%" in text
     assert "`fedrun experiment=smoke`: 5 s" in text and "commit 0123456" in text and "about 97 s" in text
     assert "on a CPU (2 threads): " in text, "a record made before the kernels were noted says nothing of them"
-    for avx512, said in ((True, "with AVX-512: fedrun's fused convolution kernels on"),
-                         (False, "without AVX-512: fedrun's fused convolution kernels off")):
+    for avx512, said in ((True, "which has AVX-512 (fedrun's fused convolution kernels on)"),
+                         (False, "which has no AVX-512 (fedrun's fused convolution kernels off)")):
         measured.write_text(json.dumps(json.loads(measured.read_text()) | {"avx512": avx512}))
         assert f"on a CPU (2 threads), {said}: " in blocks.timings_block()
 
