@@ -45,8 +45,8 @@ ADDONS := herd_svm_mnist,herd_cnn_cifar10,harmonize_cnn_k20,harmonize_perceptron
 bench: setup
 	$(PY) -m fedrun.bench.workloads --only $(WORKLOADS) --out results/bench/$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 
-# cohorts of 1000 clients (the GPU's scale; minutes on a CPU): results/bench/scale-<device>.*
-SCALE := lenet5_cifar_1000,mlp_mnist_1000
+# cohorts of 1000 clients, and 16 runs' cohorts as one (the GPU's scale; minutes on a CPU): results/bench/scale-<device>.*
+SCALE := lenet5_cifar_1000,mlp_mnist_1000,lenet5_mnist_160
 bench-scale: setup
 	$(PY) -m fedrun.bench.workloads --only $(SCALE) --out results/bench/scale-$$($(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')").json
 

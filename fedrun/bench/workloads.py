@@ -73,8 +73,8 @@ WORKLOADS = [
              32, 5.0),
 ]
 
-# Cohorts of a thousand clients, the GPU's scale (minutes on a CPU): timed only when named in
-# --only (`make bench-scale`)
+# Cohorts of a thousand clients, and 16 runs' cohorts as one: the GPU's scale (minutes on a CPU), timed only when
+# named in --only (`make bench-scale`)
 SCALE_WORKLOADS = [
     Workload("lenet5_cifar_1000", "GIFT's LeNet-5 at 1000 clients (5 steps, B = 10)", "lenet5", "image", (3, 32, 32),
              10, 1000, 50, 10),
