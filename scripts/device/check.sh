@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One prepared call on a lent GPU machine (after scripts/device/pack.sh here; `run` with carry [".device"]):
 #   bash scripts/device/check.sh [tests,limits,default,sweep | all]   (default: all; about 9 minutes on an H100)
+#   CLAIMS="dgt_fig5 --presets dgt_fig5_mnist --seeds 5 algo=fedavg" bash scripts/device/check.sh claims
 # Writes under $OUT (or out/ without one): what each step printed, the bench's records, and the runs' logs. Each
 # step has a time limit, so that one call leaves what it finished even when a later step runs long.
 set -uo pipefail
@@ -47,6 +48,18 @@ if [[ $what == *,all,* || $what == *,sweep,* ]]; then
     "hydra.sweep.dir=$OUT/sweeps/serial"
   step sweep-shared 120 $PY -m fedrun.cli -m "seed=range(16)" hardware=$HW hardware.executor=graph $EXTRA \
     hydra/launcher=gpu_shared hardware.memory_share=0.25 "hydra.sweep.dir=$OUT/sweeps/shared"
+fi
+if [[ $what == *,claims,* ]]; then
+  # a claims table's grid (not in `all`): $CLAIMS is fedrun-table's artefact, options and overrides; four jobs share
+  # the GPU, and the runs come back under $OUT/claims. Render them here, at the commit they ran at:
+  #   fedrun-table <artefact> --collect-only --runs <files_at>/claims --out results/<paper>
+  # Runs stopped by the step's limit (CLAIMS_S seconds) keep their checkpoints: copy $OUT/claims into an ignored folder,
+  # carry it, and call again with CLAIMS_RUNS=<that folder> and resume=true in $CLAIMS.
+  runs=${CLAIMS_RUNS:-$OUT/claims}
+  step claims "${CLAIMS_S:-480}" $PY -c "import sys; from fedrun.papers.table import main; sys.exit(main())" \
+    ${CLAIMS:?CLAIMS names the artefact to run} hardware=$HW hydra/launcher=gpu_shared hardware.memory_share=0.25 \
+    progress=false $EXTRA --runs "$runs"
+  [[ $runs == "$OUT/claims" ]] || cp -r "$runs" "$OUT/claims"
 fi
 # one table of the runs above: process seconds, first round, the later rounds' mean, final accuracy
 $PY - "$OUT" > "$OUT/summary.md" 2>&1 <<'PYEOF'

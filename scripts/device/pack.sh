@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What a lent GPU machine needs beside the working tree, in .device/ (ignored; carry it: `run` with carry [".device"]):
 # pure-Python copies of Hydra, OmegaConf, ANTLR's runtime, PyYAML, tqdm, joblib, the Hydra launcher plugins and
-# pytest from .venv (the machine's image has PyTorch only), and MNIST as the idx files its loader reads (gzipped: the carried
-# paths hold 64 MiB in all). Then, on the machine: bash scripts/device/check.sh
+# pytest from .venv (the machine's image has PyTorch only), MNIST as the idx files its loader reads and Fashion-MNIST's
+# (gzipped: the carried paths hold 64 MiB in all). Then, on the machine: bash scripts/device/check.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
@@ -30,5 +30,12 @@ for split, prefix in (("train", "train"), ("test", "t10k")):
     with gzip.open(out / f"{prefix}-labels-idx1-ubyte.gz", "wb") as f:
         f.write(struct.pack(">II", 2049, len(y)) + y.astype(np.uint8).tobytes())
 PYEOF
-git rev-parse HEAD > .device/commit
+# Fashion-MNIST's idx files as Debian's dataset-fashion-mnist installs them (DGT's and GIFT's second dataset), if here
+if [[ -d /usr/share/datasets/fashion-mnist ]]; then
+  mkdir -p .device/data/fashion_mnist && cp /usr/share/datasets/fashion-mnist/*.gz .device/data/fashion_mnist/
+fi
+# the commit the machine's runs record (it gets the tree without .git): "-dirty" where the tree has changes
+commit=$(git rev-parse HEAD)
+[[ -z $(git status --porcelain) ]] || commit+=-dirty
+echo "$commit" > .device/commit
 du -sh .device
