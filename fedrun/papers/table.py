@@ -5,6 +5,7 @@ own numbers (paper/<paper>.yaml).
     fedrun-table bherd_fig5a [--seeds K] [overrides...]  # run the sweep (fedrun -m), then write the table
     fedrun-table bherd_fig5a hydra/launcher=slurm        # any Hydra launcher; finished jobs are skipped
     fedrun-table bherd_fig5a --collect-only              # summarise the runs that exist (a sweep run elsewhere)
+    fedrun-table dgt_fig5 --seeds 5 --estimate           # how long the sweep would take here, from a few rounds
     fedrun-table fsvrg_table1 repeats=3                  # a measured artefact: its function's settings
 
 Each preset of the artefact runs as ``fedrun -m experiment=<preset> seed=0,..,K-1 <overrides>`` into
@@ -215,6 +216,22 @@ def committed_table_differs(out: Path, name: str, found) -> list[str]:
     return differences
 
 
+def print_estimate(artefact: Artefact, overrides: list[str], command: str) -> int:
+    import torch
+
+    from fedrun.papers.estimate import estimate, markdown
+    from fedrun.rundir.files import device_name
+
+    try:
+        found = estimate(artefact, overrides)
+    except FedrunError as e:
+        print(f"fedrun-table: {e}", file=sys.stderr)
+        return 2
+    print(markdown(artefact, found, device_name(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
+                   command))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedrun-table", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -225,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per grid point")
     parser.add_argument("--presets", default=None, help="only these of the artefact's presets (comma-separated)")
     parser.add_argument("--collect-only", action="store_true", help="summarise the runs under --runs; run nothing")
+    parser.add_argument("--estimate", action="store_true", help="say how long the sweep would take on this machine, "
+                                                                "from 1 and 3 rounds of each preset's first job; run "
+                                                                "nothing else")
     parser.add_argument("--fixture-rounds", type=int, default=2, help="rounds of a job whose data is absent")
     parser.add_argument("--runs", default="outputs/tables", help="the sweeps' folder (<runs>/<artefact>/<preset>)")
     parser.add_argument("--out", default=None, help="where the table goes (default: <runs>/<artefact>, beside its "
@@ -247,9 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown artefact {args.artefact!r}.{nearest(str(args.artefact), known)} "
                      "fedrun-table --list names them")
     paper, artefact = known[args.artefact]
-    if artefact.measure and (args.seeds != 1 or args.presets):
+    if artefact.measure and (args.seeds != 1 or args.presets or args.estimate):
         parser.error(f"{artefact.name} is measured by {artefact.measure}, not swept: it has no seeds or presets; "
-                     "give its settings as key=value (repeats=5)")
+                     "give its settings as key=value (repeats=5); it has no rounds to estimate")
     if args.presets:
         chosen = [p.strip() for p in args.presets.split(",")]
         unknown = [p for p in chosen if p not in artefact.presets]
@@ -261,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     # the seed is named in every job's folder, so more seeds add folders (a measured artefact has repeats instead)
     if not artefact.measure and not any(override_key(o) == "seed" for o in overrides):
         overrides.append("seed=" + ",".join(map(str, range(args.seeds))))
+    command = "fedrun-table " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.estimate:
+        return print_estimate(artefact, overrides, command)
     runs = Path(args.runs)
     if not args.collect_only:
         try:
@@ -294,7 +317,6 @@ def main(argv: list[str] | None = None) -> int:
               f"beside its runs, {runs / artefact.name}), or add --replace to replace it (git keeps the old one)",
               file=sys.stderr)
         return 2
-    command = "fedrun-table " + " ".join(argv if argv is not None else sys.argv[1:])
     path = write(paper, artefact, found, out, command)
     print(path.read_text())
     return 0

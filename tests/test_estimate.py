@@ -1,0 +1,70 @@
+"""fedrun-table --estimate: how long an artefact's sweep would take here, from 1 and 3 rounds of each preset's first
+job, before its hours are spent."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+import pytest
+
+from fedrun.data import DATASETS
+from fedrun.errors import FedrunError
+from fedrun.papers.artefacts import artefacts
+from fedrun.papers.estimate import estimate, markdown, span, timed
+from fedrun.papers.table import main
+
+
+def present(monkeypatch, **here):
+    for name, is_here in here.items():
+        monkeypatch.setitem(DATASETS, name, replace(DATASETS[name], is_present=lambda root, h=is_here: h))
+
+
+def test_a_sweep_is_its_jobs_each_a_fixed_cost_and_its_rounds_probed_on_the_first_grid_point(monkeypatch):
+    """Probes of 1 and 3 rounds taking 10 s and 16 s: a round costs 3 s and a job 7 s besides, so a 300-round job is
+    907 s and DGT's FedAvg pair over 5 seeds (10 jobs) 9070 s; a preset whose data is absent is not probed, and a
+    simulated-time budget makes the figures upper bounds."""
+    present(monkeypatch, mnist=True, cifar10=False)
+    ran = []
+
+    def fake(command):
+        ran.append(command)
+        return {"fl.rounds=1": 10.0, "fl.rounds=3": 16.0}[next(a for a in command if a.startswith("fl.rounds="))]
+
+    _, dgt = artefacts()["dgt_fig5"]
+    dgt = replace(dgt, presets=("dgt_fig5_mnist", "dgt_fig5_cifar10"))
+    mnist, cifar = estimate(dgt, ["algo=fedavg", "seed=0,1,2,3,4"], fake)
+    assert (mnist.jobs, mnist.rounds, mnist.round_s, mnist.fixed_s, mnist.budget) == (10, 300, 3.0, 7.0, False)
+    assert (mnist.job_s, mnist.total_s) == (907.0, 9070.0)
+    assert cifar.absent == "cifar10" and len(ran) == 2, "the absent dataset's preset is not probed"
+    for command, rounds in zip(ran, ("1", "3")):
+        assert command[3] == "experiment=dgt_fig5_mnist"
+        assert {"algo=fedavg", "algo/harmonizer=dgt", "seed=0", "progress=false"} <= set(command)
+        assert f"fl.rounds={rounds}" in command and not any("seed=0,1" in a for a in command)
+    table = markdown(dgt, [mnist, cifar], "a CPU", "fedrun-table dgt_fig5 --estimate")
+    assert "| dgt_fig5_mnist | 10 | 300 | 3.00 | 7.0 | 15 min | 2.5 h |" in table
+    assert "| dgt_fig5_cifar10 | 10 | 300 | – | – | – | – (cifar10 is not here) |" in table
+    assert "In all: 2.5 h" in table
+
+    _, fig6 = artefacts()["gift_fig6"]  # a 2-hour simulated budget may end its runs before fl.rounds
+    (gift,) = estimate(replace(fig6, presets=("gift_fig6_lenet5_mnist",)), ["seed=0"], fake)
+    assert gift.budget and gift.jobs == 3
+    assert f"| up to {span(gift.job_s)} | up to {span(gift.total_s)} |" in markdown(fig6, [gift], "a CPU", "x")
+
+
+def test_a_failing_probe_stops_the_estimate_with_its_last_words():
+    with pytest.raises(FedrunError, match="the probe .* failed:\nno such preset"):
+        timed([sys.executable, "-c", "import sys; sys.exit('no such preset')", "experiment=x"])
+
+
+def test_fedrun_table_estimate_probes_each_preset_and_runs_nothing_else(tmp_path, monkeypatch, capsys):
+    """Real probes of BHerd's Fig. 5a (SVM on MNIST): a round's cost above zero, 10 jobs of 100 rounds, nothing left
+    in the working folder; a measured artefact has no rounds to estimate."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["bherd_fig5a", "--estimate"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| bherd_fig5a |"))
+    jobs, rounds, round_s, fixed_s = row.split(" | ")[1:5]
+    assert (jobs, rounds) == ("10", "100") and float(round_s) > 0 and float(fixed_s) > 0
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SystemExit):
+        main(["fsvrg_table1", "--estimate"])
