@@ -68,3 +68,25 @@ def test_fedrun_table_estimate_probes_each_preset_and_runs_nothing_else(tmp_path
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(SystemExit):
         main(["fsvrg_table1", "--estimate"])
+
+
+def test_the_too_long_presets_of_every_paper_are_estimated_into_the_file_their_reasons_cite(tmp_path, monkeypatch):
+    """scripts/too_long_estimates.py: an artefact's presets whose not_run starts "too long here:" (not the ones whose
+    data is missing), with the seeds its claims need, estimated into results/<paper>/<artefact>-estimate.md."""
+    import subprocess
+
+    from conftest import load_script
+
+    script = load_script("too_long_estimates")
+    _, dgt = artefacts()["dgt_fig5"]
+    fake = replace(dgt, not_run={"dgt_fig5_mnist": "too long here: hours", "dgt_fig5_cifar10": "no CIFAR-10"},
+                   claims=tuple(replace(c, seeds=7) for c in dgt.claims))
+    paper = type("Paper", (), {"artefacts": {"dgt_fig5": fake}})
+    monkeypatch.setattr(script, "papers", lambda: {"dgt": paper})
+    assert script.too_long() == [("dgt", "dgt_fig5", ["dgt_fig5_mnist"], 7)]
+    ran = []
+    monkeypatch.setattr(script.subprocess, "run", lambda command, **kw: ran.append(command) or
+                        subprocess.CompletedProcess(command, 0, "# dgt_fig5: how long\n", ""))
+    assert script.main(["--results", str(tmp_path)]) == 0
+    assert ran[0][3:] == ["dgt_fig5", "--presets", "dgt_fig5_mnist", "--seeds", "7", "--estimate"]
+    assert (tmp_path / "dgt" / "dgt_fig5-estimate.md").read_text() == "# dgt_fig5: how long\n"

@@ -95,7 +95,7 @@ def span(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else duration(seconds)
 
 
-def markdown(artefact: Artefact, found: list[Estimate], machine: str, command: str) -> str:
+def markdown(artefact: Artefact, found: list[Estimate], machine: str, command: str, commit: str = "unknown") -> str:
     rows = []
     for e in found:
         if e.absent:
@@ -108,7 +108,8 @@ def markdown(artefact: Artefact, found: list[Estimate], machine: str, command: s
     total = (f"\n\nIn all: {'up to ' if any(e.budget for e in probed) else ''}"
              f"{span(sum(e.total_s for e in probed))} of one process after another"
              if probed else "")
-    return (f"# {artefact.name}: how long its sweep would take here\n\n`{command}` on {machine}: each preset's first "
+    return (f"# {artefact.name}: how long its sweep would take here\n\n`{command}` at commit {commit} on "
+            f"{time.strftime('%Y-%m-%d')}, on {machine}: each preset's first "
             f"grid point (seed 0) run for {PROBE_ROUNDS[0]} and {PROBE_ROUNDS[1]} rounds, whole processes timed; a "
             "job is its fixed cost (start-up, data, the final evaluation) and its rounds, the sweep its jobs one "
             "after another. Not seen by the probes: the evaluations of a preset that evaluates every k > 1 rounds, "

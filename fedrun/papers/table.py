@@ -220,7 +220,7 @@ def print_estimate(artefact: Artefact, overrides: list[str], command: str) -> in
     import torch
 
     from fedrun.papers.estimate import estimate, markdown
-    from fedrun.rundir.files import device_name
+    from fedrun.rundir.files import device_name, git_commit
 
     try:
         found = estimate(artefact, overrides)
@@ -228,7 +228,7 @@ def print_estimate(artefact: Artefact, overrides: list[str], command: str) -> in
         print(f"fedrun-table: {e}", file=sys.stderr)
         return 2
     print(markdown(artefact, found, device_name(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
-                   command))
+                   command, git_commit() or "unknown"))
     return 0
 
 
