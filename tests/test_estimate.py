@@ -1,10 +1,11 @@
-"""fedrun-table --estimate: how long an artefact's sweep would take here, from 1 and 3 rounds of each preset's first
-job, before its hours are spent."""
+"""fedrun-table --estimate: how long an artefact's sweep would take here, from 3 rounds of each preset's first job,
+before its hours are spent."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -21,29 +22,33 @@ def present(monkeypatch, **here):
 
 
 def test_a_sweep_is_its_jobs_each_a_fixed_cost_and_its_rounds_probed_on_the_first_grid_point(monkeypatch):
-    """Probes of 1 and 3 rounds taking 10 s and 16 s: a round costs 3 s and a job 7 s besides, so a 300-round job is
-    907 s and DGT's FedAvg pair over 5 seeds (10 jobs) 9070 s; a preset whose data is absent is not probed, and a
-    simulated-time budget makes the figures upper bounds."""
+    """A probe whose rounds end at 5, 8 and 11 s of its run, in a process of 14 s: a round costs 3 s, and a job 5 s
+    besides (3 s outside the rounds, 2 s of the first round's warm-up), so a 300-round job is 905 s and DGT's FedAvg
+    pair over 5 seeds (10 jobs) 9050 s; a preset whose data is absent is not probed, and a simulated-time budget makes
+    the figures upper bounds."""
     present(monkeypatch, mnist=True, cifar10=False)
     ran = []
 
     def fake(command):
         ran.append(command)
-        return {"fl.rounds=1": 10.0, "fl.rounds=3": 16.0}[next(a for a in command if a.startswith("fl.rounds="))]
+        folder = Path(next(a for a in command if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+        folder.mkdir(parents=True)
+        (folder / "metrics.csv").write_text("round,test_acc,elapsed_s\n1,0.1,5.0\n2,0.2,8.0\n3,0.3,11.0\n")
+        return 14.0
 
     _, dgt = artefacts()["dgt_fig5"]
     dgt = replace(dgt, presets=("dgt_fig5_mnist", "dgt_fig5_cifar10"))
     mnist, cifar = estimate(dgt, ["algo=fedavg", "seed=0,1,2,3,4"], fake)
-    assert (mnist.jobs, mnist.rounds, mnist.round_s, mnist.fixed_s, mnist.budget) == (10, 300, 3.0, 7.0, False)
-    assert (mnist.job_s, mnist.total_s) == (907.0, 9070.0)
-    assert cifar.absent == "cifar10" and len(ran) == 2, "the absent dataset's preset is not probed"
-    for command, rounds in zip(ran, ("1", "3")):
-        assert command[3] == "experiment=dgt_fig5_mnist"
-        assert {"algo=fedavg", "algo/harmonizer=dgt", "seed=0", "progress=false"} <= set(command)
-        assert f"fl.rounds={rounds}" in command and not any("seed=0,1" in a for a in command)
+    assert (mnist.jobs, mnist.rounds, mnist.round_s, mnist.fixed_s, mnist.budget) == (10, 300, 3.0, 5.0, False)
+    assert (mnist.job_s, mnist.total_s) == (905.0, 9050.0)
+    assert cifar.absent == "cifar10" and len(ran) == 1, "the absent dataset's preset is not probed"
+    (command,) = ran
+    assert command[3] == "experiment=dgt_fig5_mnist" and not any("seed=0,1" in a for a in command)
+    assert {"algo=fedavg", "algo/harmonizer=dgt", "seed=0", "fl.rounds=3", "eval.every=1"} <= set(command)
     table = markdown(dgt, [mnist, cifar], "a CPU", "fedrun-table dgt_fig5 --estimate")
-    assert "| dgt_fig5_mnist | 10 | 300 | 3.00 | 7.0 | 15 min | 2.5 h |" in table
-    assert "| dgt_fig5_cifar10 | 10 | 300 | – | – | – | – (cifar10 is not here) |" in table
+    assert "| dgt_fig5_mnist | 10 | 300 | 3.00 | 5.0 | 15 min | 2.5 h | " in table
+    assert set(mnist.probed.split(", ")) == {"algo=fedavg", "algo/harmonizer=dgt", "seed=0"}
+    assert "| dgt_fig5_cifar10 | 10 | 300 | – | – | – | – (cifar10 is not here) | |" in table
     assert "In all: 2.5 h" in table
 
     _, fig6 = artefacts()["gift_fig6"]  # a 2-hour simulated budget may end its runs before fl.rounds
@@ -58,7 +63,7 @@ def test_a_failing_probe_stops_the_estimate_with_its_last_words():
 
 
 def test_fedrun_table_estimate_probes_each_preset_and_runs_nothing_else(tmp_path, monkeypatch, capsys):
-    """Real probes of BHerd's Fig. 5a (SVM on MNIST): a round's cost above zero, 10 jobs of 100 rounds, nothing left
+    """A real probe of BHerd's Fig. 5a (SVM on MNIST): a round's cost above zero, 10 jobs of 100 rounds, nothing left
     in the working folder; a measured artefact has no rounds to estimate."""
     monkeypatch.chdir(tmp_path)
     assert main(["bherd_fig5a", "--estimate"]) == 0

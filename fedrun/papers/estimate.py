@@ -1,16 +1,18 @@
 """How long an artefact's sweep would take on this machine (``fedrun-table <artefact> --estimate``), said before a
 grid of many hours is started, and what a ``not_run`` reason of "too long here" can cite instead of a typed figure.
 
-Each preset's first grid point (seed 0) runs twice, for one round and for three, as whole processes: start-up, data
-and the final evaluation are in both, so the difference over two rounds is a round's cost (its evaluation included
-where ``eval.every`` is 1) and the rest a job's fixed cost. A job of the sweep is then its fixed cost and ``fl.rounds``
-rounds; the sweep, its grid points times its seeds. Three things the probes cannot see: the evaluations of a preset
-that evaluates every k > 1 rounds, rounds that get cheaper or dearer as a run goes on (GIFT's tau), and a
-simulated-time budget that ends a run before ``fl.rounds`` (the estimate is then an upper bound, and says so).
+Each preset's first grid point (seed 0) runs for three rounds, each evaluated, as a whole process. The run's own
+clock (``metrics.csv``'s ``elapsed_s`` after each round) gives a round's cost, its evaluation included, as the mean of
+rounds 2 and 3; the first round's extra cost (warm-up) and what the process spends outside the rounds (start-up, data,
+files) are a job's fixed cost. A job of the sweep is then its fixed cost and ``fl.rounds`` rounds; the sweep, its grid
+points times its seeds. What one probe cannot see: rounds that get cheaper or dearer as a run goes on (GIFT's tau),
+and a simulated-time budget that ends a run before ``fl.rounds`` (the estimate is then an upper bound, and says so); a
+preset that evaluates every k > 1 rounds costs somewhat less than estimated.
 """
 
 from __future__ import annotations
 
+import csv
 import math
 import subprocess
 import sys
@@ -25,7 +27,7 @@ from fedrun.errors import FedrunError
 from fedrun.papers.artefacts import Artefact, grid, is_sweep, preset_config
 from fedrun.rundir.report import duration
 
-PROBE_ROUNDS = (1, 3)
+PROBE_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -33,10 +35,11 @@ class Estimate:
     preset: str
     jobs: int  # grid points x seeds
     rounds: int  # a job's fl.rounds
-    fixed_s: float = math.nan  # a job's cost besides its rounds: start-up, data, one evaluation
-    round_s: float = math.nan  # one round, from the two probes
+    fixed_s: float = math.nan  # a job's cost besides its rounds: start-up, data, files, the first round's warm-up
+    round_s: float = math.nan  # one round and its evaluation, from the probe's rounds 2 and 3
     budget: bool = False  # a simulated-time budget may end a job before fl.rounds: the figures are upper bounds
     absent: str = ""  # the dataset that is not on this machine (nothing probed)
+    probed: str = ""  # the grid point the probes ran: "algo=fedavg, seed=0"
 
     @property
     def job_s(self) -> float:
@@ -47,14 +50,19 @@ class Estimate:
         return self.jobs * self.job_s
 
 
-def probe_command(preset: str, overrides: list[str], rounds: int, folder: Path) -> list[str]:
-    """``fedrun`` on the preset's first grid point, seed 0 where seeds are swept, for ``rounds`` rounds into
-    ``folder``, with the other overrides as given."""
+def first_point(preset: str, overrides: list[str]) -> list[str]:
+    """The preset's first grid point (each swept key's first value: seed 0 where seeds are swept) as overrides."""
+    return [f"{key}={values[0]}" for key, values in grid(preset, overrides).items()]
+
+
+def probe_command(preset: str, overrides: list[str], folder: Path) -> list[str]:
+    """``fedrun`` on the preset's :func:`first_point` for ``PROBE_ROUNDS`` rounds, each evaluated, into ``folder``,
+    with the other overrides as given."""
     axes = grid(preset, overrides)
     kept = [o for o in overrides if not is_sweep(o) and override_key(o) not in axes
             and not override_key(o).startswith("hydra")]
-    return [sys.executable, "-m", "fedrun.cli", f"experiment={preset}", *kept,
-            *(f"{key}={values[0]}" for key, values in axes.items()), f"fl.rounds={rounds}", "progress=false",
+    return [sys.executable, "-m", "fedrun.cli", f"experiment={preset}", *kept, *first_point(preset, overrides),
+            f"fl.rounds={PROBE_ROUNDS}", "eval.every=1", "eval.every_s=null", "progress=false",
             f"hydra.run.dir={folder}"]
 
 
@@ -70,8 +78,8 @@ def timed(command: list[str]) -> float:
 
 def estimate(artefact: Artefact, overrides: list[str], run: Callable[[list[str]], float] = timed
              ) -> list[Estimate]:
-    """Each of the artefact's presets, probed (:func:`probe_command` for 1 and 3 rounds, timed by ``run``) where its
-    dataset is on this machine."""
+    """Each of the artefact's presets, probed (:func:`probe_command`, its process timed by ``run``) where its dataset
+    is on this machine."""
     from fedrun.data import DATASETS, resolve_root
 
     found = []
@@ -79,14 +87,21 @@ def estimate(artefact: Artefact, overrides: list[str], run: Callable[[list[str]]
         cfg = preset_config(preset, overrides)
         jobs = math.prod(len(values) for values in grid(preset, overrides).values())
         shape = dict(preset=preset, jobs=jobs, rounds=int(cfg.fl.rounds),
-                     budget=cfg.timing.name == "simulated" and cfg.timing.budget_s is not None)
+                     budget=cfg.timing.name == "simulated" and cfg.timing.budget_s is not None,
+                     probed=", ".join(first_point(preset, overrides)))
         if not DATASETS[cfg.data.name].is_present(resolve_root(cfg.data.root)):
             found.append(Estimate(**shape, absent=cfg.data.name))
             continue
         with tempfile.TemporaryDirectory() as work:
-            short, long = (run(probe_command(preset, overrides, r, Path(work) / f"rounds{r}")) for r in PROBE_ROUNDS)
-        round_s = max(0.0, (long - short) / (PROBE_ROUNDS[1] - PROBE_ROUNDS[0]))
-        found.append(Estimate(**shape, fixed_s=max(0.0, short - PROBE_ROUNDS[0] * round_s), round_s=round_s))
+            folder = Path(work) / "probe"
+            process_s = run(probe_command(preset, overrides, folder))
+            with (folder / "metrics.csv").open() as f:
+                elapsed = [float(row["elapsed_s"]) for row in csv.DictReader(f)]
+        if len(elapsed) != PROBE_ROUNDS:
+            raise FedrunError(f"the probe of {preset} logged {len(elapsed)} of its {PROBE_ROUNDS} rounds")
+        round_s = (elapsed[-1] - elapsed[0]) / (PROBE_ROUNDS - 1)
+        fixed_s = (process_s - elapsed[-1]) + max(0.0, elapsed[0] - round_s)
+        found.append(Estimate(**shape, fixed_s=fixed_s, round_s=round_s))
     return found
 
 
@@ -99,21 +114,21 @@ def markdown(artefact: Artefact, found: list[Estimate], machine: str, command: s
     rows = []
     for e in found:
         if e.absent:
-            rows.append(f"| {e.preset} | {e.jobs} | {e.rounds} | – | – | – | – ({e.absent} is not here) |")
+            rows.append(f"| {e.preset} | {e.jobs} | {e.rounds} | – | – | – | – ({e.absent} is not here) | |")
             continue
         bound = "up to " if e.budget else ""
         rows.append(f"| {e.preset} | {e.jobs} | {e.rounds} | {e.round_s:.2f} | {e.fixed_s:.1f} | "
-                    f"{bound}{span(e.job_s)} | {bound}{span(e.total_s)} |")
+                    f"{bound}{span(e.job_s)} | {bound}{span(e.total_s)} | {e.probed} |")
     probed = [e for e in found if not e.absent]
     total = (f"\n\nIn all: {'up to ' if any(e.budget for e in probed) else ''}"
              f"{span(sum(e.total_s for e in probed))} of one process after another"
              if probed else "")
     return (f"# {artefact.name}: how long its sweep would take here\n\n`{command}` at commit {commit} on "
-            f"{time.strftime('%Y-%m-%d')}, on {machine}: each preset's first "
-            f"grid point (seed 0) run for {PROBE_ROUNDS[0]} and {PROBE_ROUNDS[1]} rounds, whole processes timed; a "
-            "job is its fixed cost (start-up, data, the final evaluation) and its rounds, the sweep its jobs one "
-            "after another. Not seen by the probes: the evaluations of a preset that evaluates every k > 1 rounds, "
-            "rounds that change cost as a run goes on (GIFT's tau), and a simulated-time budget that ends a run early "
-            "(\"up to\").\n\n"
-            "| preset | jobs | rounds | s a round | s fixed a job | a job | the preset's jobs |\n"
-            "|---|---|---|---|---|---|---|\n" + "\n".join(rows) + total + "\n")
+            f"{time.strftime('%Y-%m-%d')}, on {machine}: each preset's first grid point (probed) run for "
+            f"{PROBE_ROUNDS} rounds, each evaluated; a round is the mean of rounds 2 and 3 by the run's own clock, a "
+            "job its fixed cost (start-up, data, files, the first round's warm-up) and its rounds, the sweep its "
+            "jobs one after another. Not seen by the probe: rounds that change cost as a run goes on (GIFT's tau), "
+            "and a simulated-time budget that ends a run early (\"up to\"); a preset evaluated every k > 1 rounds "
+            "costs somewhat less.\n\n"
+            "| preset | jobs | rounds | s a round | s fixed a job | a job | the preset's jobs | probed |\n"
+            "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + total + "\n")

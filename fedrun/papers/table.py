@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default=None, help="only these of the artefact's presets (comma-separated)")
     parser.add_argument("--collect-only", action="store_true", help="summarise the runs under --runs; run nothing")
     parser.add_argument("--estimate", action="store_true", help="say how long the sweep would take on this machine, "
-                                                                "from 1 and 3 rounds of each preset's first job; run "
+                                                                "from 3 rounds of each preset's first job; run "
                                                                 "nothing else")
     parser.add_argument("--fixture-rounds", type=int, default=2, help="rounds of a job whose data is absent")
     parser.add_argument("--runs", default="outputs/tables", help="the sweeps' folder (<runs>/<artefact>/<preset>)")
