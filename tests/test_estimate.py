@@ -12,7 +12,7 @@ import pytest
 from fedrun.data import DATASETS
 from fedrun.errors import FedrunError
 from fedrun.papers.artefacts import artefacts
-from fedrun.papers.estimate import estimate, markdown, span, timed
+from fedrun.papers.estimate import estimate, markdown, timed
 from fedrun.papers.table import main
 
 
@@ -24,8 +24,8 @@ def present(monkeypatch, **here):
 def test_a_sweep_is_its_jobs_each_a_fixed_cost_and_its_rounds_probed_on_the_first_grid_point(monkeypatch):
     """A probe whose rounds end at 5, 8 and 11 s of its run, in a process of 14 s: a round costs 3 s, and a job 5 s
     besides (3 s outside the rounds, 2 s of the first round's warm-up), so a 300-round job is 905 s and DGT's FedAvg
-    pair over 5 seeds (10 jobs) 9050 s; a preset whose data is absent is not probed, and a simulated-time budget makes
-    the figures upper bounds."""
+    pair over 5 seeds (10 jobs) 9050 s; a preset whose data is absent is not probed. Under a simulated-time budget a
+    run has as many rounds as the budget holds: 2 hours at 300 simulated seconds a round are 24 rounds."""
     present(monkeypatch, mnist=True, cifar10=False)
     ran = []
 
@@ -33,7 +33,8 @@ def test_a_sweep_is_its_jobs_each_a_fixed_cost_and_its_rounds_probed_on_the_firs
         ran.append(command)
         folder = Path(next(a for a in command if a.startswith("hydra.run.dir=")).split("=", 1)[1])
         folder.mkdir(parents=True)
-        (folder / "metrics.csv").write_text("round,test_acc,elapsed_s\n1,0.1,5.0\n2,0.2,8.0\n3,0.3,11.0\n")
+        (folder / "metrics.csv").write_text("round,test_acc,elapsed_s,sim_time_s\n1,0.1,5.0,290\n2,0.2,8.0,590\n"
+                                            "3,0.3,11.0,890\n")
         return 14.0
 
     _, dgt = artefacts()["dgt_fig5"]
@@ -51,10 +52,11 @@ def test_a_sweep_is_its_jobs_each_a_fixed_cost_and_its_rounds_probed_on_the_firs
     assert "| dgt_fig5_cifar10 | 10 | 300 | – | – | – | – (cifar10 is not here) | |" in table
     assert "In all: 2.5 h" in table
 
-    _, fig6 = artefacts()["gift_fig6"]  # a 2-hour simulated budget may end its runs before fl.rounds
+    _, fig6 = artefacts()["gift_fig6"]  # a 2-hour simulated budget ends its runs, not its fl.rounds (100,000)
     (gift,) = estimate(replace(fig6, presets=("gift_fig6_lenet5_mnist",)), ["seed=0"], fake)
-    assert gift.budget and gift.jobs == 3
-    assert f"| up to {span(gift.job_s)} | up to {span(gift.total_s)} |" in markdown(fig6, [gift], "a CPU", "x")
+    assert (gift.budget, gift.jobs, gift.rounds, gift.job_s) == (True, 3, 24, 5.0 + 24 * 3.0)
+    assert "| gift_fig6_lenet5_mnist | 3 | 24 (its budget's) | 3.00 | 5.0 | 77 s | 4 min |" in markdown(
+        fig6, [gift], "a CPU", "x")
 
 
 def test_a_failing_probe_stops_the_estimate_with_its_last_words():

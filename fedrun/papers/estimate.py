@@ -5,9 +5,10 @@ Each preset's first grid point (seed 0) runs for three rounds, each evaluated, a
 clock (``metrics.csv``'s ``elapsed_s`` after each round) gives a round's cost, its evaluation included, as the mean of
 rounds 2 and 3; the first round's extra cost (warm-up) and what the process spends outside the rounds (start-up, data,
 files) are a job's fixed cost. A job of the sweep is then its fixed cost and ``fl.rounds`` rounds; the sweep, its grid
-points times its seeds. What one probe cannot see: rounds that get cheaper or dearer as a run goes on (GIFT's tau),
-and a simulated-time budget that ends a run before ``fl.rounds`` (the estimate is then an upper bound, and says so); a
-preset that evaluates every k > 1 rounds costs somewhat less than estimated.
+points times its seeds. A run that a simulated-time budget ends (``timing.budget_s``) is given as many rounds as the
+budget holds of the probe's simulated seconds a round: where a schedule shortens its rounds (GIFT's tau) it runs more
+of them, each cheaper, at about the same wall time per simulated second. What one probe cannot see: rounds that get
+cheaper or dearer as a run goes on without a budget; a preset that evaluates every k > 1 rounds costs somewhat less.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ PROBE_ROUNDS = 3
 class Estimate:
     preset: str
     jobs: int  # grid points x seeds
-    rounds: int  # a job's fl.rounds
+    rounds: int  # a job's rounds: fl.rounds, or as many as its simulated-time budget holds
     fixed_s: float = math.nan  # a job's cost besides its rounds: start-up, data, files, the first round's warm-up
     round_s: float = math.nan  # one round and its evaluation, from the probe's rounds 2 and 3
-    budget: bool = False  # a simulated-time budget may end a job before fl.rounds: the figures are upper bounds
+    budget: bool = False  # the rounds are the budget's, at the probe's simulated seconds a round
     absent: str = ""  # the dataset that is not on this machine (nothing probed)
     probed: str = ""  # the grid point the probes ran: "algo=fedavg, seed=0"
 
@@ -86,8 +87,8 @@ def estimate(artefact: Artefact, overrides: list[str], run: Callable[[list[str]]
     for preset in artefact.presets:
         cfg = preset_config(preset, overrides)
         jobs = math.prod(len(values) for values in grid(preset, overrides).values())
+        budget = cfg.timing.budget_s if cfg.timing.name == "simulated" else None
         shape = dict(preset=preset, jobs=jobs, rounds=int(cfg.fl.rounds),
-                     budget=cfg.timing.name == "simulated" and cfg.timing.budget_s is not None,
                      probed=", ".join(first_point(preset, overrides)))
         if not DATASETS[cfg.data.name].is_present(resolve_root(cfg.data.root)):
             found.append(Estimate(**shape, absent=cfg.data.name))
@@ -96,11 +97,15 @@ def estimate(artefact: Artefact, overrides: list[str], run: Callable[[list[str]]
             folder = Path(work) / "probe"
             process_s = run(probe_command(preset, overrides, folder))
             with (folder / "metrics.csv").open() as f:
-                elapsed = [float(row["elapsed_s"]) for row in csv.DictReader(f)]
-        if len(elapsed) != PROBE_ROUNDS:
-            raise FedrunError(f"the probe of {preset} logged {len(elapsed)} of its {PROBE_ROUNDS} rounds")
+                rows = list(csv.DictReader(f))
+        if len(rows) != PROBE_ROUNDS:
+            raise FedrunError(f"the probe of {preset} logged {len(rows)} of its {PROBE_ROUNDS} rounds")
+        elapsed = [float(row["elapsed_s"]) for row in rows]
         round_s = (elapsed[-1] - elapsed[0]) / (PROBE_ROUNDS - 1)
         fixed_s = (process_s - elapsed[-1]) + max(0.0, elapsed[0] - round_s)
+        if budget is not None:  # as many rounds as the budget holds, at the probe's simulated seconds a round
+            simulated = (float(rows[-1]["sim_time_s"]) - float(rows[0]["sim_time_s"])) / (PROBE_ROUNDS - 1)
+            shape |= dict(rounds=min(shape["rounds"], math.ceil(budget / simulated)), budget=True)
         found.append(Estimate(**shape, fixed_s=fixed_s, round_s=round_s))
     return found
 
@@ -116,19 +121,17 @@ def markdown(artefact: Artefact, found: list[Estimate], machine: str, command: s
         if e.absent:
             rows.append(f"| {e.preset} | {e.jobs} | {e.rounds} | – | – | – | – ({e.absent} is not here) | |")
             continue
-        bound = "up to " if e.budget else ""
-        rows.append(f"| {e.preset} | {e.jobs} | {e.rounds} | {e.round_s:.2f} | {e.fixed_s:.1f} | "
-                    f"{bound}{span(e.job_s)} | {bound}{span(e.total_s)} | {e.probed} |")
+        rounds = f"{e.rounds} (its budget's)" if e.budget else f"{e.rounds}"
+        rows.append(f"| {e.preset} | {e.jobs} | {rounds} | {e.round_s:.2f} | {e.fixed_s:.1f} | {span(e.job_s)} | "
+                    f"{span(e.total_s)} | {e.probed} |")
     probed = [e for e in found if not e.absent]
-    total = (f"\n\nIn all: {'up to ' if any(e.budget for e in probed) else ''}"
-             f"{span(sum(e.total_s for e in probed))} of one process after another"
-             if probed else "")
+    total = f"\n\nIn all: {span(sum(e.total_s for e in probed))} of one process after another" if probed else ""
     return (f"# {artefact.name}: how long its sweep would take here\n\n`{command}` at commit {commit} on "
             f"{time.strftime('%Y-%m-%d')}, on {machine}: each preset's first grid point (probed) run for "
             f"{PROBE_ROUNDS} rounds, each evaluated; a round is the mean of rounds 2 and 3 by the run's own clock, a "
             "job its fixed cost (start-up, data, files, the first round's warm-up) and its rounds, the sweep its "
-            "jobs one after another. Not seen by the probe: rounds that change cost as a run goes on (GIFT's tau), "
-            "and a simulated-time budget that ends a run early (\"up to\"); a preset evaluated every k > 1 rounds "
-            "costs somewhat less.\n\n"
+            "jobs one after another; a run a simulated-time budget ends has as many rounds as the budget holds of the "
+            "probe's simulated seconds a round (\"its budget's\"). Not seen by the probe: rounds that change cost as "
+            "a run goes on without a budget; a preset evaluated every k > 1 rounds costs somewhat less.\n\n"
             "| preset | jobs | rounds | s a round | s fixed a job | a job | the preset's jobs | probed |\n"
             "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + total + "\n")
