@@ -97,3 +97,18 @@ def test_the_too_long_presets_of_every_paper_are_estimated_into_the_file_their_r
     assert script.main(["--results", str(tmp_path)]) == 0
     assert ran[0][3:] == ["dgt_fig5", "--presets", "dgt_fig5_mnist", "--seeds", "7", "--estimate"]
     assert (tmp_path / "dgt" / "dgt_fig5-estimate.md").read_text() == "# dgt_fig5: how long\n"
+
+
+def test_every_too_long_reason_cites_its_artefacts_committed_estimate():
+    """A "too long here:" reason in paper/*.yaml gives hours that results/<paper>/<artefact>-estimate.md (made by
+    scripts/too_long_estimates.py) shows, and names that file, so the figure can be checked and made again."""
+    from fedrun.papers.artefacts import papers
+
+    root = Path(__file__).resolve().parents[1]
+    for key, paper in papers().items():
+        for artefact in paper.artefacts.values():
+            for preset, why in artefact.not_run.items():
+                if why.startswith("too long here:"):
+                    cited = f"results/{key}/{artefact.name}-estimate.md"
+                    assert cited in why, f"{preset}: {why}"
+                    assert f"| {preset} |" in (root / cited).read_text(), f"{cited} has no row for {preset}"
