@@ -40,7 +40,7 @@ class Estimate:
     round_s: float = math.nan  # one round and its evaluation, from the probe's rounds 2 and 3
     budget: bool = False  # the rounds are the budget's, at the probe's simulated seconds a round
     absent: str = ""  # the dataset that is not on this machine (nothing probed)
-    probed: str = ""  # the grid point the probes ran: "algo=fedavg, seed=0"
+    probed: str = ""  # the grid point the probe ran: "algo=fedavg, seed=0"
 
     @property
     def job_s(self) -> float:
@@ -103,8 +103,9 @@ def estimate(artefact: Artefact, overrides: list[str], run: Callable[[list[str]]
         elapsed = [float(row["elapsed_s"]) for row in rows]
         round_s = (elapsed[-1] - elapsed[0]) / (PROBE_ROUNDS - 1)
         fixed_s = (process_s - elapsed[-1]) + max(0.0, elapsed[0] - round_s)
-        if budget is not None:  # as many rounds as the budget holds, at the probe's simulated seconds a round
-            simulated = (float(rows[-1]["sim_time_s"]) - float(rows[0]["sim_time_s"])) / (PROBE_ROUNDS - 1)
+        sim = [float(row.get("sim_time_s") or 0) for row in rows]  # simulated seconds (timing=simulated)
+        simulated = (sim[-1] - sim[0]) / (PROBE_ROUNDS - 1)
+        if budget is not None and simulated > 0:  # as many rounds as the budget holds, at the probe's pace
             shape |= dict(rounds=min(shape["rounds"], math.ceil(budget / simulated)), budget=True)
         found.append(Estimate(**shape, fixed_s=fixed_s, round_s=round_s))
     return found
@@ -116,6 +117,7 @@ def span(seconds: float) -> str:
 
 
 def markdown(artefact: Artefact, found: list[Estimate], machine: str, command: str, commit: str = "unknown") -> str:
+    """The estimates as a table, with the command, commit, date and machine that made them and what they leave out."""
     rows = []
     for e in found:
         if e.absent:
