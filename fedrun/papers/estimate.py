@@ -51,18 +51,17 @@ class Estimate:
         return self.jobs * self.job_s
 
 
-def first_point(preset: str, overrides: list[str]) -> list[str]:
-    """The preset's first grid point (each swept key's first value: seed 0 where seeds are swept) as overrides."""
-    return [f"{key}={values[0]}" for key, values in grid(preset, overrides).items()]
+def first_point(axes: dict[str, list[str]]) -> list[str]:
+    """A grid's first point (each swept key's first value: seed 0 where seeds are swept) as overrides."""
+    return [f"{key}={values[0]}" for key, values in axes.items()]
 
 
-def probe_command(preset: str, overrides: list[str], folder: Path) -> list[str]:
-    """``fedrun`` on the preset's :func:`first_point` for ``PROBE_ROUNDS`` rounds, each evaluated, into ``folder``,
-    with the other overrides as given."""
-    axes = grid(preset, overrides)
+def probe_command(preset: str, overrides: list[str], axes: dict[str, list[str]], folder: Path) -> list[str]:
+    """``fedrun`` on the :func:`first_point` of the preset's grid ``axes`` (:func:`grid` with ``overrides``) for
+    ``PROBE_ROUNDS`` rounds, each evaluated, into ``folder``, with the other overrides as given."""
     kept = [o for o in overrides if not is_sweep(o) and override_key(o) not in axes
             and not override_key(o).startswith("hydra")]
-    return [sys.executable, "-m", "fedrun.cli", f"experiment={preset}", *kept, *first_point(preset, overrides),
+    return [sys.executable, "-m", "fedrun.cli", f"experiment={preset}", *kept, *first_point(axes),
             f"fl.rounds={PROBE_ROUNDS}", "eval.every=1", "eval.every_s=null", "progress=false",
             f"hydra.run.dir={folder}"]
 
@@ -86,16 +85,16 @@ def estimate(artefact: Artefact, overrides: list[str], run: Callable[[list[str]]
     found = []
     for preset in artefact.presets:
         cfg = preset_config(preset, overrides)
-        jobs = math.prod(len(values) for values in grid(preset, overrides).values())
+        axes = grid(preset, overrides)
         budget = cfg.timing.budget_s if cfg.timing.name == "simulated" else None
-        shape = dict(preset=preset, jobs=jobs, rounds=int(cfg.fl.rounds),
-                     probed=", ".join(first_point(preset, overrides)))
+        shape = dict(preset=preset, jobs=math.prod(len(values) for values in axes.values()),
+                     rounds=int(cfg.fl.rounds), probed=", ".join(first_point(axes)))
         if not DATASETS[cfg.data.name].is_present(resolve_root(cfg.data.root)):
             found.append(Estimate(**shape, absent=cfg.data.name))
             continue
         with tempfile.TemporaryDirectory() as work:
             folder = Path(work) / "probe"
-            process_s = run(probe_command(preset, overrides, folder))
+            process_s = run(probe_command(preset, overrides, axes, folder))
             with (folder / "metrics.csv").open() as f:
                 rows = list(csv.DictReader(f))
         if len(rows) != PROBE_ROUNDS:
