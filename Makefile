@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup setup-ray data run lint test test-slow docs bench bench-scale bench-addons bench-limits clean
+.PHONY: setup setup-ray data run lint test test-slow coverage docs bench bench-scale bench-addons bench-limits clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,12 @@ test: data lint
 	$(PY) -m pytest -q --durations=30
 
 test-slow: data setup-ray
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow --durations=30
+
+# line and branch coverage of fedrun/ by the default suite, subprocesses included (pyproject.toml's [tool.coverage]);
+# tracing slows every test, so the per-test time budget (tests/time_budget.py) is off here
+coverage: data
+	FEDRUN_TEST_BUDGET_S=0 $(PY) -m pytest -q --cov --cov-report=term --cov-report=json:coverage.json
 
 # docs/ as a site under site/ (mkdocs, material theme); strict: a warning (a broken link) fails the build
 docs: setup

@@ -3,9 +3,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import os
-import subprocess
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -16,7 +13,10 @@ import torch
 from fedrun.config.compose import compose_config
 from fedrun.data import DATASETS, DatasetSpec, FedDataset
 
+from cli_runner import run_cli  # noqa: F401  (the tests' `fedrun <args>`: from conftest, as before)
+
 REPO = Path(__file__).resolve().parent.parent
+pytest_plugins = ["time_budget", "pytester"]  # a test over its time budget fails unless marked slow
 
 
 @pytest.fixture
@@ -94,15 +94,6 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def run_cli(*args: str, cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "fedrun.cli", *args], cwd=cwd, env=full_env, capture_output=True,
-                          text=True, timeout=600)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"fedrun {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc
 
 
 def register_tiny(monkeypatch, name: str, x: np.ndarray, y: np.ndarray, x_test=None, y_test=None, classes=None,

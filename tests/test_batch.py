@@ -14,6 +14,16 @@ import pytest
 from fedrun.papers import job_lists as batch
 from fedrun.errors import FedrunError, StaleRunError
 
+
+
+@pytest.fixture(autouse=True)
+def _sweeps_in_this_process(monkeypatch):
+    """The job lists' sweeps (``python -m fedrun.cli -m ...``) run in the test process: tests/cli_runner.py."""
+    from cli_runner import fedrun_in_this_process
+
+    fedrun_in_this_process(monkeypatch, batch)
+
+
 BASE = ["data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=2"]
 QUIET = {"log": lambda *_: None}
 

@@ -96,13 +96,14 @@ def test_sweep_records_a_failed_job_goes_on_and_a_resubmission_runs_only_what_is
     sweep = tmp_path / "sweep"
     args = ["-m", *launcher, "data=digits,cifar10", f"data.root={tmp_path / 'empty'}", "model=logreg", "fl.rounds=1",
             "fl.num_clients=4", "fl.clients_per_round=2", "progress=false", f"hydra.sweep.dir={sweep}"]
-    first = run_cli(*args, cwd=tmp_path, check=False)
+    fresh = bool(launcher)  # a joblib worker's log is its own process's stdout
+    first = run_cli(*args, cwd=tmp_path, check=False, fresh_process=fresh)
     assert first.returncode == 1 and "1 job(s) failed" in first.stderr
     ok, bad = (json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1"))
     assert ok["status"] == "finished"
     assert bad["status"] == "failed" and "cifar-10" in bad["error"].lower()
     finished_at = (sweep / "0" / "summary.json").stat().st_mtime_ns
-    again = run_cli(*args, cwd=tmp_path, check=False)
+    again = run_cli(*args, cwd=tmp_path, check=False, fresh_process=fresh)
     assert (sweep / "0" / "summary.json").stat().st_mtime_ns == finished_at  # not run again
     assert "already holds a finished run; skipped" in again.stdout + again.stderr and again.returncode == 1
     from fedrun.rundir.report import main as report_main

@@ -3,6 +3,7 @@
 import json
 import math
 import re
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,14 @@ from fedrun.papers.artefacts import PRESET, artefacts, normalise
 from fedrun.papers.artefacts import grid, preset_config
 from fedrun.papers.table import main
 from fedrun.papers.table_summary import collect, markdown, summarise
+
+
+@pytest.fixture(autouse=True)
+def _sweeps_in_this_process(monkeypatch):
+    """fedrun-table's sweeps (``python -m fedrun.cli -m ...``) run in the test process: tests/cli_runner.py."""
+    from cli_runner import fedrun_in_this_process
+
+    fedrun_in_this_process(monkeypatch, fedrun.papers.table)
 
 # each artefact's grid as the paper describes it: (presets, jobs per seed)
 EXPECTED = {
@@ -158,6 +167,7 @@ def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tm
     _write_paper(tmp_path / "papers")
     monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
     monkeypatch.setattr(fedrun.papers.table, "WATCH_S", 0.5)  # the sweep says where it is while it runs
+    monkeypatch.setattr(fedrun.papers.table, "subprocess", subprocess)  # so it runs in a process of its own
     args = ["tiny_fig", *TINY, *launcher, "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
     assert main(args) == 0
     said = capsys.readouterr().out
@@ -446,7 +456,6 @@ def test_a_table_goes_beside_its_runs_and_never_replaces_a_committed_one_made_ot
     """By default a table is written beside its runs (<runs>/<artefact>/), not into results/. Into a folder that
     holds a committed table, it goes only when made with the same settings (rounds, seeds, the runs' commits), or
     with --replace; a refusal names what differs and leaves the files as they were."""
-    import subprocess
 
     _write_paper(tmp_path / "papers")
     monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
@@ -758,7 +767,6 @@ def test_gift_controls_registers_one_paired_claim_per_smaller_fixed_tau():
 def test_a_committed_table_is_made_from_runs_of_one_clean_commit(tmp_path, monkeypatch, capsys):
     """Into a folder of committed tables, runs of several commits or with uncommitted changes are refused, naming
     them, unless --mixed-commits; beside the runs (not tracked) any runs make a table."""
-    import subprocess
 
     _write_paper(tmp_path / "papers")
     monkeypatch.setenv("FEDRUN_PAPERS", str(tmp_path / "papers"))
@@ -915,7 +923,6 @@ def test_a_point_the_artefact_names_not_checked_is_not_counted_with_why(tmp_path
 def test_ctrl_c_waits_for_the_sweeps_checkpoints_and_says_how_to_go_on(tmp_path, monkeypatch, capsys):
     """The sweep (a stand-in process here) runs past one watch period (a progress line), then Ctrl-C: fedrun-table
     waits for the sweep to exit (its runs write their checkpoints) rather than killing it, and says how to go on."""
-    import subprocess
 
     class Sweep:
         def __init__(self, cmd):
