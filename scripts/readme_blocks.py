@@ -28,6 +28,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 MEASURED = REPO / "results" / "newcomer" / "first-commands-cpu.json"
+SUITE = REPO / "results" / "newcomer" / "test-suite-cpu.json"  # scripts/suite_time.py
 COMMANDS = {  # name: (what the README calls it, the fedrun arguments)
     "default": ("`make run` (the default experiment)", []),
     "smoke": ("`fedrun experiment=smoke`", ["experiment=smoke"]),
@@ -73,6 +74,21 @@ def timings_block() -> str:
             f"here).")
 
 
+def suite_block() -> str:
+    """The default test suite's time (and the baseline's, where measured), from the committed measurement."""
+    if not SUITE.exists():
+        return "(not measured yet: `python scripts/suite_time.py`)"
+    m = json.loads(SUITE.read_text())
+    head = m["runs"]["head"]
+    text = (f"`make test` runs the default suite in {head['pytest_s'] / 60:.1f} minutes on {m['machine']} "
+            f"(pytest's own time on a clean clone, MNIST fetched: {head['closing']}")
+    if "baseline" in m["runs"]:
+        base = m["runs"]["baseline"]
+        text += f"; {base['pytest_s'] / 60:.1f} minutes at {base['commit'][:7]}, measured beside it"
+    link = SUITE.relative_to(REPO).with_suffix(".md")
+    return text + f"; `{m['command']}`, {m['date']}: [{link}]({link})). `make test-slow` runs the long tests."
+
+
 def claims_block() -> str:
     """Every pre-registered claim's points that have seed-paired runs, from the committed verdict files
     (results/<paper>/<artefact>_claims.csv, written by fedrun-table), with the commit their runs were made at."""
@@ -94,6 +110,7 @@ def claims_block() -> str:
 
 
 BLOCKS = {"config-groups": ("docs/configuration.md", groups_block), "first-commands": ("README.md", timings_block),
+          "test-suite": ("README.md", suite_block),
           "claims": ("docs/algorithms.md", claims_block)}
 
 

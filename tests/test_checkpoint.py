@@ -73,11 +73,24 @@ def wait_for_rows(proc: subprocess.Popen, run_dir: Path, rows: int, timeout: flo
         time.sleep(0.002)
 
 
-# FedAvg alone among the slow tests: DGT's and GIFT's runs are FedAvg's with their parts added
-@pytest.mark.parametrize("algo", [pytest.param(a, marks=pytest.mark.slow) if a == "fedavg" else a
-                                  for a in sorted(ALGOS)])
-def test_a_run_killed_at_some_round_and_resumed_matches_the_uninterrupted_run(tmp_path, cfg_factory, algo):
-    overrides = [*BASE, "fl.rounds=24", *ALGOS[algo]]
+# Killed and resumed: every stateful part at least once, several in one run where they combine (SCAFFOLD's client
+# states, BHerd's herding, DGT's baselines, GIFT's schedule); GraB's balancing and the MA bank each alone. One run per
+# algorithm, FedAvg and each of those parts alone, are among the slow tests.
+KILLED = [
+    pytest.param(["algo=bherd_scaffold", "algo/harmonizer=dgt", "algo/schedule=gift", "algo.schedule.tau0=6",
+                  "algo.schedule.patience=1"], id="scaffold+herd+dgt+gift"),
+    pytest.param(ALGOS["grab"], id="grab"),
+    pytest.param(ALGOS["mafsvrg"], id="mafsvrg"),
+    *[pytest.param(ALGOS[algo], id=algo, marks=pytest.mark.slow) for algo in ("fedavg", "scaffold", "bherd", "dgt",
+                                                                             "gift")],
+]
+
+
+@pytest.mark.parametrize("parts", KILLED)
+def test_a_run_killed_at_some_round_and_resumed_matches_the_uninterrupted_run(tmp_path, cfg_factory, parts):
+    """SIGKILL after 5 rounds (checkpoints every 2), then resume=true: the metrics of the run never killed. 16 rounds:
+    the kill comes while most of them are still ahead."""
+    overrides = [*BASE, "fl.rounds=16", *parts]
     reference = run_experiment(cfg_factory(*overrides), tmp_path / "reference")
     run_dir = tmp_path / "killed"
     proc = start_cli(run_dir, overrides)
@@ -86,7 +99,7 @@ def test_a_run_killed_at_some_round_and_resumed_matches_the_uninterrupted_run(tm
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, f"the run ended before it could be killed: {proc.stderr.read()}"
     killed_rows = len(pd.read_csv(run_dir / "metrics.csv"))
-    assert killed_rows < 24
+    assert killed_rows < 16
     summary = run_experiment(cfg_factory(*overrides, "resume=true"), run_dir)
     assert summary["resumed_from_round"] % 2 == 0 and summary["resumed_from_round"] <= killed_rows
     pd.testing.assert_frame_equal(metrics(run_dir), metrics(tmp_path / "reference"))

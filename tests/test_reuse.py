@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 import yaml
 from omegaconf import OmegaConf
 
@@ -18,7 +14,6 @@ from fedrun.config.compose import compose_config
 from fedrun.rundir import reuse
 from fedrun.rundir.reuse import adopt, twin
 
-REPO = Path(__file__).resolve().parents[1]
 SMALL = ["data=digits", "model=logreg", "fl.rounds=2", "fl.num_clients=4", "fl.clients_per_round=2", "progress=false"]
 
 
@@ -65,24 +60,19 @@ def test_an_adopted_run_keeps_its_files_and_says_where_it_came_from(tmp_path):
     assert (tmp_path / "b" / "metrics.csv").read_text() == (source / "metrics.csv").read_text()
 
 
-@pytest.fixture
-def source_copy(tmp_path):
-    """fedrun without its git folder, so that its runs record the commit ``$FEDRUN_COMMIT`` names (a clean one)."""
-    for part in ("fedrun", "conf"):
-        shutil.copytree(REPO / part, tmp_path / "src" / part, ignore=shutil.ignore_patterns("__pycache__"))
-    return tmp_path / "src"
-
-
-def test_a_sweep_copies_the_runs_another_sweep_made_of_its_configs_at_its_commit(tmp_path, source_copy):
+def test_a_sweep_copies_the_runs_another_sweep_made_of_its_configs_at_its_commit(tmp_path, monkeypatch):
     """Sweep a: seeds 0 and 1 at lr 0.1. Sweep b, told to reuse what is under the runs' folder: the same two jobs
-    are copied (the same metrics, their source named), the two at lr 0.05 run. Sweep c at another commit runs all."""
+    are copied (the same metrics, their source named), the two at lr 0.05 run. Sweep c at another commit runs all.
+    Each sweep's code is at the clean commit it names (how a tree without git learns its commit from $FEDRUN_COMMIT:
+    tests/test_cli.py)."""
+    from cli_runner import run_cli
+
+    import fedrun.rundir.files
 
     def sweep(name, commit, *args):
-        env = {**os.environ, "PYTHONPATH": str(source_copy), "FEDRUN_COMMIT": commit, "HYDRA_FULL_ERROR": "0"}
-        proc = subprocess.run([sys.executable, "-m", "fedrun.cli", "-m", *SMALL, "seed=0,1", *args,
-                               f"hydra.sweep.dir={tmp_path / 'runs' / name}"], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        monkeypatch.setattr(fedrun.rundir.files, "git_commit", lambda: commit)  # what the summaries record
+        monkeypatch.setattr(reuse, "git_commit", lambda: commit)  # what a job may copy
+        run_cli("-m", *SMALL, "seed=0,1", *args, f"hydra.sweep.dir={tmp_path / 'runs' / name}", cwd=tmp_path)
         jobs = [d for d in (tmp_path / "runs" / name).iterdir() if d.name.isdigit()]
         return {(c["seed"], c["fl"]["lr"]): d for d in jobs for c in [yaml.safe_load((d / "config.yaml").read_text())]}
 
