@@ -38,7 +38,7 @@ test-slow: data setup-ray
 # line and branch coverage of fedrun/ by the default suite, subprocesses included (pyproject.toml's [tool.coverage]);
 # tracing slows every test, so the per-test time budget (tests/time_budget.py) is off here
 coverage: data
-	FEDRUN_TEST_BUDGET_S=0 $(PY) -m pytest -q --cov --cov-report=term --cov-report=json:coverage.json
+	FEDRUN_TEST_BUDGET_S=0 $(PY) -m pytest -q -n 2 --cov --cov-report=term --cov-report=json:coverage.json
 
 # docs/ as a site under site/ (mkdocs, material theme); strict: a warning (a broken link) fails the build
 docs: setup
