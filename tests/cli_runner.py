@@ -25,6 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 CLI_FILE = str(Path(__file__).resolve().parents[1] / "fedrun" / "cli.py")
@@ -97,16 +98,21 @@ def _in_this_process(args: list[str], cwd: Path, env: dict) -> subprocess.Comple
 
     out, err = io.StringIO(), io.StringIO()
     status = 0
-    with _process_state_kept(), _environment(env), _working_directory(cwd), \
-            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        sys.argv = [CLI_FILE, *args]
+    with _process_state_kept(), pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        patch.chdir(cwd)
+        for key, value in env.items():
+            patch.setenv(key, value)
+        patch.setattr(sys, "argv", [CLI_FILE, *args])
         FAILED_JOBS.clear()
         try:
             cli.main()
         except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            if e.code is not None and not isinstance(e.code, int):  # sys.exit("message"), as the console prints it
+            if e.code is None or isinstance(e.code, int):
+                status = e.code or 0
+            else:  # sys.exit("message"): printed, status 1, as the console script does
                 print(e.code, file=sys.stderr)
+                status = 1
         finally:
             FAILED_JOBS.clear()
             startup.release_collector()
@@ -114,35 +120,11 @@ def _in_this_process(args: list[str], cwd: Path, env: dict) -> subprocess.Comple
 
 
 @contextlib.contextmanager
-def _working_directory(path: Path):
-    before = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
-
-
-@contextlib.contextmanager
-def _environment(env: dict):
-    before = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-@contextlib.contextmanager
 def _process_state_kept():
-    """What a run sets process-wide, given back after it: argv, the loggers' handlers and levels (Hydra's
+    """What a run sets process-wide, given back after it: the loggers' handlers and levels (Hydra's
     ``dictConfig`` replaces them, and its file handler on the run's log would stay open), the collector's thresholds,
     torch's thread count."""
-    argv, thresholds, threads = sys.argv[:], gc.get_threshold(), torch.get_num_threads()
+    thresholds, threads = gc.get_threshold(), torch.get_num_threads()
     loggers = {name: logger for name, logger in logging.Logger.manager.loggerDict.items()
                if isinstance(logger, logging.Logger)}
     kept = {name: (logger.handlers[:], logger.level, logger.propagate, logger.disabled)
@@ -150,7 +132,6 @@ def _process_state_kept():
     try:
         yield
     finally:
-        sys.argv = argv
         gc.set_threshold(*thresholds)
         torch.set_num_threads(threads)
         for name, logger in [("", logging.root), *logging.Logger.manager.loggerDict.items()]:
