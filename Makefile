@@ -29,8 +29,10 @@ run: data
 lint: setup
 	$(VENV)/bin/ruff check fedrun tests scripts
 
+# two or more workers (pytest-xdist, one per core), each test file in one worker so a module's shared runs are made
+# once: docs/development.md says what each measure saved
 test: data lint
-	$(PY) -m pytest -q --durations=30
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=30
 
 test-slow: data setup-ray
 	$(PY) -m pytest -q -m slow --durations=30

@@ -31,7 +31,7 @@ from fedrun.config.renames import renamed_overrides
 from fedrun.process.quick_exit import ends_process
 from fedrun.rundir.resume import choose_run_dir
 from fedrun.rundir.files import (CONFIG_FILE, REFUSED_FILE, SUMMARY_FILE, base_summary, finished_summary, move_aside,
-                                 write_json)
+                                 unwritable_folder, write_json)
 from fedrun.process.startup import hold_collector
 from fedrun.rundir.reuse import adopt, twin
 from fedrun.rundir.sweeps import FAILED_JOBS
@@ -177,6 +177,15 @@ def app_help(args: list[str]) -> str:
             "Use --hydra-help to view Hydra specific help")
 
 
+def run_folder(args: list[str]) -> tuple[str, str]:
+    """The key and value of the folder a command writes its run (or sweep) to: the last ``hydra.run.dir`` (with
+    ``--multirun``, ``hydra.sweep.dir``) it gives, else the folder conf/config.yaml's default lies in."""
+    key = "hydra.sweep.dir" if {"-m", "--multirun"} & set(args) else "hydra.run.dir"
+    given = [a.split("=", 1)[1] for a in args if override_key(a) == key]
+    value = given[-1] if given else {"hydra.run.dir": "outputs", "hydra.sweep.dir": "multirun"}[key]
+    return key, value.split("${", 1)[0] or "."  # an interpolated name: the folder it lies in
+
+
 def main() -> None:
     hold_collector()  # until the run is built (fedrun/process/startup.py)
     sys.argv[1:], notes = renamed_overrides(sys.argv[1:])  # a renamed key typed in its old spelling
@@ -197,6 +206,7 @@ def main() -> None:
             sys.argv[1:] = choose_run_dir(sys.argv[1:])  # resume=true without a directory: the run it continues
         except ConfigError as e:
             problems = e.problems
+    problems += [p for p in [unwritable_folder(*run_folder(sys.argv[1:]))] if p]
     if problems:
         print("fedrun: " + str(ConfigError(problems)), file=sys.stderr)
         sys.exit(2)

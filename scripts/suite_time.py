@@ -7,11 +7,11 @@ test line and docs/development.md cite.
 
 Each commit is cloned into a temporary folder and its suite run there by this checkout's interpreter (``.venv``),
 with the clone first on the import path, so each measures its own code and tests with the same packages. The time is
-pytest's own (``N passed ... in X s``), of ``pytest -q`` as ``make test`` runs it, one after another, nothing else
-running. Coverage is coverage.py's line and branch coverage of ``fedrun/``, CLI subprocesses included, measured the
-same way at both commits (one rc file given to both, the per-test time budget off, two xdist workers: a coverage
-figure does not depend on time); its runs come after the timed ones. The figures go to
-results/newcomer/test-suite-cpu.json (read by scripts/readme_blocks.py) and .md.
+pytest's own (``N passed ... in X s``), of ``pytest -q`` with the options of each commit's own ``make test`` recipe
+(at HEAD, xdist's workers), one commit after another, nothing else running. Coverage is coverage.py's line and branch
+coverage of ``fedrun/``, CLI subprocesses included, measured the same way at both commits (one rc file given to both,
+the per-test time budget off, two xdist workers: a coverage figure does not depend on time); its runs come after the
+timed ones. The figures go to results/newcomer/test-suite-cpu.json (read by scripts/readme_blocks.py) and .md.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,14 @@ def clone(commit: str, into: Path) -> Path:
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(into)], check=True)
     subprocess.run(["git", "-C", str(into), "checkout", "-q", commit], check=True)
     return into
+
+
+def make_test_args(tree: Path) -> list[str]:
+    """The pytest options of the tree's own ``make test`` (its Makefile's recipe), so that each commit's suite is
+    timed as its ``make test`` ran it (``--durations`` left out: it only prints)."""
+    recipe = re.search(r"^test:.*\n((?:\t.*\n)+)", (tree / "Makefile").read_text(), re.M).group(1)
+    words = shlex.split(re.search(r"-m pytest (.*)", recipe).group(1))
+    return [w for w in words if w != "-q" and not w.startswith("--durations")]
 
 
 def pytest_in(tree: Path, *args: str, env: dict | None = None) -> tuple[str, float]:
@@ -81,10 +90,11 @@ def measure(commits: dict[str, str], coverage: bool) -> dict:
     with tempfile.TemporaryDirectory() as work:
         trees = {name: clone(commit, Path(work) / name) for name, commit in commits.items()}
         for name, tree in trees.items():
-            closing, wall = pytest_in(tree)
+            closing, wall = pytest_in(tree, *make_test_args(tree))
             sha = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True,
                                  check=True).stdout.strip()
-            out[name] = {"commit": sha, "closing": closing, "pytest_s": pytest_seconds(closing), "wall_s": wall}
+            out[name] = {"commit": sha, "closing": closing, "pytest_s": pytest_seconds(closing), "wall_s": wall,
+                         "options": " ".join(make_test_args(tree))}
             print(f"{name} ({sha[:7]}): {closing}", file=sys.stderr)
         if coverage:
             for name, tree in trees.items():

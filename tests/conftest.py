@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fedrun  # noqa: F401  (first: its OpenMP wait policy is read when torch loads)
 import contextlib
 import copy
 import functools
@@ -17,6 +18,15 @@ from cli_runner import run_cli  # noqa: F401  (the tests' `fedrun <args>`: from 
 
 REPO = Path(__file__).resolve().parent.parent
 pytest_plugins = ["time_budget", "pytester"]  # a test over its time budget fails unless marked slow
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """A run in the test process sets torch's thread count from hardware.num_threads and keeps it (a process makes
+    one run): put back after each test, so no test computes with threads an earlier one chose (float sums differ)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

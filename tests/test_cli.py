@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import re
+from pathlib import Path
 
 import pytest
 import wandb_reader
@@ -101,6 +102,9 @@ def test_sweep_records_a_failed_job_goes_on_and_a_resubmission_runs_only_what_is
     assert first.returncode == 1 and "1 job(s) failed" in first.stderr
     ok, bad = (json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1"))
     assert ok["status"] == "finished"
+    if launcher:  # a parallel job's torch threads: its share of the cores, unless hardware.num_threads says
+        share = max(1, len(os.sched_getaffinity(0)) // 2)
+        assert ok["machine"].endswith(f"({share} thread{'s' * (share != 1)})"), ok["machine"]
     assert bad["status"] == "failed" and "cifar-10" in bad["error"].lower()
     finished_at = (sweep / "0" / "summary.json").stat().st_mtime_ns
     again = run_cli(*args, cwd=tmp_path, check=False, fresh_process=fresh)
@@ -121,6 +125,29 @@ def test_bad_value_exits_with_the_message_before_any_work(tmp_path):
     assert "partition.alpha=-1.0: must be > 0" in proc.stderr and "fl.clients_per_round=30" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (run / "metrics.csv").exists() and not (run / "summary.json").exists()
+
+
+@pytest.mark.parametrize("where", ["/proc/fedrun-x", "/sys/fedrun-x", "under-a-file"])
+def test_a_run_folder_that_cannot_be_written_exits_2_naming_the_key_with_other_problems(tmp_path, where):
+    if where == "under-a-file":
+        (tmp_path / "a-file").write_text("")
+        where = str(tmp_path / "a-file" / "run")
+    elif not Path(where).parent.is_dir():
+        pytest.skip(f"no {Path(where).parent} here")
+    proc = run_cli(f"hydra.run.dir={where}", "fl.roundz=3", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("  - ")]
+    assert any(line.startswith(f"  - hydra.run.dir={where}: ") and "Fix: hydra.run.dir=" in line for line in said)
+    assert any("fl.roundz" in line for line in said), proc.stderr  # said together
+    sweep = run_cli("-m", f"hydra.sweep.dir={where}", "seed=0,1", cwd=tmp_path, check=False)
+    assert sweep.returncode == 2 and f"hydra.sweep.dir={where}: " in sweep.stderr, sweep.stderr
+
+
+def test_the_folder_check_leaves_nothing_behind(tmp_path):
+    from fedrun.rundir.files import unwritable_folder
+
+    assert unwritable_folder("hydra.run.dir", str(tmp_path / "a" / "b")) is None
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_every_problem_is_said_at_once_a_wrong_type_among_them(tmp_path):

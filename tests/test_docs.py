@@ -67,3 +67,33 @@ def test_the_docs_build_without_warnings(tmp_path):
 
 def test_the_readme_stays_short():
     assert len((REPO / "README.md").read_text().splitlines()) <= 250
+
+
+# what a README command's comment names, and the composed config's part that runs it
+NAMED_PARTS = {"BHerd": ("step_selector", "herd"), "FedGH": ("harmonizer", "fedgh"), "GIFT": ("schedule", "gift")}
+
+
+def readme_commands() -> list[tuple[list[str], str]]:
+    """The README's single-run ``fedrun`` commands (overrides, comment), as its code blocks give them."""
+    import shlex
+
+    out = []
+    for block in FENCE.findall((REPO / "README.md").read_text()):
+        for line in block.splitlines():
+            command, _, comment = line.partition("#")
+            words = shlex.split(command)
+            if words[:1] == ["fedrun"] and not any(w.startswith("-") for w in words):
+                out.append((words[1:], comment))
+    return out
+
+
+def test_each_readme_command_runs_the_method_its_comment_names():
+    from fedrun.config.compose import compose_config
+
+    commands = readme_commands()
+    assert any("BHerd" in comment for _, comment in commands)
+    for overrides, comment in commands:
+        cfg = compose_config(overrides)  # composes: every key and option of the line exists
+        for method, (part, name) in NAMED_PARTS.items():
+            if method in comment:
+                assert cfg.algo[part].name == name, (overrides, comment)

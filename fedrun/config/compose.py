@@ -7,11 +7,12 @@ fallback of their own, so a part is built from a composed config.
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+from fedrun.shipped import folder
+
+CONF_DIR = str(folder("conf"))  # the repository's conf/, or an installed wheel's fedrun/conf/
 
 
 def compose_config(overrides: list[str], hydra: bool = False) -> DictConfig:

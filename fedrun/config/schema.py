@@ -24,7 +24,9 @@ from typing import Any, ClassVar, Iterator, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from fedrun.config.compose import CONF_DIR as conf_root
+
+CONF_DIR = Path(conf_root)
 
 
 class _Default:

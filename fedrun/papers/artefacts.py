@@ -19,8 +19,9 @@ import yaml
 
 from fedrun.errors import ConfigError
 from fedrun.config.overrides import override_key
+from fedrun.shipped import folder as shipped_folder
 
-PAPER_DIR = Path(__file__).resolve().parents[2] / "paper"  # $FEDRUN_PAPERS names another folder (tests)
+PAPER_DIR = shipped_folder("paper")  # $FEDRUN_PAPERS names another folder (tests)
 PRESET = "preset"  # the pseudo grid key naming which of an artefact's presets a run belongs to
 
 

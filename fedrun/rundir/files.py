@@ -64,10 +64,12 @@ def cpu_model() -> str:
 def git_commit(tree: Path | None = None) -> str | None:
     """The commit of a fedrun source tree (this one by default), with ``-dirty`` when its code has uncommitted
     changes; changes under ``results/`` do not count (a bench run rewrites its tables there before the next one
-    records its commit). A tree copied without its git folder (to a cluster's or a GPU machine's disk) has none to
-    read: there ``$FEDRUN_COMMIT``, the commit its sender names, else None."""
+    records its commit). A tree copied without its git folder (to a cluster's or a GPU machine's disk), or fedrun
+    installed from a wheel, has none to read: there ``$FEDRUN_COMMIT``, the commit its sender names, else None."""
     src = tree or Path(__file__).resolve().parents[2]
     named = None if tree else os.environ.get("FEDRUN_COMMIT") or None
+    if not (src / ".git").exists():  # an installed wheel (site-packages may lie in another project's repository)
+        return named
     try:
         proc = subprocess.run(["git", "-C", str(src), "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
                               text=True, timeout=10)
@@ -235,6 +237,34 @@ def finished_summary(run_dir: str | Path, cfg=None) -> dict | None:
                             f"{more}), which would pass for the one asked for.{extend} Otherwise write these runs to "
                             f"another folder (a script's --runs, or hydra.sweep.dir) or delete that one.")
     return summary
+
+
+def unwritable_folder(key: str, value: str) -> str | None:
+    """The problem of ``key=value`` as a folder a run writes to, or None: tried for real (the folders it lacks made,
+    a file written, then both removed), since permission bits do not tell it for root, /proc or /sys."""
+    path = Path(value).absolute()
+    missing, existing = [], path
+    while not existing.exists() and existing != existing.parent:
+        missing.append(existing)
+        existing = existing.parent
+    fix = f"Fix: {key}=<a folder you can write>, e.g. {key}=outputs/my-run"
+    if not existing.is_dir():
+        return f"{key}={value}: {existing} is a file, so no folder can be made under it. {fix}"
+    made = []
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.append(folder)
+        probe = path / f".fedrun-write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        where = Path(e.filename) if e.filename else path
+        return f"{key}={value}: {where} cannot be written ({e.strerror or e}). {fix}"
+    finally:
+        for folder in reversed(made):
+            folder.rmdir()
+    return None
 
 
 def move_aside(run_dir: Path) -> Path:
