@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedrun.config.compose import CONF_DIR
 from fedrun.errors import ConfigError, FedrunError, OverwriteError, StaleRunError
-from fedrun.config.overrides import check_overrides, check_sweep_jobs, override_key
+from fedrun.config.overrides import check_overrides, check_run, check_sweep_jobs, override_key
 from fedrun.config.renames import renamed_overrides
 from fedrun.process.quick_exit import ends_process
 from fedrun.rundir.resume import choose_run_dir
@@ -186,6 +186,17 @@ def run_folder(args: list[str]) -> tuple[str, str]:
     return key, value.split("${", 1)[0] or "."  # an interpolated name: the folder it lies in
 
 
+def missing_scheduler(args: list[str]) -> str | None:
+    """``hydra/launcher=slurm`` where SLURM is not installed (no ``sbatch``): said in one line, before submitit's
+    traceback would."""
+    import shutil
+
+    if "hydra/launcher=slurm" not in args or shutil.which("sbatch"):
+        return None
+    return ("hydra/launcher=slurm: SLURM is not on this machine (no sbatch on the PATH). Fix: run the command on a "
+            "SLURM login node, or hydra/launcher=slurm_local to run the same jobs here as local processes")
+
+
 def main() -> None:
     hold_collector()  # until the run is built (fedrun/process/startup.py)
     sys.argv[1:], notes = renamed_overrides(sys.argv[1:])  # a renamed key typed in its old spelling
@@ -199,14 +210,15 @@ def main() -> None:
         problems = ["--multirun under torchrun: each of a sweep's jobs would need every rank at once. Fix: one "
                     "torchrun per run (a sweep's launcher can start them), or drop torchrun for a sweep of "
                     "one-process runs"]
-    if not problems and {"-m", "--multirun"} & set(sys.argv[1:]):
-        problems = check_sweep_jobs(sys.argv[1:], CONF_DIR)  # every job's values, before the first job runs
+    sweep = bool({"-m", "--multirun"} & set(sys.argv[1:]))
+    if not problems:  # every job's values (a sweep's, or the one run's), before Hydra makes a folder
+        problems = (check_sweep_jobs if sweep else check_run)(sys.argv[1:], CONF_DIR)
     if not problems:
         try:
             sys.argv[1:] = choose_run_dir(sys.argv[1:])  # resume=true without a directory: the run it continues
         except ConfigError as e:
             problems = e.problems
-    problems += [p for p in [unwritable_folder(*run_folder(sys.argv[1:]))] if p]
+    problems += [p for p in [unwritable_folder(*run_folder(sys.argv[1:])), missing_scheduler(sys.argv[1:])] if p]
     if problems:
         print("fedrun: " + str(ConfigError(problems)), file=sys.stderr)
         sys.exit(2)

@@ -112,10 +112,11 @@ def test_more_rounds_extend_a_finished_run(tmp_path):
 
 
 def test_a_failed_job_stops_the_script_after_the_others_ran(tmp_path):
-    """A job that fails is recorded in its folder by fedrun; the batch runs the others, then refuses to return part
-    of its runs, naming the failed folder."""
-    good, bad = [*BASE, "fl.rounds=1", "seed=0"], [*BASE, "fl.rounds=1", "seed=0", "fl.lr=-1"]
-    with pytest.raises(FedrunError, match=r"1 of 2 runs did not finish.*fl\.lr=-1"):
+    """A job that fails (at run time: its data files are missing) is recorded in its folder by fedrun; the batch
+    runs the others, then refuses to return part of its runs, naming the failed folder."""
+    good = [*BASE, "fl.rounds=1", "seed=0"]
+    bad = ["data=cifar10", f"data.root={tmp_path / 'empty'}", *BASE[1:], "fl.rounds=1", "seed=0"]
+    with pytest.raises(FedrunError, match=r"1 of 2 runs did not finish.*cifar10"):
         batch.run([good, bad], tmp_path, **QUIET)
     assert json.loads((Path(batch.job_dir(good, tmp_path)) / "summary.json").read_text())["status"] == "finished"
 

@@ -124,7 +124,22 @@ def test_bad_value_exits_with_the_message_before_any_work(tmp_path):
     assert proc.returncode == 2
     assert "partition.alpha=-1.0: must be > 0" in proc.stderr and "fl.clients_per_round=30" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert not (run / "metrics.csv").exists() and not (run / "summary.json").exists()
+    assert not run.exists()  # nothing written for a refused run, not even Hydra's folder
+
+
+def test_a_refused_run_writes_no_folder_and_a_range_error_imports_no_torch(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv = ['fedrun', 'partition.alpha=-1', 'hydra.run.dir=run']\n"
+            "from fedrun.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 2, e.code\n"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0 and "partition.alpha=-1.0: must be > 0" in proc.stderr, proc.stderr
+    between = run_cli("partition=natural", "data=digits", "model=logreg", cwd=tmp_path, check=False)  # across groups
+    assert between.returncode == 2 and "partition=natural: data=digits has no users" in between.stderr
+    assert list(tmp_path.iterdir()) == []  # neither run made a folder (outputs/<date>/<time>/ by default)
 
 
 @pytest.mark.parametrize("where", ["/proc/fedrun-x", "/sys/fedrun-x", "under-a-file"])
@@ -141,6 +156,14 @@ def test_a_run_folder_that_cannot_be_written_exits_2_naming_the_key_with_other_p
     assert any("fl.roundz" in line for line in said), proc.stderr  # said together
     sweep = run_cli("-m", f"hydra.sweep.dir={where}", "seed=0,1", cwd=tmp_path, check=False)
     assert sweep.returncode == 2 and f"hydra.sweep.dir={where}: " in sweep.stderr, sweep.stderr
+
+
+def test_the_slurm_launcher_without_slurm_is_one_line_naming_the_local_one(tmp_path):
+    proc = run_cli("-m", "hydra/launcher=slurm", "seed=0,1", "fl.roundz=1", cwd=tmp_path, check=False,
+                   env={"PATH": str(tmp_path)})  # no sbatch there
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "hydra/launcher=slurm: SLURM is not on this machine" in proc.stderr
+    assert "hydra/launcher=slurm_local" in proc.stderr and "fl.roundz" in proc.stderr
 
 
 def test_the_folder_check_leaves_nothing_behind(tmp_path):

@@ -98,11 +98,26 @@ def test_problems_of_every_kind_are_said_at_once():
 
     problems = check_overrides(["-m", "fl.round=3", "fl.lr=fast", "+fl.batch_size=8", "+fl.batchsize=8",
                                 "eval.evry=1,2", "fl.momentm=interval(0,1)", "partition.alpha=0", "seed=1"], CONF_DIR)
-    # (the ranges come with a wrong type: for a mistyped key alone the run's checks, which import torch, wait)
     said = ["fl.round: no such setting. Did you mean fl.rounds?", "fl.lr=fast: Value 'fast'",
             "+fl.batch_size: the key exists", "+fl.batchsize: nothing in fedrun reads this key",
             "eval.evry: no such setting. Did you mean eval.every?", "fl.momentm: no such setting. Did you mean "
             "fl.momentum?", "partition.alpha=0.0: must be > 0"]
+    assert len(problems) == len(said), problems
+    for start in said:
+        assert any(p.startswith(start) for p in problems), (start, problems)
+
+
+@pytest.mark.parametrize("args, said", [
+    (["fl.roundz=3", "partition.alpha=-1"], ["fl.roundz: no such setting", "partition.alpha=-1.0: must be > 0"]),
+    (["algo=fedavgg", "fl.roundz=3"], ["algo=fedavgg: algo has no option 'fedavgg'", "fl.roundz: no such setting"]),
+    (["algo=fedavgg", "fl.roundz=3", "algo.step_selector.alpha=2", "algo/step_selector=herd"],
+     ["algo=fedavgg: algo has no option", "fl.roundz: no such setting", "algo.step_selector.alpha=2"]),
+], ids=["unknown-key-and-range", "unknown-option-and-key", "option-key-and-a-part's-range"])
+def test_an_unknown_key_or_option_hides_no_other_problem(args, said):
+    from fedrun.cli import CONF_DIR
+    from fedrun.config.overrides import check_overrides
+
+    problems = check_overrides(args, CONF_DIR)
     assert len(problems) == len(said), problems
     for start in said:
         assert any(p.startswith(start) for p in problems), (start, problems)

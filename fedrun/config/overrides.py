@@ -113,13 +113,13 @@ def check_overrides(args: list[str], conf_dir: str) -> list[str]:
             continue
         if key in groups or (key.startswith("+") and key[1:] in groups):
             asked = list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(o.value())]
-            for option in asked:
-                if option not in groups[key]:
-                    problems.append(unknown_option(key, option, groups))
-            choices.append(f"{key}={asked[0]}")
+            unknown = [option for option in asked if option not in groups[key]]
+            problems += [unknown_option(key, option, groups) for option in unknown]
+            if not unknown:  # an unknown option is left out: the rest is checked with the group's default
+                choices.append(f"{key}={asked[0]}")
         else:
             values.append(o)
-    if problems or not values:  # group options alone: checked above (a preset's own problem: Hydra says it best)
+    if not values:  # group options alone: checked above (a preset's own problem: Hydra says it best)
         return problems
     everywhere = known_keys(conf_dir)
     unread = [o for o in values if o.is_add() and o.key_or_group not in everywhere]  # Hydra adds any key
@@ -133,22 +133,49 @@ def check_overrides(args: list[str], conf_dir: str) -> list[str]:
         except HydraException as e:
             bad = _culprit(e, remaining)
             if bad is None:
-                return []  # a problem of the presets themselves: Hydra says it best
+                return problems  # a problem of the presets themselves: Hydra says it best
             refused.append((bad, e))
             remaining.remove(bad)  # and compose again: the next problem, if any
     present = set(_flat(OmegaConf.to_container(cfg, resolve=False)))
     problems += [unknown_key(o.key_or_group, cfg, present, everywhere, groups, conf_dir) for o in values
                  if not _first(o) and o.key_or_group not in present]  # a sweep whose values cannot be listed
     problems = [_said(o, e, cfg, present, everywhere, groups, conf_dir) for o, e in refused] + problems
-    if any(_wrong_type(e) for _, e in refused):  # the well-typed values' ranges, said now too (a mistyped key alone
-        from fedrun.config.checks import validate  # does not pay for the run's checks: they import torch)
-        from fedrun.errors import ConfigError
+    return problems + value_problems(cfg)  # the well-typed values' ranges, said with the rest
 
+
+def value_problems(cfg) -> list[str]:
+    """The composed config's values out of their ranges: the run's sections, the typed groups and each algorithm
+    part, by their schemas, without importing torch (what spans groups is :func:`check_run`'s)."""
+    from fedrun.algorithms.schema import SCHEMAS, parse
+    from fedrun.config.schema import section_problems
+    from fedrun.errors import ConfigError
+
+    problems = section_problems(cfg)
+    for part in SCHEMAS:
         try:
-            validate(cfg)
+            parse(part, cfg.algo.get(part) or {})
         except ConfigError as e:
             problems += e.problems
     return problems
+
+
+def check_run(args: list[str], conf_dir: str) -> list[str]:
+    """A single run's config checked whole (fedrun/config/checks.py, what spans groups too) before Hydra makes its
+    folder, so that a refused run leaves nothing behind; [] when it can run (or when Hydra itself refuses the
+    command line: it says so as it composes)."""
+    from hydra.errors import HydraException
+
+    from fedrun.config.checks import validate
+    from fedrun.errors import ConfigError
+
+    words = [a for a in args if "=" in a and not a.startswith("-") and not override_key(a).startswith("hydra")]
+    try:
+        validate(_compose(conf_dir, words))
+    except ConfigError as e:
+        return e.problems
+    except HydraException:
+        pass
+    return []
 
 
 def _first(o) -> str | None:
