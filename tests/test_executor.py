@@ -78,7 +78,7 @@ def test_vmap_round_equals_loop_round(monkeypatch, cfg_factory, family):
         sims[executor] = Simulation(cfg)
     loop, vec = sims["loop"], sims["vmap"]
     assert isinstance(vec.executor, VmapExecutor)
-    for rnd in (1, 2):
+    for rnd in (1, 2) if family != "batchnorm_cnn" else (1,):  # MobileNetV2 in float64 is slow: its first round
         if rnd > 1:
             vec.load_state_dict(loop.state_dict())
         loop_out, vec_out = loop.run_round(rnd), vec.run_round(rnd)
