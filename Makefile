@@ -7,7 +7,7 @@ ARGS ?=
 
 .PHONY: setup setup-ray data run lint test test-slow coverage docs bench bench-scale bench-addons bench-limits clean
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml setup.py requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c requirements.lock -e '.[test,launchers,docs]'
 	touch $(STAMP)

@@ -191,7 +191,8 @@ def missing_scheduler(args: list[str]) -> str | None:
     traceback would."""
     import shutil
 
-    if "hydra/launcher=slurm" not in args or shutil.which("sbatch"):
+    submits = bool({"-m", "--multirun"} & set(args)) and "--cfg" not in args  # --cfg hydra only prints it
+    if not submits or "hydra/launcher=slurm" not in args or shutil.which("sbatch"):
         return None
     return ("hydra/launcher=slurm: SLURM is not on this machine (no sbatch on the PATH). Fix: run the command on a "
             "SLURM login node, or hydra/launcher=slurm_local to run the same jobs here as local processes")

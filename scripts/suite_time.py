@@ -117,7 +117,10 @@ def write(m: dict) -> None:
     ratio = ""
     if "baseline" in m["runs"] and "head" in m["runs"]:
         share = m["runs"]["head"]["pytest_s"] / m["runs"]["baseline"]["pytest_s"]
-        ratio = f"\n\nThe suite at HEAD takes {share:.2f}x the baseline's time, both measured in this one session."
+        kept = m["runs"]["baseline"].get("measured_by")
+        when = (f"the baseline's figure kept from `{kept}` on this machine" if kept else
+                "both measured in this one session")
+        ratio = f"\n\nThe suite at HEAD takes {share:.2f}x the baseline's time, {when}."
     OUT.with_suffix(".md").write_text(
         f"# The default test suite, timed\n\nMade by `{m['command']}` on {m['date']}, on {m['machine']}: each commit's "
         "`pytest -q` (the default suite, as `make test` runs it after ruff) on a clean clone, MNIST already fetched, "
@@ -131,7 +134,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", help="a commit to measure beside HEAD")
     parser.add_argument("--coverage", action="store_true", help="also each one's line and branch coverage")
+    parser.add_argument("--keep-baseline", action="store_true",
+                        help="time HEAD only, keeping the baseline's figure of the committed table when it was "
+                             "measured on this machine (its suite does not change)")
     args = parser.parse_args(argv)
+    if args.keep_baseline:
+        from fedrun.rundir.files import cpu_model
+
+        before = json.loads(OUT.read_text())
+        if "baseline" not in before["runs"] or before["machine"] != f"{cpu_model()}, {os.cpu_count()} cores":
+            parser.error(f"--keep-baseline: {OUT} holds no baseline measured on this machine; use --baseline")
+        m = measure({"head": "HEAD"}, args.coverage)
+        baseline = before["runs"]["baseline"] | {"measured_by": f"{before['command']}, {before['date']}"}
+        write(m | {"runs": {"baseline": baseline, **m["runs"]}})
+        return 0
     commits = {**({"baseline": args.baseline} if args.baseline else {}), "head": "HEAD"}
     write(measure(commits, args.coverage))
     return 0
