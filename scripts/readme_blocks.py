@@ -84,7 +84,8 @@ def suite_block() -> str:
             f"(pytest's own time on a clean clone, MNIST fetched: {head['closing']}")
     if "baseline" in m["runs"]:
         base = m["runs"]["baseline"]
-        text += f"; {base['pytest_s'] / 60:.1f} minutes at {base['commit'][:7]}, measured beside it"
+        where = "on the same machine" if base.get("measured_by") else "measured beside it"
+        text += f"; {base['pytest_s'] / 60:.1f} minutes at {base['commit'][:7]}, {where}"
     link = SUITE.relative_to(REPO).with_suffix(".md")
     return text + f"; `{m['command']}`, {m['date']}: [{link}]({link})). `make test-slow` runs the long tests."
 
