@@ -13,7 +13,7 @@ class BuildWithConfig(build_py):
     def run(self):
         super().run()
         if not self.editable_mode:  # an editable install reads the repository's conf/ in place
-            for name in ("conf", "paper"):  # fedrun/shipped.py:FOLDERS
+            for name in ("conf", "paper"):  # the folders fedrun/shipped.py:folder finds
                 shutil.copytree(Path(__file__).parent / name, Path(self.build_lib) / "fedrun" / name,
                                 dirs_exist_ok=True)
 

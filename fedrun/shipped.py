@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-FOLDERS = ("conf", "paper")
-
-
 def folder(name: str) -> Path:
     """``fedrun/<name>/`` in an installed wheel, else the repository's ``<name>/`` (a checkout, an editable
     install)."""
