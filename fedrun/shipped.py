@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+
 def folder(name: str) -> Path:
     """``fedrun/<name>/`` in an installed wheel, else the repository's ``<name>/`` (a checkout, an editable
     install)."""
