@@ -164,6 +164,10 @@ def test_presets_named_after_a_method_run_it_and_every_paper_has_an_algo(cfg_fac
                          ("bherd_scaffold", "bherd_scaffold"), ("mafsvrg", "mafsvrg")):
         assert method_name(cfg_factory(f"algo={algo}").algo) == method
     assert method_name(cfg_factory("algo=bherd", "algo/step_selector=random").algo) == "bherd+random"
+    # a local rule other than the preset's own is named (prox is SGD with a proximal term: named sgd, as FedAvg's)
+    assert method_name(cfg_factory("algo=fedavg", "algo/local=scaffold").algo) == "fedavg+scaffold"
+    assert method_name(cfg_factory("algo=scaffold", "algo/local=sgd").algo) == "scaffold+sgd"
+    assert method_name(cfg_factory("algo=fedavg", "algo/local=prox").algo) == "fedavg"
 
 
 def _section_fields():

@@ -5,12 +5,14 @@ validated like fedrun's own parts, and trained through the engine."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
 import textwrap
 
-from conftest import REPO
+from conftest import REPO, run_cli
+from omegaconf import OmegaConf
 
 TOY_MODULE = '''
 """Local SGD whose every step's gradient is clipped to norm at most ``clip``."""
@@ -76,20 +78,21 @@ def test_a_toy_local_rule_in_one_module_and_one_yaml_runs_and_is_validated(tmp_p
     toy = [str(tmp_path / "run_toy.py"), "algo=fedavg", "algo/local=clipped",
            f"hydra.searchpath=[file://{tmp_path}/conf]"]
 
-    # a clip no gradient reaches leaves every step as FedAvg's: the same numbers through the same engine
-    never = _run(tmp_path, toy, *SMALL, "algo.local.clip=1e30", f"hydra.run.dir={tmp_path / 'never'}")
-    assert never.returncode == 0, never.stderr[-3000:]
-    fedavg = _run(tmp_path, ["-m", "fedrun.cli"], "algo=fedavg", *SMALL, f"hydra.run.dir={tmp_path / 'fedavg'}")
-    assert fedavg.returncode == 0, fedavg.stderr[-3000:]
-    assert _metrics(tmp_path / "never") == _metrics(tmp_path / "fedavg")
-    # a tight clip changes the training, so the rule is what ran
-    tight = _run(tmp_path, toy, *SMALL, "algo.local.clip=0.01", f"hydra.run.dir={tmp_path / 'tight'}")
-    assert tight.returncode == 0, tight.stderr[-3000:]
-    assert _metrics(tmp_path / "tight") != _metrics(tmp_path / "fedavg")
+    # a clip no gradient reaches leaves every step as FedAvg's: the same numbers through the same engine; a tight
+    # clip changes the training, so the rule is what ran (both runs one sweep: one process start)
+    sweep = tmp_path / "toy"
+    clipped = _run(tmp_path, [toy[0], "-m", *toy[1:]], *SMALL, "algo.local.clip=1e30,0.01", f"hydra.sweep.dir={sweep}")
+    assert clipped.returncode == 0, clipped.stderr[-3000:]
+    never, tight = (sweep / job for job in ("0", "1"))
+    assert [OmegaConf.load(job / "config.yaml").algo.local.clip for job in (never, tight)] == [1e30, 0.01]
+    run_cli("algo=fedavg", *SMALL, f"hydra.run.dir={tmp_path / 'fedavg'}", cwd=tmp_path)
+    assert _metrics(never) == _metrics(tmp_path / "fedavg")
+    assert _metrics(tight) != _metrics(tmp_path / "fedavg")
+    assert {json.loads((job / "summary.json").read_text())["method"] for job in (never, tight)} == {"fedavg+clipped"}
 
-    # its range and its keys are checked as fedrun's own parts' are: exit 2, one line, before any work
-    bad = _run(tmp_path, toy, *SMALL, "algo.local.clip=-1", f"hydra.run.dir={tmp_path / 'bad'}")
-    assert bad.returncode == 2 and "algo.local.clip=-1" in bad.stderr and "Fix: algo.local.clip=1.0" in bad.stderr
-    assert "Traceback" not in bad.stderr and not (tmp_path / "bad" / "summary.json").exists()
-    typo = _run(tmp_path, toy, *SMALL, "algo.local.clp=1", f"hydra.run.dir={tmp_path / 'typo'}")
-    assert typo.returncode == 2 and "algo.local.clp" in typo.stderr and "algo.local.clip" in typo.stderr, typo.stderr
+    # its range and its keys are checked as fedrun's own parts' are: exit 2, before any work, both problems in one
+    # message
+    bad = _run(tmp_path, toy, *SMALL, "algo.local.clip=-1", "algo.local.clp=1", f"hydra.run.dir={tmp_path / 'bad'}")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and not (tmp_path / "bad").exists(), bad.stderr
+    assert "algo.local.clip=-1" in bad.stderr and "Fix: algo.local.clip=1.0" in bad.stderr, bad.stderr
+    assert "algo.local.clp" in bad.stderr, bad.stderr

@@ -6,7 +6,9 @@ update is made of), ``harmonizer`` (acts on the round's stacked updates before a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 from hydra.utils import get_class
 
@@ -88,9 +90,11 @@ def check_parts(algo_cfg) -> list[str]:
 
 def method_name(algo_cfg) -> str:
     """The full method a run trains, for the console, summary.json, W&B and reports: the preset's name, plus each
-    paper's part it does not already name (``fedavg+fedgh``, ``fedavg+gift``, ``bherd+random``, ``scaffold+dgt``)."""
+    paper's part it does not already name (``fedavg+fedgh``, ``fedavg+gift``, ``bherd+random``, ``scaffold+dgt``),
+    and a local rule other than its preset's own (``fedavg+scaffold``, or a rule of the user's: ``fedavg+clipped``)."""
     name = str(algo_cfg.name)
-    parts = []
+    own = preset_local_rule(name)
+    parts = [algo_cfg.local.name] if own is not None and algo_cfg.local.name != own else []
     selector = algo_cfg.step_selector.name
     if selector != "all" and not (selector == "herd" and "bherd" in name or selector == "grab" and "grab" in name):
         parts.append(selector)
@@ -102,6 +106,23 @@ def method_name(algo_cfg) -> str:
     if algo_cfg.bank.name != "none" and not name.startswith(algo_cfg.bank.name):
         parts.append(f"{algo_cfg.bank.name}-bank")
     return "+".join([name, *parts])
+
+
+@functools.cache
+def preset_local_rule(preset: str) -> str | None:
+    """The name of the local rule the algo preset ``conf/algo/<preset>.yaml`` trains with (its ``local`` option's
+    ``name``: ``prox`` is SGD with a proximal term, named ``sgd``); None for a preset fedrun does not ship."""
+    import yaml
+
+    from fedrun.config.compose import CONF_DIR
+
+    path = Path(CONF_DIR) / "algo" / f"{preset}.yaml"
+    if not path.exists():
+        return None
+    defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+    option = next((d["local"] for d in defaults if isinstance(d, dict) and "local" in d), None)
+    chosen = Path(CONF_DIR) / "algo" / "local" / f"{option}.yaml"
+    return (yaml.safe_load(chosen.read_text()) or {}).get("name") if option and chosen.exists() else None
 
 
 def build_algorithm(algo_cfg) -> Algorithm:
