@@ -198,9 +198,18 @@ def missing_scheduler(args: list[str]) -> str | None:
             "SLURM login node, or hydra/launcher=slurm_local to run the same jobs here as local processes")
 
 
+def printed_resolved(args: list[str]) -> list[str]:
+    """``--cfg job`` (``-c job``) prints the config's values, as the run records them in config.yaml, not its
+    interpolations (``fl.reshuffle: ${algo.step_selector.reshuffle}``): Hydra's ``--resolve`` added where not given.
+    Not for ``--cfg hydra`` or ``all``, whose run-time values (the output folder) exist only in a run."""
+    asked = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--cfg", "-c")]
+    return [*args, "--resolve"] if asked == ["job"] and "--resolve" not in args else args
+
+
 def main() -> None:
     hold_collector()  # until the run is built (fedrun/process/startup.py)
     sys.argv[1:], notes = renamed_overrides(sys.argv[1:])  # a renamed key typed in its old spelling
+    sys.argv[1:] = printed_resolved(sys.argv[1:])
     for note in notes:
         print(f"fedrun: note: {note}", file=sys.stderr)
     if {"--help", "-h"} & set(sys.argv[1:]):

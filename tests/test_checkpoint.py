@@ -140,6 +140,8 @@ def test_sigterm_writes_a_checkpoint_and_the_run_resumes_from_it(tmp_path, cfg_f
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and "Traceback" not in err
+    said = "".join(p.read_text() for p in run_dir.glob("*.log"))  # Hydra's log file of the run
+    assert "signal 15: the run stops after this round and writes a checkpoint\n" in said  # a scheduler's: no Ctrl-C
     assert load_latest(run_dir)["round"] == summary["rounds_completed"] < 30
     run_experiment(cfg_factory(*overrides, "resume=true"), run_dir)
     run_experiment(cfg_factory(*overrides), tmp_path / "reference")

@@ -44,6 +44,7 @@ def interrupted_run(cwd: Path, *overrides: str) -> tuple[Path, str]:
     proc.send_signal(signal.SIGINT)
     said, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGINT, said[-2000:]
+    assert "the run stops after this round and writes a checkpoint (Ctrl-C again: stop now)" in said
     return folder, said
 
 

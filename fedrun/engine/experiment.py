@@ -187,10 +187,26 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
         out.save_summary(summary)
         if wandb:
             wandb.finish(summary)
-    log.info("%s: final test accuracy %.4f (best %.4f) after %d rounds, %.1f s; files in %s", summary["status"],
+    log.info("%s: final test accuracy %.4f (best %.4f) after %d rounds, %.1f s; files in %s%s", summary["status"],
              summary.get("final_test_acc", float("nan")), summary.get("best_test_acc", float("nan")),
-             summary["rounds_completed"], summary["wall_time_s"], out.path)
+             summary["rounds_completed"], summary["wall_time_s"], out.path, ending_note(summary, note))
     return summary
+
+
+FAR_BELOW_BEST = 0.1  # a final accuracy this far (absolute) under the run's best is a run that fell apart
+
+
+def ending_note(summary: dict, note: str | None) -> str:
+    """What the run's last line adds when the run diverged or ended far below its best accuracy: where it fell, and
+    the start-up note's reason again where there was one (the last line is what a user reads); empty otherwise."""
+    final, best = summary.get("final_test_acc"), summary.get("best_test_acc")
+    if summary["status"] == "diverged":
+        fell = f"; it diverged at round {summary['diverged_round']}"
+    elif final is not None and best is not None and math.isfinite(final) and final < best - FAR_BELOW_BEST:
+        fell = f"; it ended {best - final:.4f} below its best (round {summary['best_round']})"
+    else:
+        return ""
+    return fell + (f". As said at the start, {note.removeprefix('note: ')}" if note else "")
 
 
 def nothing_to_resume(run_dir: Path, cfg, writer: bool = True) -> None:
@@ -225,8 +241,8 @@ class _StopRequests:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.requested = signum
-        log.warning("signal %d: the run stops after this round and writes a checkpoint (Ctrl-C again: stop now)",
-                    signum)
+        log.warning("signal %d: the run stops after this round and writes a checkpoint%s", signum,
+                    " (Ctrl-C again: stop now)" if signum == signal.SIGINT else "")
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
