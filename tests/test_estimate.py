@@ -3,6 +3,8 @@ before its hours are spent."""
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -49,7 +51,7 @@ def test_a_sweep_is_its_jobs_each_a_fixed_cost_and_its_rounds_probed_on_the_firs
     table = markdown(dgt, [mnist, cifar], "a CPU", "fedrun-table dgt_fig5 --estimate")
     assert "| dgt_fig5_mnist | 10 | 300 | 3.00 | 5.0 | 15 min | 2.5 h | " in table
     assert set(mnist.probed.split(", ")) == {"algo=fedavg", "algo/harmonizer=dgt", "seed=0"}
-    assert "| dgt_fig5_cifar10 | 10 | 300 | – | – | – | – (cifar10 is not here) | |" in table
+    assert "| dgt_fig5_cifar10 | 10 | 300 | – | – | – | – (cifar10 is not here) | | |" in table
     assert "In all: 2.5 h" in table
 
     _, fig6 = artefacts()["gift_fig6"]  # a 2-hour simulated budget ends its runs, not its fl.rounds (100,000)
@@ -69,9 +71,14 @@ def test_fedrun_table_estimate_probes_each_preset_and_runs_nothing_else(tmp_path
     in the working folder; a measured artefact has no rounds to estimate."""
     monkeypatch.chdir(tmp_path)
     assert main(["bherd_fig5a", "--estimate"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| bherd_fig5a |"))
+    said = capsys.readouterr()
+    row = next(line for line in said.out.splitlines() if line.startswith("| bherd_fig5a |"))
     jobs, rounds, round_s, fixed_s = row.split(" | ")[1:5]
     assert (jobs, rounds) == ("10", "100") and float(round_s) > 0 and float(fixed_s) > 0
+    assert 0 <= float(row.split(" | ")[-1].rstrip(" |")) <= os.cpu_count()  # others' busy cores, measured
+    progress = [line for line in said.err.splitlines() if line.startswith("fedrun-table: prob")]
+    assert progress[0].startswith("fedrun-table: probing bherd_fig5a (1 of 1): 3 rounds of ")
+    assert progress[1].startswith("fedrun-table: probed bherd_fig5a in ")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(SystemExit):
         main(["fsvrg_table1", "--estimate"])
@@ -112,3 +119,28 @@ def test_every_too_long_reason_cites_its_artefacts_committed_estimate():
                     cited = f"results/{key}/{artefact.name}-estimate.md"
                     assert cited in why, f"{preset}: {why}"
                     assert f"| {preset} |" in (root / cited).read_text(), f"{cited} has no row for {preset}"
+
+
+def test_a_probe_beside_a_busy_process_is_warned_about_and_its_load_recorded(monkeypatch):
+    """Other processes' busy cores while a probe runs: the machine's busy CPU time less the probe's own, over the
+    probe's wall time; above BUSY_CORES the estimate says it is a busy machine's."""
+    from fedrun.papers import estimate as module
+
+    assert module.others_busy_cores((0.0, 100.0, 5.0), (10.0, 125.0, 20.0)) == 1.0  # 25 s busy, 15 s the probe's
+    assert module.others_busy_cores((0.0, 100.0, 5.0), (10.0, 110.0, 15.0)) == 0.0
+    assert math.isnan(module.others_busy_cores(None, (10.0, 110.0, 15.0)))
+    present(monkeypatch, mnist=True)
+    readings = iter([(0.0, 100.0, 0.0), (10.0, 125.0, 10.0)])  # 1.5 other cores busy
+    monkeypatch.setattr(module, "cpu_seconds", lambda: next(readings))
+
+    def fake(command):
+        folder = Path(next(a for a in command if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+        folder.mkdir(parents=True)
+        (folder / "metrics.csv").write_text("round,test_acc,elapsed_s\n1,0.1,5.0\n2,0.2,8.0\n3,0.3,11.0\n")
+        return 14.0
+
+    _, dgt = artefacts()["dgt_fig5"]
+    said = []
+    (found,) = estimate(replace(dgt, presets=("dgt_fig5_mnist",)), ["algo=fedavg"], fake, say=said.append)
+    assert found.busy == 1.5 and any(line.startswith("warning: other processes kept 1.5 of") for line in said)
+    assert markdown(dgt, [found], "a CPU", "x").count(" | 1.5 |") == 1

@@ -326,3 +326,33 @@ def test_a_sweeps_jobs_are_counted_from_what_hydra_recorded_and_the_report_says_
     (run / "summary.json").write_text(json.dumps({"status": "finished", "final_test_acc": 0.5, "wall_time_s": 60}))
     assert report_main([str(sweep)]) == 0
     assert f"{sweep}: 1 of 30 runs complete, 29 to start" in capsys.readouterr().out
+
+
+def test_a_derived_key_is_no_second_group_a_resumed_run_is_timed_whole_and_an_interrupted_one_is_not_to_start(
+        tmp_path, capsys):
+    """Two runs that differ in algo.step_selector.reshuffle, whose fl.reshuffle follows it (an interpolation): one
+    grouping key, the one their command lines set where they set one. A resumed run's time is all its processes'
+    (total_wall_time_s 100 s, its last process 40 s). A checkpointed, interrupted job of a sweep is said as such, not
+    counted as still to start."""
+    from fedrun.rundir.report import load_runs, varying_keys
+    from fedrun.rundir.sweeps import sweep_progress
+
+    def run(name, reshuffle, status="finished", set_by=None, **summary):
+        folder = tmp_path / name
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "fl": {"rounds": 2, "reshuffle": reshuffle},
+                                                            "algo": {"step_selector": {"reshuffle": reshuffle}}}))
+        (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"{set_by}={reshuffle}"] if set_by else []))
+        (folder / "summary.json").write_text(json.dumps({"status": status, "final_test_acc": 0.5, **summary}))
+        return folder
+
+    plain = [run("a", True, wall_time_s=30.0), run("b", False, total_wall_time_s=100.0, wall_time_s=40.0)]
+    df = load_runs(plain)
+    assert varying_keys(df) == ["algo.step_selector.reshuffle"]  # the first of the two (config order), not both
+    assert list(df["wall_time_s"]) == [30.0, 100.0]
+    named = [run("c", True, set_by="fl.reshuffle"), run("d", False, set_by="fl.reshuffle")]
+    assert varying_keys(load_runs(named)) == ["fl.reshuffle"]  # the one the command lines set
+
+    run("e", True, status="interrupted", rounds_completed=1)
+    assert sweep_progress(tmp_path, {"seed": [str(s) for s in range(7)]}) == (
+        "4 of 7 runs complete, 1 interrupted (checkpointed: resume=true continues it), 2 to start")

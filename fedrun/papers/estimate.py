@@ -9,12 +9,17 @@ points times its seeds. A run that a simulated-time budget ends (``timing.budget
 budget holds of the probe's simulated seconds a round: where a schedule shortens its rounds (GIFT's tau) it runs more
 of them, each cheaper, at about the same wall time per simulated second. What one probe cannot see: rounds that get
 cheaper or dearer as a run goes on without a budget; a preset that evaluates every k > 1 rounds costs somewhat less.
+
+A probe's figure is only as good as the machine was quiet: what other processes kept the cores busy while each probe
+ran (the system's busy CPU time less the probe's own) is recorded beside it, and a busy machine is warned about.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -29,6 +34,7 @@ from fedrun.papers.artefacts import Artefact, grid, is_sweep, preset_config
 from fedrun.rundir.report import duration
 
 PROBE_ROUNDS = 3
+BUSY_CORES = 0.5  # other processes' mean busy cores during a probe above which the estimate is warned about
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class Estimate:
     budget: bool = False  # the rounds are the budget's, at the probe's simulated seconds a round
     absent: str = ""  # the dataset that is not on this machine (nothing probed)
     probed: str = ""  # the grid point the probe ran: "algo=fedavg, seed=0"
+    busy: float = math.nan  # cores other processes kept busy on average while the probe ran (unknown: nan)
 
     @property
     def job_s(self) -> float:
@@ -76,29 +83,39 @@ def timed(command: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def estimate(artefact: Artefact, overrides: list[str], run: Callable[[list[str]], float] = timed
-             ) -> list[Estimate]:
+def estimate(artefact: Artefact, overrides: list[str], run: Callable[[list[str]], float] = timed,
+             say: Callable[[str], None] = lambda line: None) -> list[Estimate]:
     """Each of the artefact's presets, probed (:func:`probe_command`, its process timed by ``run``) where its dataset
-    is on this machine."""
+    is on this machine; ``say`` is told each probe's start and end (a probe takes up to minutes) and any probe taken
+    on a busy machine."""
     from fedrun.data import DATASETS, resolve_root
 
     found = []
-    for preset in artefact.presets:
+    for i, preset in enumerate(artefact.presets, 1):
         cfg = preset_config(preset, overrides)
         axes = grid(preset, overrides)
         budget = cfg.timing.budget_s if cfg.timing.name == "simulated" else None
         shape = dict(preset=preset, jobs=math.prod(len(values) for values in axes.values()),
                      rounds=int(cfg.fl.rounds), probed=", ".join(first_point(axes)))
         if not DATASETS[cfg.data.name].is_present(resolve_root(cfg.data.root)):
+            say(f"{preset} ({i} of {len(artefact.presets)}): {cfg.data.name} is not here, not probed")
             found.append(Estimate(**shape, absent=cfg.data.name))
             continue
+        say(f"probing {preset} ({i} of {len(artefact.presets)}): {PROBE_ROUNDS} rounds of {shape['probed']} ...")
         with tempfile.TemporaryDirectory() as work:
             folder = Path(work) / "probe"
+            before = cpu_seconds()
             process_s = run(probe_command(preset, overrides, axes, folder))
+            busy = others_busy_cores(before, cpu_seconds())
             with (folder / "metrics.csv").open() as f:
                 rows = list(csv.DictReader(f))
         if len(rows) != PROBE_ROUNDS:
             raise FedrunError(f"the probe of {preset} logged {len(rows)} of its {PROBE_ROUNDS} rounds")
+        say(f"probed {preset} in {process_s:.0f} s" + ("" if math.isnan(busy) else
+                                                         f"; other processes kept {busy:.1f} cores busy meanwhile"))
+        if busy > BUSY_CORES:
+            say(f"warning: other processes kept {busy:.1f} of {os.cpu_count()} cores busy while {preset} was probed: "
+                "its figure is a busy machine's (longer than a quiet one's); estimate again when the machine is quiet")
         elapsed = [float(row["elapsed_s"]) for row in rows]
         round_s = (elapsed[-1] - elapsed[0]) / (PROBE_ROUNDS - 1)
         fixed_s = (process_s - elapsed[-1]) + max(0.0, elapsed[0] - round_s)
@@ -106,8 +123,31 @@ def estimate(artefact: Artefact, overrides: list[str], run: Callable[[list[str]]
         simulated = (sim[-1] - sim[0]) / (PROBE_ROUNDS - 1)
         if budget is not None and simulated > 0:  # as many rounds as the budget holds, at the probe's pace
             shape |= dict(rounds=min(shape["rounds"], math.ceil(budget / simulated)), budget=True)
-        found.append(Estimate(**shape, fixed_s=fixed_s, round_s=round_s))
+        found.append(Estimate(**shape, fixed_s=fixed_s, round_s=round_s, busy=busy))
     return found
+
+
+def cpu_seconds() -> tuple[float, float, float] | None:
+    """Now: the wall clock, the CPU time every core of the machine has been busy (/proc/stat: all but idle and
+    I/O wait) and the CPU time of this process's finished children (a probe, once waited for); None where the system
+    does not say."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy = (sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)) / os.sysconf("SC_CLK_TCK")
+    return time.monotonic(), busy, children.ru_utime + children.ru_stime
+
+
+def others_busy_cores(before, after) -> float:
+    """The cores other processes than the probe (and this one) kept busy on average between two
+    :func:`cpu_seconds`; nan where unknown."""
+    if before is None or after is None or after[0] <= before[0]:
+        return math.nan
+    own = after[2] - before[2]  # the probe's CPU time (this process waits on it meanwhile)
+    return max(0.0, (after[1] - before[1]) - own) / (after[0] - before[0])
 
 
 def span(seconds: float) -> str:
@@ -120,11 +160,11 @@ def markdown(artefact: Artefact, found: list[Estimate], machine: str, command: s
     rows = []
     for e in found:
         if e.absent:
-            rows.append(f"| {e.preset} | {e.jobs} | {e.rounds} | – | – | – | – ({e.absent} is not here) | |")
+            rows.append(f"| {e.preset} | {e.jobs} | {e.rounds} | – | – | – | – ({e.absent} is not here) | | |")
             continue
         rounds = f"{e.rounds} (its budget's)" if e.budget else f"{e.rounds}"
         rows.append(f"| {e.preset} | {e.jobs} | {rounds} | {e.round_s:.2f} | {e.fixed_s:.1f} | {span(e.job_s)} | "
-                    f"{span(e.total_s)} | {e.probed} |")
+                    f"{span(e.total_s)} | {e.probed} | {'–' if math.isnan(e.busy) else f'{e.busy:.1f}'} |")
     probed = [e for e in found if not e.absent]
     total = f"\n\nIn all: {span(sum(e.total_s for e in probed))} of one process after another" if probed else ""
     return (f"# {artefact.name}: how long its sweep would take here\n\n`{command}` at commit {commit} on "
@@ -133,6 +173,9 @@ def markdown(artefact: Artefact, found: list[Estimate], machine: str, command: s
             "job its fixed cost (start-up, data, files, the first round's warm-up) and its rounds, the sweep its "
             "jobs one after another; a run a simulated-time budget ends has as many rounds as the budget holds of the "
             "probe's simulated seconds a round (\"its budget's\"). Not seen by the probe: rounds that change cost as "
-            "a run goes on without a budget; a preset evaluated every k > 1 rounds costs somewhat less.\n\n"
-            "| preset | jobs | rounds | s a round | s fixed a job | a job | the preset's jobs | probed |\n"
-            "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + total + "\n")
+            "a run goes on without a budget; a preset evaluated every k > 1 rounds costs somewhat less. "
+            f"\"Others' cores\": the cores (of {os.cpu_count()}) other processes kept busy on average while the probe "
+            f"ran; a figure taken above {BUSY_CORES} is a busy machine's.\n\n"
+            "| preset | jobs | rounds | s a round | s fixed a job | a job | the preset's jobs | probed "
+            "| others' cores |\n"
+            "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + total + "\n")

@@ -223,7 +223,8 @@ def print_estimate(artefact: Artefact, overrides: list[str], command: str) -> in
     from fedrun.rundir.files import device_name, git_commit
 
     try:
-        found = estimate(artefact, overrides)
+        found = estimate(artefact, overrides, say=lambda line: print(f"fedrun-table: {line}", file=sys.stderr,
+                                                                      flush=True))
     except FedrunError as e:
         print(f"fedrun-table: {e}", file=sys.stderr)
         return 2

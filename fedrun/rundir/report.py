@@ -26,13 +26,15 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from fedrun.rundir.files import COMPLETE, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, changes_results, saved_config
+from fedrun.rundir.files import (COMPLETE, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, changes_results, overridden,
+                                 saved_config)
 
 IGNORED_KEYS = {"seed"}
 VALUE_COLUMNS = ["final_test_acc", "best_test_acc", "rounds_to_target", "wall_time_s"]
 NAME_KEYS = ("algo.name", "algo.local.name", "algo.step_selector.name", "algo.harmonizer.name", "algo.aggregator.name",
              "algo.server_opt.name", "algo.schedule.name", "algo.bank.name")  # what ``method`` already says
 STATUS_COLUMNS = ["status", "error", "diverged_round", "rounds_completed"]
+NAMED = "_named"  # the keys a run's command line set (its recorded overrides)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -62,8 +64,11 @@ def load_runs(run_dirs: list[Path]) -> pd.DataFrame:
         cfg = _flatten(saved_config(d))
         summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).exists() else {"status": "missing"}
         method = summary.get("method") or _method(cfg)
+        # a resumed run's time is all its processes' (total_wall_time_s), not its last one's
+        summary["wall_time_s"] = summary.get("total_wall_time_s", summary.get("wall_time_s"))
         rows.append({"run_dir": str(d), "method": method, **cfg,
-                     **{k: summary.get(k) for k in VALUE_COLUMNS + STATUS_COLUMNS}})
+                     **{k: summary.get(k) for k in VALUE_COLUMNS + STATUS_COLUMNS},
+                     NAMED: frozenset(overridden(d))})
     return pd.DataFrame(rows)
 
 
@@ -93,18 +98,23 @@ def _unflatten(flat: dict) -> dict:
 
 def varying_keys(df: pd.DataFrame) -> list[str]:
     """The keys whose value differs between the runs: the method first, then the others (not the part names the
-    method already says, nor the seed)."""
-    skip = set(VALUE_COLUMNS) | set(STATUS_COLUMNS) | {"run_dir"} | IGNORED_KEYS
+    method already says, nor the seed). Of keys that hold the same value in every run (one derived from the other by
+    an interpolation: ``fl.reshuffle`` is ``${algo.step_selector.reshuffle}``), one: the one the runs' command lines
+    set, else the first."""
+    skip = set(VALUE_COLUMNS) | set(STATUS_COLUMNS) | {"run_dir", NAMED} | IGNORED_KEYS
     if "method" in df and df["method"].notna().all():
         skip |= set(NAME_KEYS)
-    keys = []
+    named = set().union(*df[NAMED]) if NAMED in df else set()
+    keys: dict[tuple, str] = {}  # each distinct column of values, by its values: the key that stands for it
     for col in df.columns:
         if col in skip or col.startswith("hydra.") or not changes_results(col):
             continue
         values = df[col].dropna()  # a key only some runs have (a part's own setting) is not a difference
         if values.astype(str).nunique() > 1:
-            keys.append(col)
-    return keys
+            same = tuple(df[col].astype(str))
+            if same not in keys or (col in named and keys[same] not in named):
+                keys[same] = col
+    return sorted(keys.values(), key=list(df.columns).index)
 
 
 def summarize(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:

@@ -46,16 +46,16 @@ class FailedJobs(Callback):
 
 def sweep_progress(folder: Path, grid: dict[str, list[str]] | None, now: float | None = None) -> str:
     """Where a sweep over ``grid`` (key -> values; each combination a job) into ``folder`` is: how many runs are
-    complete, failed, running (each one's round) or still to start, and roughly how long it has left, shared by as many
-    runs at a time as are running now. A run's length is taken from the complete runs of its grid point (its other
-    seeds) where there are some: a run's pace can change as it goes (GIFT's tau shrinks); otherwise a running run has
-    its rounds left at its recent pace to go, and a run still to start takes as long as the running runs of its point,
-    or all the runs so far. Without ``grid`` (a sweeper that does not list its jobs beforehand) it says what has
-    started."""
+    complete, failed, interrupted (checkpointed), running (each one's round) or still to start, and roughly how long
+    it has left, shared by as many runs at a time as are running now. A run's length is taken from the complete runs
+    of its grid point (its other seeds) where there are some: a run's pace can change as it goes (GIFT's tau
+    shrinks); otherwise a running run has its rounds left at its recent pace to go, and a run still to start takes as
+    long as the running runs of its point, or all the runs so far. Without ``grid`` (a sweeper that does not list its
+    jobs beforehand) it says what has started."""
     from fedrun.rundir.report import duration, find_runs, pace  # pandas: not on the CLI's start-up path
 
     point_keys = [k for k, values in (grid or {}).items() if k != SEED_KEY and len(values) > 1]
-    complete, failed, rounds = 0, 0, []
+    complete, failed, interrupted, rounds = 0, 0, 0, []
     started: Counter = Counter()  # runs complete, failed or running, by grid point (None: off the grid)
     done: dict[tuple | None, list[float]] = {}  # the complete runs' lengths, by grid point
     going: list[tuple[tuple | None, float, float]] = []  # the running runs' points, seconds so far and seconds left
@@ -71,13 +71,17 @@ def sweep_progress(folder: Path, grid: dict[str, list[str]] | None, now: float |
                 going.append((point, at.spent_s, at.left_s))
         elif status == "failed":
             failed += 1
+        elif status == "interrupted":  # stopped with a checkpoint: resume=true continues it
+            interrupted += 1
         else:  # gone silent: to start again
             continue
         started[point] += 1
     jobs = math.prod(len(v) for v in grid.values()) if grid is not None else None
-    to_start = max(0, jobs - complete - failed - len(rounds)) if jobs is not None else 0
+    to_start = max(0, jobs - complete - failed - interrupted - len(rounds)) if jobs is not None else 0
     parts = [f"{complete}{'' if jobs is None else f' of {jobs}'} runs complete"]
     parts += [f"{failed} failed"] if failed else []
+    parts += [f"{interrupted} interrupted (checkpointed: resume=true continues {'them' if interrupted > 1 else 'it'})"
+              ] if interrupted else []
     parts += [f"{len(rounds)} running (round{'s' * (len(rounds) > 1)} {', '.join(rounds)})"] if rounds else []
     parts += [f"{to_start} to start"] if to_start else []
     text = ", ".join(parts)
