@@ -33,6 +33,9 @@ COMMANDS = {  # name: (what the README calls it, the fedrun arguments)
     "default": ("`make run` (the default experiment)", []),
     "smoke": ("`fedrun experiment=smoke`", ["experiment=smoke"]),
 }
+# the same machine as an AVX2 CPU runs fedrun: torch's kernels (PyTorch's switch) and oneDNN's capped at AVX2, so
+# fedrun's defaults leave its AVX-512 convolution kernels off (fedrun/model/native/build.py: has_avx512)
+AS_AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
 def groups_block() -> str:
@@ -67,11 +70,20 @@ def timings_block() -> str:
     m = json.loads(MEASURED.read_text())
     parts = [f"{COMMANDS[name][0]}: {t['seconds']:.0f} s, test accuracy {t['final_test_acc']:.1%}"
              for name, t in m["commands"].items()]
+    avx2 = ""
+    if m.get("as_avx2"):
+        avx2 = (" As an AVX2 CPU runs it (the same machine with torch and oneDNN capped at AVX2, fedrun's convolution "
+                "kernels off): " + "; ".join(f"{COMMANDS[name][0].split(' (')[0]}: {t['seconds']:.0f} s"
+                                             for name, t in m["as_avx2"].items()) + ".")
+    venv = ""
+    if m.get("venv_gb"):
+        venv = (f" `.venv` takes {m['venv_gb']:.1f} GB, {m['venv_cuda_gb']:.1f} GB of it the CUDA libraries that "
+                "PyTorch's PyPI wheels bring (used only on a GPU).")
+    link = MEASURED.relative_to(REPO).with_suffix(".md")
     return (f"Once set up, on {m['machine']}{kernels(m)}: {'; '.join(parts)} (whole process, median of {m['repeats']}; "
-            f"`{m['command']}` at commit {m['commit'][:7]}, {m['date']}: "
-            f"[{MEASURED.relative_to(REPO).with_suffix('.md')}]({MEASURED.relative_to(REPO).with_suffix('.md')})). "
+            f"`{m['command']}` at commit {m['commit'][:7]}, {m['date']}: [{link}]({link})).{avx2} "
             f"`make setup` compiles fedrun's CPU kernels once per machine first (about {m['kernel_build_s']:.0f} s "
-            f"here).")
+            f"here; on a CPU without AVX-512 only the one its runs use).{venv}")
 
 
 def suite_block() -> str:
@@ -135,23 +147,45 @@ def measure(repeats: int) -> dict:
     from fedrun.model.native import build as native
     from fedrun.rundir.files import device_name, git_commit
 
-    out = {}
+    out, as_avx2 = {}, {}
     with tempfile.TemporaryDirectory() as work:
         for name, (_, args) in COMMANDS.items():
-            times, acc = [], None
-            for i in range(repeats):
-                run_dir = Path(work) / f"{name}-{i}"
-                started = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "fedrun.cli", *args, "progress=false",
-                                f"hydra.run.dir={run_dir}"], cwd=work, check=True, capture_output=True)
-                times.append(time.perf_counter() - started)
-                acc = json.loads((run_dir / "summary.json").read_text())["final_test_acc"]
-            out[name] = {"seconds": statistics.median(times), "final_test_acc": acc, "args": args}
+            out[name] = timed(args, repeats, Path(work) / name)
+            if native.has_avx512():
+                as_avx2[name] = timed(args, repeats, Path(work) / f"{name}-avx2", AS_AVX2)
     build = max(native.expected_build_s(s) for s in native.SOURCES)
-    return {"commands": out, "repeats": repeats, "machine": device_name(torch.device("cpu")),
+    venv, cuda = venv_sizes()
+    return {"commands": out, "as_avx2": as_avx2, "repeats": repeats, "machine": device_name(torch.device("cpu")),
             "commit": git_commit() or "unknown", "date": time.strftime("%Y-%m-%d"),
             "command": f"python scripts/readme_blocks.py --measure --repeats {repeats}", "kernel_build_s": build,
-            "avx512": native.has_avx512()}
+            "avx512": native.has_avx512(), "venv_gb": venv, "venv_cuda_gb": cuda}
+
+
+def timed(args: list[str], repeats: int, folder: Path, env: dict | None = None) -> dict:
+    """``fedrun <args>`` as a whole process, ``repeats`` times: the median seconds and the final accuracy."""
+    import os
+
+    times, acc = [], None
+    for i in range(repeats):
+        run_dir = folder / str(i)
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "fedrun.cli", *args, "progress=false", f"hydra.run.dir={run_dir}"],
+                       cwd=folder.parent, check=True, capture_output=True, env={**os.environ, **(env or {})})
+        times.append(time.perf_counter() - started)
+        acc = json.loads((run_dir / "summary.json").read_text())["final_test_acc"]
+    return {"seconds": statistics.median(times), "final_test_acc": acc, "args": args, "env": env or {}}
+
+
+def venv_sizes() -> tuple[float, float]:
+    """The interpreter's environment (``.venv``) on disk, and the CUDA libraries in it (nvidia-*, triton, cuda-*), in
+    GB (10^9 bytes)."""
+    site = Path(next(p for p in sys.path if p.endswith("site-packages")))
+
+    def size(path: Path) -> int:
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+    cuda = [p for p in site.iterdir() if p.is_dir() and p.name.startswith(("nvidia", "triton", "cuda"))]
+    return size(Path(sys.prefix)) / 1e9, sum(map(size, cuda)) / 1e9
 
 
 def write_measurement(m: dict) -> None:
@@ -160,13 +194,20 @@ def write_measurement(m: dict) -> None:
     MEASURED.write_text(json.dumps(m, indent=2) + "\n")
     rows = "\n".join(f"| {COMMANDS[n][0]} | `{' '.join(['fedrun', *t['args']])}` | {t['seconds']:.1f} | "
                      f"{t['final_test_acc']:.4f} |" for n, t in m["commands"].items())
+    rows += "".join(f"\n| {COMMANDS[n][0]}, as an AVX2 CPU runs it | "
+                    f"`{' '.join([*(f'{k}={v}' for k, v in t['env'].items()), 'fedrun', *t['args']])}` | "
+                    f"{t['seconds']:.1f} | {t['final_test_acc']:.4f} |" for n, t in m.get("as_avx2", {}).items())
     MEASURED.with_suffix(".md").write_text(
         f"# The first commands, timed\n\nMade by `{m['command']}` at commit {m['commit']} on {m['date']}, on "
         f"{m['machine']}{kernels(m)}: whole processes (start-up, data, training, evaluation, files), wall clock, "
         f"the median of {m['repeats']}, once set up (`make setup`: kernels built, MNIST fetched). Seed 0, the data "
         f"each command names.\n\n| command | as run | seconds | final test accuracy |\n|---|---|---|---|\n{rows}\n\n"
         f"`make setup`'s kernel build took {m['kernel_build_s']:.0f} s on this machine (its own record, "
-        f"fedrun/model/native/build.py).\n")
+        f"fedrun/model/native/build.py). \"As an AVX2 CPU runs it\": this machine with PyTorch's kernels and "
+        f"oneDNN's capped at AVX2, so that fedrun's AVX-512 convolution kernels are off as they are on an AVX2 CPU "
+        f"(the rows kernel is still compiled for this CPU); not a measurement of another processor. `.venv`: "
+        f"{m.get('venv_gb', float('nan')):.1f} GB on disk, {m.get('venv_cuda_gb', float('nan')):.1f} GB of it "
+        f"CUDA libraries (nvidia-*, triton) that PyTorch's PyPI wheels bring.\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -141,6 +141,8 @@ def test_the_fused_convolution_is_on_by_default_only_where_the_cpu_has_avx512(mo
         assert not Simulation(cfg_factory(*cnn_on_digits, "hardware.native=false")).model.fused_conv
         hardware = OmegaConf.create({"device": "cpu", "native": None})
         assert ("conv_pool_relu.cpp" in native.wanted(hardware)) is avx512
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # torch told to use AVX2 at most: fedrun's defaults follow
+    assert not native.has_avx512() and native.kernels_on(None)[native.FUSED_CONV] is False
 
 
 NATIVE_FAMILIES = {  # every family, on a model whose steps a kernel takes (svm: rows in place; cnn3: the fused layers)
@@ -183,3 +185,59 @@ def test_the_old_kernel_switches_name_their_replacement(tmp_path):
     assert proc.returncode != 0
     for key in ("hardware.fused_conv", "hardware.indexed_rows"):
         assert f"{key}: this setting is now part of hardware.native" in proc.stderr
+
+
+def test_make_setup_builds_only_the_kernels_a_run_uses_on_this_cpu_and_says_why_not_the_others(monkeypatch, capsys):
+    """On an AVX2 CPU the default hardware.native leaves the convolution kernels off: ``make setup`` (this module's
+    main without arguments) does not compile them, and says why; with AVX-512 it builds both; named kernels are
+    built as named."""
+    asked = []
+    monkeypatch.setattr(native, "build_all", lambda sources: asked.append(list(sources)) or dict.fromkeys(sources,
+                                                                                                          True))
+    monkeypatch.setattr(native, "_cpu_signature", lambda: "x86_64 flags : fpu sse avx2 fma torch x")
+    native.main([])
+    said = capsys.readouterr().out
+    assert asked == [[native.INDEXED_ROWS]] and f"fedrun kernel {native.INDEXED_ROWS}: built" in said
+    assert f"fedrun kernel {native.FUSED_CONV}: not built: this CPU has no AVX-512" in said
+    assert "hardware.native=true builds it on first use" in said
+    monkeypatch.setattr(native, "_cpu_signature", lambda: "x86_64 flags : fpu avx2 avx512f avx512bw torch x")
+    native.main([])
+    assert asked[-1] == list(native.SOURCES) and "not built" not in capsys.readouterr().out
+    native.main([native.FUSED_CONV])
+    assert asked[-1] == [native.FUSED_CONV]
+
+
+def test_processes_asking_at_once_for_a_kernel_not_built_yet_build_it_once(monkeypatch, tmp_path):
+    """Three processes (two checkouts' set-up and a run, say) ask for a kernel that is not built: one builds it while
+    the others wait for its lock, then import what it built (torch's compiler replaced by one that takes a second
+    and counts its builds in a file)."""
+    import multiprocessing
+
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
+    builds = tmp_path / "builds"
+
+    def slow_build(name, sources, **kwargs):
+        import time
+
+        with builds.open("a") as f:
+            f.write(f"{name}\n")
+        time.sleep(1.0)
+        native.library(native.INDEXED_ROWS).write_text("built")
+        return "a module"
+
+    monkeypatch.setattr(cpp_extension, "load", slow_build)
+    monkeypatch.setattr(native, "_import", lambda name, lib: "a module")
+    native.forget()
+    try:
+        context = multiprocessing.get_context("fork")  # the patches above go with each child
+        children = [context.Process(target=native.kernel, args=(native.INDEXED_ROWS,)) for _ in range(3)]
+        for child in children:
+            child.start()
+        for child in children:
+            child.join(60)
+        assert [child.exitcode for child in children] == [0, 0, 0]
+        assert len(builds.read_text().splitlines()) == 1, "built more than once"
+    finally:
+        native.forget()

@@ -48,6 +48,15 @@ def test_the_timings_block_is_the_committed_measurement(tmp_path, monkeypatch):
                          (False, "which has no AVX-512 (fedrun's fused convolution kernels off)")):
         measured.write_text(json.dumps(json.loads(measured.read_text()) | {"avx512": avx512}))
         assert f"on a CPU (2 threads), {said}: " in blocks.timings_block()
+    assert "As an AVX2 CPU" not in blocks.timings_block() and ".venv" not in blocks.timings_block()
+    measured.write_text(json.dumps(json.loads(measured.read_text()) | {
+        "as_avx2": {"default": {"seconds": 21.4, "final_test_acc": 0.98, "args": []},
+                    "smoke": {"seconds": 3.2, "final_test_acc": 0.8, "args": ["experiment=smoke"]}},
+        "venv_gb": 6.65, "venv_cuda_gb": 4.33}))
+    text = blocks.timings_block()
+    assert "As an AVX2 CPU runs it (the same machine with torch and oneDNN capped at AVX2" in text
+    assert "`make run`: 21 s; `fedrun experiment=smoke`: 3 s." in text
+    assert "`.venv` takes 6.7 GB, 4.3 GB of it the CUDA libraries" in text
 
 
 def test_the_smoke_command_runs_the_whole_path_in_seconds(cfg_factory, tmp_path):

@@ -45,6 +45,7 @@ CFLAGS, LDFLAGS = ["-O3", "-march=native", "-fopenmp"], ["-fopenmp"]
 # compiling at once on 2 cores (the time ``make setup`` spends); each build records its own (BUILD_TIME_FILE).
 TYPICAL_BUILD_S = {"conv_pool_relu.cpp": 80.0, "indexed_linear.cpp": 45.0}
 BUILD_TIME_FILE = "fedrun_build_seconds"
+BUILD_LOCK = "fedrun.lock"  # fedrun's own, beside torch's ``lock`` (torch takes that one while it compiles)
 
 _FIRST_USE = threading.Lock()  # the loop executor's threads may all ask for a kernel at once: one builds it
 
@@ -88,8 +89,16 @@ def is_built(source: str) -> bool:
 
 @functools.cache
 def _load(source: str):
-    what, instead = SOURCES[source]
+    """The kernel, imported where it is built, else built first: the look and the build under one lock per build,
+    so that processes asking at once (two checkouts' ``make setup``, a sweep's jobs) build it once and the others
+    wait, then import it."""
     lib = library(source)
+    with FileLock(lib.parent / BUILD_LOCK):
+        return _import_or_build(source, lib)
+
+
+def _import_or_build(source: str, lib: Path):
+    what, instead = SOURCES[source]
     name = lib.stem
     if lib.exists():
         try:
@@ -217,8 +226,11 @@ def _cpu_signature() -> str:
 
 
 def has_avx512() -> bool:
-    """Whether this CPU has AVX-512 (its foundation): the vector width the fused convolution kernels are written for."""
-    return " avx512f " in f" {_cpu_signature()} "
+    """Whether this CPU has AVX-512 (its foundation), the vector width the fused convolution kernels are written for,
+    and torch is let use it: where PyTorch's own switch ``ATEN_CPU_CAPABILITY`` caps torch at AVX2 or below, fedrun's
+    defaults follow it as on an AVX2 CPU."""
+    capped = os.environ.get("ATEN_CPU_CAPABILITY", "").lower() in ("default", "avx2", "zvector", "vsx")
+    return not capped and " avx512f " in f" {_cpu_signature()} "
 
 
 def kernels_on(native: bool | None, precision: str = "float32") -> dict[str, bool]:
@@ -273,7 +285,26 @@ def _built(source: str) -> bool:
     return kernel(source) is not None
 
 
-if __name__ == "__main__":
+def default_kernels() -> tuple[list[str], dict[str, str]]:
+    """The kernels a run's default ``hardware.native`` uses on this CPU (what ``make setup`` builds), and why each
+    other one is left out."""
+    on = kernels_on(None)
+    left_out = {source: "this CPU has no AVX-512, where the default hardware.native leaves it off (slower than "
+                        "oneDNN's layers here); hardware.native=true builds it on first use"
+                for source, used in on.items() if not used}
+    return [source for source, used in on.items() if used], left_out
+
+
+def main(argv: list[str]) -> None:
+    """``python -m fedrun.model.native.build [SOURCE ...]``: the kernels named, or those the default settings use
+    here, built now; each one's outcome said."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    for source, there in build_all(sys.argv[1:] or None).items():
+    sources, left_out = (argv, {}) if argv else default_kernels()
+    for source, there in (build_all(sources) if sources else {}).items():
         print(f"fedrun kernel {source}: {'built' if there else 'not built (see the warning above)'}")
+    for source, why in left_out.items():
+        print(f"fedrun kernel {source}: not built: {why}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
