@@ -43,7 +43,8 @@ def rule(claim: Claim) -> str:
     else:
         effect = f"the effect registered for it ({claim.effect:g})"
     tuned = f", each side at its best {claim.tuned}" if claim.tuned else ""
-    return f"pre-registered: {claim.seeds} seed pairs{tuned}, 95% CI > 0 and mean >= {claim.share:g} x {effect}"
+    return (f"pre-registered: {claim.seeds} seed pairs{tuned}, Student-t 95% interval > 0 (Holm over its points) and "
+            f"mean >= {claim.share:g} x {effect}")
 
 
 def untestable(artefact: Artefact) -> list[str]:
@@ -74,7 +75,20 @@ def verdicts(checked: pd.DataFrame | None, claim: Claim, why_untestable: list[st
     for i, (kind, n) in enumerate(sorted(kinds.items(), key=lambda kn: order.index(kn[0]) if kn[0] in order else 9)):
         parts.append(f"{kind} at {n}" + (f" of {len(mine)} point{'s' * (len(mine) > 1)}" if i == 0 else "")
                      + (f" ({', '.join(say(r) for r in why[kind])})" if why[kind] else ""))
+    if superseded(mine):
+        parts.append(say(SUPERSEDED))
     return "; ".join(parts)
+
+
+SUPERSEDED = ("decided by the percentile bootstrap interval this project used before the Student-t rule (too narrow "
+              "at 5 seed pairs: it covered 0 in 84% of simulated null cases, not 95%); to be re-run on fresh seeds "
+              "under the current rule")
+
+
+def superseded(rows: pd.DataFrame) -> bool:
+    """Whether a claim's paired rows were decided by the old bootstrap rule (their file predates the rule column)."""
+    paired = rows[pd.to_numeric(rows["pairs"], errors="coerce").gt(0)] if "pairs" in rows else rows.iloc[:0]
+    return bool(len(paired)) and bool((paired["rule"].fillna("") != checks.RULE).any())
 
 
 def read_verdicts(path: Path, artefact: Artefact) -> pd.DataFrame:
@@ -101,7 +115,7 @@ def overall(checked: pd.DataFrame | None, claim: Claim, why_untestable: list[str
     if checked is None or checked[checked["says"] == claim.says].empty:
         return "not testable here" if why_untestable else "no verdict yet"
     mine = checked[checked["says"] == claim.says]
-    decided = [kind for kind in ("holds", "does not hold") if mine["verdict"].eq(kind).any()]
+    decided = [kind for kind in ("holds", "does not hold") if mine["verdict"].str.split(":").str[0].eq(kind).any()]
     if decided:
         return "mixed" if len(decided) == 2 else decided[0]
     if mine["verdict"].str.startswith(("not decided", "not checked: no finished run")).any():
@@ -207,15 +221,19 @@ def paper_page(key: str, paper: Paper, folder: Path, found: dict[str, pd.DataFra
              f"Made by `{command}` at commit {git_commit()} on {time.strftime('%Y-%m-%d')}, from `paper/{key}.yaml` "
              "(each claim with its reading, comparison, seeds and rule, written before its runs) and the verdict "
              "files beside this page (`<artefact>_claims.csv`, written with each table by `fedrun-table "
-             "<artefact>`). A pre-registered claim holds at a point when the 95% bootstrap interval of its "
-             "seed-paired difference lies above 0 and its mean reaches the share of the paper's effect the rule names "
-             "(docs/papers.md, Pre-registered claims); the others compare the means over seeds. A point on a "
+             "<artefact>`). A pre-registered claim holds at a point when the Student-t 95% interval of its "
+             "seed-paired difference lies above 0, after Holm's correction over the claim's points, and its mean "
+             "reaches the share of the paper's effect the rule names (docs/papers.md, Pre-registered claims); a "
+             "verdict file made before that rule was decided by a 95% percentile bootstrap interval, which is too "
+             "narrow at 5 seed pairs, and its rows say \"bootstrap, superseded\". The others compare the means over "
+             "seeds. A point on a "
              f"stand-in dataset, or without finished runs, is not checked. Every paper's claims, one line each: "
              f"[{index.name}](../{index.name}).{explored}\n"]
     if forest(paper, found, folder):
         parts.append(f"![Each seed-paired difference with its 95% interval]({FOREST})\n\n"
                      f"`{FOREST}`: each point's seed-paired difference (method minus rival, in the claimed direction) "
-                     "with its 95% bootstrap interval, coloured by verdict; a bar marks what the rule needs there "
+                     "with its 95% interval (Student-t; the bootstrap's where its file predates that rule), "
+                     "coloured by verdict; a bar marks what the rule needs there "
                      "(none where the paper states no effect). A claim holds where its interval clears 0 and its "
                      "dot reaches the bar.\n")
     for artefact in paper.artefacts.values():
@@ -265,7 +283,7 @@ def forest(paper: Paper, found: dict[str, pd.DataFrame], folder: Path) -> bool:
         mine = [r for r in rows if r["panel"] == panel]
         for y, r in enumerate(reversed(mine)):
             lo, hi = r["interval"]
-            colour = COLOURS.get(r["verdict"], "tab:grey")
+            colour = COLOURS.get(r["verdict"].split(":")[0], "tab:grey")
             ax.plot([lo, hi], [y, y], color=colour, lw=2)
             ax.plot(r["difference"], y, "o", color=colour)
             if not pd.isna(r["needs"]):
@@ -275,7 +293,7 @@ def forest(paper: Paper, found: dict[str, pd.DataFrame], folder: Path) -> bool:
                                          for r in reversed(mine)], fontsize=7)
         ax.set_ylim(-0.6, len(mine) - 0.4)
         ax.set_xlabel(f"paired difference (95% CI), {panel}; bar: what the rule needs", fontsize=8)
-    shown = {COLOURS.get(r["verdict"], "tab:grey") for r in rows}
+    shown = {COLOURS.get(r["verdict"].split(":")[0], "tab:grey") for r in rows}
     handles = [plt.Line2D([], [], color=c, marker="o", lw=2, label=v) for v, c in
                (*COLOURS.items(), ("not decided, or reported", "tab:grey")) if c in shown]
     axes[0, 0].legend(handles=handles, fontsize=7, loc="best")

@@ -140,13 +140,14 @@ def test_each_papers_claims_page_gives_every_point_with_its_rule_runs_and_verdic
     page = (folder / "claims.md").read_text()
     section = page.split("## bherd_fig5a:")[1].split("\n## ")[0]
     assert "| claim |" not in section and "Not checked:\n- partition=case1: fixture data (1 of its" in section
-    assert f"- {first.says}. Rule: pre-registered: 5 seed pairs, 95% CI > 0" in page
+    assert f"- {first.says}. Rule: pre-registered: 5 seed pairs, Student-t 95% interval > 0 (Holm over its points)" \
+        in page
     assert f"Runs: [bherd_table2.md](bherd_table2.md), 20 runs made at commit {'d' * 7} (clean); their compute " \
            "time 2.0 h on AMD EPYC (2 threads)." in page
-    assert (f"| {first.says} | partition=case1 | bherd: 86.50 vs fedavg: 86.00 | +0.50 (+0.20 to +0.80), 5 seeds | "
-            ">= 0.46 | holds |") in page
+    assert (f"| {first.says} | partition=case1 | bherd: 86.50 vs fedavg: 86.00 | +0.50 (+0.20 to +0.80), 5 seeds "
+            "(bootstrap, superseded) | >= 0.46 | holds |") in page  # a file from before the t-rule says so
     assert (f"| {second.says} | partition=case1 | bherd_fednova: 86.00 vs fednova: 86.10 | -0.10 (-0.30 to +0.10), "
-            "3 seeds | >= 0.68 | not decided: 3 of the 5 seed pairs it needs |") in page
+            "3 seeds (bootstrap, superseded) | >= 0.68 | not decided: 3 of the 5 seed pairs it needs |") in page
     n = len(paper.artefacts["bherd_table2"].claims)
     assert f"- preset=cnn: no CIFAR-10 (2 of its {n} claims)" in page and page.count("no CIFAR-10") == 1
     now = paper.artefacts["bherd_table2"].not_run["bherd_table2_rnn"]  # not_run's reason now, not the table's

@@ -189,6 +189,12 @@ def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tm
         f"**{verdict}**" in text
     checked = pd.read_csv(tmp_path / "out" / "tiny_fig_claims.csv")  # what results/CLAIMS.md counts
     assert checked[["says", "verdict"]].values.tolist() == [["more clients end more accurate", verdict]]
+    # ...and the runs it was computed from, from which scripts/recompute_claims.py computes it again
+    kept = pd.read_csv(tmp_path / "out" / "tiny_fig_runs.csv")
+    assert len(kept) == 2 and {"seed", "status", "value", "commit"} <= set(kept.columns) and "run_dir" not in kept
+    from conftest import load_script
+
+    assert load_script("recompute_claims").recompute(tmp_path) == ({"out/tiny_fig_claims.csv": []}, [])
     assert (tmp_path / "out" / "tiny_fig.png").exists()
     assert main(args) == 0 and _ran(capsys) == 0  # every job finished: skipped by fedrun itself
     # what that launcher made, summarised without running: the same table
@@ -688,7 +694,7 @@ def _paired_runs(diffs: dict[int, float], base: float = 80.0, status: dict | Non
 
 
 def test_a_preregistered_claim_is_decided_by_the_paired_rule_written_before_its_runs():
-    """The rule: seed-paired differences in the claimed direction, their 95% bootstrap interval, at least ``seeds``
+    """The rule: seed-paired differences in the claimed direction, their Student-t 95% interval, at least ``seeds``
     pairs; it holds when the interval excludes 0 and the mean reaches ``share`` of the paper's effect."""
     from fedrun.papers.artefacts import Claim
     from fedrun.papers.claims import check
@@ -725,7 +731,8 @@ def test_a_preregistered_claim_is_decided_by_the_paired_rule_written_before_its_
     from fedrun.papers.claims import markdown as claims_markdown
 
     text = claims_markdown(check((claim,), table, ["dgt"], runs=_paired_runs({s: 1.5 for s in range(5)})))
-    assert "paired difference 1.5 (95% CI 1.5 to 1.5, 5 seeds; needs > 0 and >= 1) -> **holds**" in text
+    assert ("paired difference 1.5 (95% t-interval 1.5 to 1.5, 5 seeds; needs > 0 and >= 1; one-sided p 0 (t-test, "
+            "decides), 0.0312 (sign-flip); power at the paper's effect 100%) -> **holds**") in text
 
 
 def test_a_preregistered_claim_names_its_rule_in_the_papers_file(tmp_path, monkeypatch):
@@ -816,8 +823,9 @@ def test_a_preregistered_effect_may_differ_by_a_grid_keys_value():
     assert math.isnan(out["needs"].iloc[2]) and out["interval"].iloc[2] == (pytest.approx(1.5), pytest.approx(1.5))
     from fedrun.papers.claims import markdown
 
-    assert f"x ({PRESET}=cifar): dgt: 81.5; none: 80 (acc); paired difference 1.5 (95% CI 1.5 to 1.5, 5 seeds; " \
-        f"reported, not decided) -> **not checked: the paper states no effect at {PRESET}=cifar**" in markdown(out)
+    assert f"x ({PRESET}=cifar): dgt: 81.5; none: 80 (acc); paired difference 1.5 (95% t-interval 1.5 to 1.5, 5 " \
+        "seeds; reported, not decided; one-sided p 0 (t-test, decides), 0.0312 (sign-flip)) -> **not checked: the " \
+        f"paper states no effect at {PRESET}=cifar**" in markdown(out)
 
 
 def test_a_preregistered_effect_may_be_the_papers_own_difference_at_each_point():
@@ -945,3 +953,4 @@ def test_ctrl_c_waits_for_the_sweeps_checkpoints_and_says_how_to_go_on(tmp_path,
     said = capsys.readouterr()
     assert "fedrun-table: bherd_fig8c: 0 of 2 runs complete, 2 to start" in said.out
     assert "the same command with resume=true continues each unfinished run" in said.err
+

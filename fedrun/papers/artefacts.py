@@ -52,8 +52,9 @@ class Claim:
     sides are in different presets of one grid). fedrun/papers/claims.py checks it on the mean over seeds.
 
     A claim pre-registered with the paper's ``effect`` (its size, in the value's unit, in the better direction) is
-    decided by :func:`fedrun.papers.claims.paired_verdict` instead: seed-paired differences, their 95% bootstrap
-    interval, at least ``seeds`` pairs, and a mean of at least ``share`` of the paper's effect.
+    decided by :func:`fedrun.papers.claims.paired_verdict` instead: seed-paired differences, their Student-t 95%
+    interval (Holm-corrected over the claim's points), at least ``seeds`` pairs, and a mean of at least ``share`` of
+    the paper's effect.
 
     ``tuned`` names a grid key that each side is tuned over rather than compared at: at each point, each side's value
     of that key with the best mean over seeds is the one compared (the same grid, so the same tuning budget, for

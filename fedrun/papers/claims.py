@@ -4,10 +4,15 @@ so that a table says beside its numbers whether the effect the paper reports app
 checked: a few rounds on a stand-in say nothing of the paper's effects.
 
 A claim pre-registered with the paper's ``effect`` is decided by the rule written before its runs
-(:func:`paired_verdict`): the differences of the two sides' runs paired by seed, their mean and its 95% bootstrap
-interval; it holds when the interval excludes 0 in the claimed direction and the mean reaches ``share`` (a half, by
-default) of the paper's effect, and is not decided with fewer than ``seeds`` pairs. Other claims compare the means
-over seeds, with ``margin``.
+(:func:`paired_verdict`): the differences of the two sides' runs paired by seed, their mean and its Student-t 95%
+interval (its lower end is the one-sided test at 2.5%: a percentile bootstrap over 5 pairs covers far less than 95%);
+it holds when the interval excludes 0 in the claimed direction and the mean reaches ``share`` (a half, by default) of
+the paper's effect, and is not decided with fewer than ``seeds`` pairs. Beside the t-test, the exact sign-flip
+permutation test's p-value is reported, not used: over n pairs it cannot go below 2^-n, so it cannot decide at 5 pairs
+or fewer. A claim checked at several points is one family: its points' t-tests are corrected by Holm's step-down
+method (:func:`holm`), so that no claim holds on one of four points where each point alone had a 2.5% chance of a
+false "holds". Each decided row carries the power the rule had at that point (:func:`power`). Other claims compare
+the means over seeds, with ``margin``.
 """
 
 from __future__ import annotations
@@ -23,36 +28,100 @@ from fedrun.papers.artefacts import PRESET, Claim
 
 HOLDS, FAILS = "holds", "does not hold"
 UNDECIDED = "not decided"
-COLUMNS = ["says", "where", "value", "method", "versus", "verdict", "pairs", "difference", "interval", "needs", "tuned"]
-RESAMPLES = 10_000  # bootstrap resamples of the mean paired difference (seeded: the same runs, the same interval)
+COLUMNS = ["says", "where", "value", "method", "versus", "verdict", "pairs", "difference", "interval", "needs", "tuned",
+           "p", "p_sign", "power", "rule"]
+ALPHA = 0.025  # one-sided: the lower end of a two-sided 95% interval
+RULE = "student-t, holm"  # the rule a verdict file's rows were decided by (files without the column: the bootstrap)
+POWER_DRAWS = 20_000  # simulated data sets behind a power figure (seeded: the same runs, the same figure)
 
 
 def paired_verdict(claim: Claim, method: dict[int, float], versus: dict[int, float], missing: dict[int, str],
                    effect: float) -> dict:
     """The pre-registered rule on one comparison: ``method`` and ``versus`` map a seed to its run's value (finished or
     diverged runs), ``missing`` a seed to why a side has no value there (failed, interrupted, not run), ``effect`` is
-    the paper's there. Returns the verdict, the pairs, the mean difference in the claimed direction and its 95%
-    bootstrap interval."""
+    the paper's there. Returns the verdict at this point alone (:func:`holm` corrects it over the claim's points), the
+    pairs, the mean difference in the claimed direction, its Student-t 95% interval, the one-sided p-values of the
+    t-test (which decides) and the sign-flip test (reported), and the rule's power at the paper's effect."""
     out = paired_difference(claim, method, versus) | {"needs": claim.share * effect}
     if out["pairs"] < claim.seeds:
         why = "; ".join(f"seed {s}: {missing[s]}" for s in sorted(missing))
         out["verdict"] = f"{UNDECIDED}: {out['pairs']} of the {claim.seeds} seed pairs it needs" + (f" ({why})" if why
                                                                                                  else "")
         return out
-    holds = out["interval"][0] > 0 and out["difference"] >= out["needs"]
+    holds = out["p"] <= ALPHA and out["difference"] >= out["needs"]
     out["verdict"] = HOLDS if holds else FAILS
+    out["power"] = power(out["pairs"], effect, out["sd"], out["needs"])
     return out
 
 
 def paired_difference(claim: Claim, method: dict[int, float], versus: dict[int, float]) -> dict:
-    """The seeds both sides have, their mean difference in the claimed direction and its 95% bootstrap interval."""
+    """The seeds both sides have, their mean difference in the claimed direction, its Student-t 95% interval, the
+    spread of the differences and the one-sided p-values of the t-test and of the exact sign-flip test."""
     seeds = sorted(set(method) & set(versus))
     d = np.array([method[s] - versus[s] for s in seeds], dtype=float) * (1 if claim.better == "higher" else -1)
     out = {"pairs": len(seeds), "difference": float(d.mean()) if len(d) else math.nan,
-           "interval": (math.nan, math.nan)}
+           "interval": (math.nan, math.nan), "p": math.nan, "p_sign": math.nan, "sd": math.nan, "rule": RULE}
     if len(seeds) >= 2:
-        draws = np.random.default_rng(0).integers(0, len(d), size=(RESAMPLES, len(d)))
-        out["interval"] = tuple(float(x) for x in np.percentile(d[draws].mean(axis=1), [2.5, 97.5]))
+        low, high, p = t_test(d)
+        out |= {"interval": (float(low), float(high)), "p": float(p), "sd": float(d.std(ddof=1)),
+                "p_sign": sign_flip_p(d)}
+    return out
+
+
+def t_test(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Over the last axis of ``d`` (paired differences, n >= 2 a row): the Student-t 95% interval of the mean and the
+    one-sided p-value of "the mean is above 0". Differences that do not vary give the interval (mean, mean) and a p of
+    0 where the mean is above 0, else 1."""
+    from scipy import stats
+
+    n = d.shape[-1]
+    mean, sd = d.mean(axis=-1), d.std(axis=-1, ddof=1)
+    half = stats.t.ppf(1 - ALPHA, n - 1) * sd / math.sqrt(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(sd > 0, stats.t.sf(mean / (sd / math.sqrt(n)), n - 1), np.where(mean > 0, 0.0, 1.0))
+    return mean - half, mean + half, p
+
+
+def sign_flip_p(d: np.ndarray) -> float:
+    """The exact one-sided p-value of the sign-flip permutation test of "the mean difference is above 0" (every one
+    of the 2^n sign patterns; scipy's permutation_test): valid without normality, at least 2^-n."""
+    from scipy import stats
+
+    return float(stats.permutation_test((d,), np.mean, permutation_type="samples", alternative="greater",
+                                        n_resamples=np.inf).pvalue)
+
+
+def holds_by_rule(d: np.ndarray, needs: float) -> np.ndarray:
+    """The rule at one point, over the last axis of ``d``: the t-test's one-sided p at most ALPHA and the mean at
+    least ``needs``."""
+    return (t_test(d)[2] <= ALPHA) & (d.mean(axis=-1) >= needs)
+
+
+def power(pairs: int, effect: float, sd: float, needs: float, draws: int = POWER_DRAWS) -> float:
+    """The chance that the rule (:func:`holds_by_rule`) decides "holds" at a point of ``pairs`` seed pairs when the
+    true mean difference is the paper's ``effect`` and the differences are normal with the spread ``sd`` seen there
+    (simulated, seeded); nan where the spread is not known."""
+    if not (pairs >= 2 and math.isfinite(sd) and math.isfinite(effect)):
+        return math.nan
+    if sd == 0:
+        return float(effect > 0 and effect >= needs)
+    d = np.random.default_rng(0).normal(effect, sd, size=(draws, pairs))
+    return float(holds_by_rule(d, needs).mean())
+
+
+def holm(rows: list[dict]) -> list[dict]:
+    """One claim's decided points as a family: Holm's step-down correction of their t-tests (the smallest p against
+    ALPHA / m, the next against ALPHA / (m - 1), ..., stopping at the first that fails). A point whose own test passed
+    but the family's did not is said so; the others are as :func:`paired_verdict` decided them."""
+    decided = sorted((i for i, r in enumerate(rows) if r.get("verdict") in (HOLDS, FAILS) and
+                      math.isfinite(r.get("p", math.nan))), key=lambda i: rows[i]["p"])
+    m, passing = len(decided), True
+    out = [dict(r) for r in rows]
+    for rank, i in enumerate(decided):
+        passing = passing and out[i]["p"] <= ALPHA / (m - rank)
+        if out[i]["verdict"] == HOLDS and not passing:
+            out[i]["verdict"] = (f"{FAILS}: its t-test passes alone, not after Holm's correction over the claim's "
+                                 f"{m} points (p = {out[i]['p']:.3g})")
     return out
 
 
@@ -96,6 +165,7 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
     ran = table[pd.to_numeric(table.get("runs"), errors="coerce").fillna(0) > 0] if "runs" in table else table
     idle = [p for p in dict.fromkeys(table[PRESET].dropna()) if p not in set(ran[PRESET])] if PRESET in table else []
     for claim in claims:
+        first = len(rows)
         rows += [_row(claim, {PRESET: p}, None, None, f"not checked: {(not_run or {}).get(p, 'no finished run')}")
                  for p in idle]
         if claim.key not in ran:
@@ -132,6 +202,8 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
                     ("not checked: fixture", "not checked: no finished run")):
                 row |= _paired(claim, where | same, runs, best) | {"where": where | same}
             rows.append(row)
+        if claim.preregistered:  # the claim's points, one family
+            rows[first:] = holm(rows[first:])
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -196,11 +268,26 @@ def markdown(checked: pd.DataFrame) -> str:
         if not pd.isna(r.get("pairs")):
             lo, hi = r["interval"]
             rule = f"needs > 0 and >= {_fmt(r['needs'])}" if not pd.isna(r.get("needs")) else "reported, not decided"
-            paired = (f"; paired difference {_fmt(r['difference'])} (95% CI {_fmt(lo)} to {_fmt(hi)}, "
-                      f"{int(r['pairs'])} seeds; {rule})")
+            paired = (f"; paired difference {_fmt(r['difference'])} ({interval_name(r)} {_fmt(lo)} to {_fmt(hi)}, "
+                      f"{int(r['pairs'])} seeds; {rule}{tests_said(r)})")
         tuned = f"; each at its best {r['tuned']}" if isinstance(r.get("tuned"), str) and r["tuned"] else ""
         lines.append(f"- {r['says']}{f' ({where})' if where else ''}:{compared}{tuned}{paired} -> **{r['verdict']}**")
     return "\n".join(lines)
+
+
+def interval_name(r) -> str:
+    """What a verdict row's interval is: the Student-t one, or, in a file decided before it replaced it, the
+    percentile bootstrap's (too narrow at 5 pairs)."""
+    return "95% t-interval" if r.get("rule") == RULE else "95% bootstrap interval, superseded"
+
+
+def tests_said(r) -> str:
+    """A decided row's one-sided p-values (the t-test decides; the sign-flip test is reported) and its power at the
+    paper's effect; empty for a row decided by the bootstrap, which had none."""
+    if r.get("rule") != RULE or pd.isna(r.get("p")):
+        return ""
+    said = f"; one-sided p {r['p']:.3g} (t-test, decides), {r['p_sign']:.3g} (sign-flip)"
+    return said + (f"; power at the paper's effect {r['power']:.0%}" if not pd.isna(r.get("power")) else "")
 
 
 def _fmt(v) -> str:
@@ -210,7 +297,8 @@ def _fmt(v) -> str:
 def read(path: Path) -> pd.DataFrame:
     """A verdict file (``<artefact>_claims.csv``, written by ``fedrun-table`` beside its table) as :func:`check` made
     it: ``where``, ``method`` and ``versus`` as dicts, ``interval`` as (low, high), NaN where pairs are missing."""
-    df = pd.read_csv(path, dtype={"says": str, "value": str, "verdict": str, "tuned": str}).reindex(columns=COLUMNS)
+    df = pd.read_csv(path, dtype={"says": str, "value": str, "verdict": str, "tuned": str, "rule": str}
+                     ).reindex(columns=COLUMNS)
     for col in ("where", "method", "versus"):
         df[col] = [ast.literal_eval(v) if isinstance(v, str) else {} for v in df[col]]
     df["interval"] = [tuple(float(x) for x in v.strip("()").split(",")) if isinstance(v, str) else (math.nan,) * 2
@@ -230,7 +318,7 @@ def paired_cell(r) -> str:
         return ""
     lo, hi = r["interval"]
     measured = "-" if pd.isna(lo) else f"{r['difference']:+.2f} ({lo:+.2f} to {hi:+.2f})"
-    return f"{measured}, {int(r['pairs'])} seeds"
+    return f"{measured}, {int(r['pairs'])} seeds" + ("" if r.get("rule") == RULE else " (bootstrap, superseded)")
 
 
 def needs_cell(r) -> str:

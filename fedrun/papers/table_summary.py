@@ -369,11 +369,11 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
            + (f" with `{runs[OVERRIDES].iloc[0]}`." if not runs.empty and runs[OVERRIDES].iloc[0] else ".")
            if artefact.measure else f"Mean ± std over seeds {seeds or '–'} of {described}; presets "
            f"{', '.join(f'`experiment={p}`' for p in artefact.presets)}.{_overrides(runs)}")
-    checked = claims.check(artefact.claims, table, summary_keys(artefact, table),
-                           frozenset(v.name for v in artefact.values if v.reaching), runs, artefact.not_run,
-                           artefact.not_checked)
+    checked = verdicts(artefact, runs, table)
     if not checked.empty:
         checked.to_csv(out / f"{artefact.name}_claims.csv", index=False)
+        if not runs.empty and not artefact.measure:  # what the verdicts were computed from, so they can be again
+            runs_file(runs).to_csv(out / f"{artefact.name}{RUNS_FILE_SUFFIX}", index=False)
     text = [f"# {paper.cite}, {artefact.source}: {artefact.what}\n", f"{paper.reference}. {made_by} {how}\n",
             markdown(artefact, table), claims.markdown(checked)]
     if not runs.empty:
@@ -392,6 +392,39 @@ def write(paper: Paper, artefact: Artefact, runs: pd.DataFrame, out: Path, comma
             plot_curves(group, by, out / f"{name}.png", f"{paper.cite}, {artefact.source} ({preset}): mean over "
                         "seeds (±1 std)", x=artefact.x, sort=False, metrics=artefact.curves)
     return out / f"{artefact.name}.md"
+
+
+RUNS_FILE_SUFFIX = "_runs.csv"  # beside <artefact>_claims.csv: each run's row, what its verdicts read
+
+
+def verdicts(artefact: Artefact, runs: pd.DataFrame, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The artefact's claims checked on ``runs`` (collect's rows, or :func:`read_runs`'s), over their summary
+    ``table`` (summarise's, made here when not given): what ``<artefact>_claims.csv`` holds."""
+    table = summarise(artefact, runs) if table is None else table
+    return claims.check(artefact.claims, table, summary_keys(artefact, table),
+                        frozenset(v.name for v in artefact.values if v.reaching), runs, artefact.not_run,
+                        artefact.not_checked)
+
+
+def runs_file(runs: pd.DataFrame) -> pd.DataFrame:
+    """collect's rows as ``<artefact>_runs.csv`` keeps them: each run's preset, grid values, other overrides, seed,
+    status, values, rounds and the commit that made it; not its folder (gone with the machine) nor its whole
+    summary."""
+    commit = [(s or {}).get("commit") for s in runs["summary"]] if "summary" in runs else None
+    return runs.drop(columns=[c for c in ("summary", "run_dir") if c in runs]).assign(commit=commit)
+
+
+def read_runs(path: Path, artefact: Artefact) -> pd.DataFrame:
+    """``<artefact>_runs.csv`` (:func:`runs_file`) as collect's rows again: grid values as the text they were, the
+    seed, rounds and values as numbers, so that :func:`verdicts` computes from it what it computed from the runs."""
+    numeric = {"seed", "rounds", "planned_rounds", "diverged_round", "rounds_completed",
+               *(v.name for v in artefact.values)}
+    runs = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    for column in numeric & set(runs.columns):
+        runs[column] = pd.to_numeric(runs[column])
+    runs["fixture"] = runs["fixture"].fillna("") if "fixture" in runs else ""
+    runs[OVERRIDES] = runs[OVERRIDES].fillna("") if OVERRIDES in runs else ""
+    return runs.drop(columns=["commit"], errors="ignore").assign(summary=[{}] * len(runs), run_dir="")
 
 
 def _overrides(runs: pd.DataFrame) -> str:
