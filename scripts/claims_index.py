@@ -88,7 +88,8 @@ SUPERSEDED = ("decided by the percentile bootstrap interval this project used be
 def superseded(rows: pd.DataFrame) -> bool:
     """Whether a claim's paired rows were decided by the old bootstrap rule (their file predates the rule column)."""
     paired = rows[pd.to_numeric(rows["pairs"], errors="coerce").gt(0)] if "pairs" in rows else rows.iloc[:0]
-    return bool(len(paired)) and bool((paired["rule"].fillna("") != checks.RULE).any())
+    rules = paired["rule"].fillna("") if "rule" in paired else pd.Series("", index=paired.index)
+    return bool(len(paired)) and bool((rules != checks.RULE).any())
 
 
 def read_verdicts(path: Path, artefact: Artefact) -> pd.DataFrame:
@@ -117,7 +118,8 @@ def overall(checked: pd.DataFrame | None, claim: Claim, why_untestable: list[str
     mine = checked[checked["says"] == claim.says]
     decided = [kind for kind in ("holds", "does not hold") if mine["verdict"].str.split(":").str[0].eq(kind).any()]
     if decided:
-        return "mixed" if len(decided) == 2 else decided[0]
+        word = "mixed" if len(decided) == 2 else decided[0]
+        return f"{word}{OLD_RULE}" if superseded(mine) else word
     if mine["verdict"].str.startswith(("not decided", "not checked: no finished run")).any():
         return "no verdict yet"
     if "pairs" in mine and pd.to_numeric(mine["pairs"], errors="coerce").gt(0).any():
@@ -125,9 +127,12 @@ def overall(checked: pd.DataFrame | None, claim: Claim, why_untestable: list[str
     return "not testable here"
 
 
+OLD_RULE = " (bootstrap, superseded)"  # a verdict word decided by the rule before the Student-t one
 TALLY = {"holds": "hold", "does not hold": "do not hold", "mixed": "hold at some points and not at others",
          "reported, not decided": "are reported, not decided (the paper states no effect to decide by)",
          "no verdict yet": "have no verdict yet", "not testable here": "are not testable here"}
+TALLY |= {f"{word}{OLD_RULE}": f"{TALLY[word]} by the superseded bootstrap rule (to be re-run on fresh seeds)"
+          for word in ("holds", "does not hold", "mixed")}
 
 
 class Notes:
@@ -187,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{root} at the time. The verdicts count the points of the claim's artefact table (`fedrun-table "
             "<artefact>`, results/<paper>/; its header names the runs' commit), decided by the rule "
             "(docs/papers.md#pre-registered-claims); a point on a stand-in dataset, or without finished runs, is "
-            "not checked.\n\n"
+            "not checked. A claim whose verdict file predates the Student-t rule was decided by a percentile "
+            "bootstrap interval, too narrow at 5 seed pairs: its verdict says \"(bootstrap, superseded)\" until its "
+            "artefact is run again.\n\n"
             f"Of the {len(lines)} claims, " + ", ".join(f"{tally[word]} {said}" for word, said in TALLY.items()
                                                         if tally[word]) + ".\n\n"
             "| paper | claim | verdict | points | artefact | value | rule | data | data on this machine |\n"

@@ -106,5 +106,6 @@ def test_no_claim_holds_on_one_of_four_points_that_each_pass_only_alone(monkeypa
                                            "Holm's correction over the claim's 4 points)")
     one = table([0.001, 0.02, 0.02, 0.02])
     assert index.overall(one, claim) == "mixed" and index.verdicts(one, claim).startswith("holds at 1 of 4 points")
-    superseded = four.assign(rule=None)  # a verdict file from before the rule: its rows say so
+    superseded = four.assign(rule=None)  # a verdict file from before the rule: its rows and its word say so
     assert index.SUPERSEDED in index.verdicts(superseded, claim)
+    assert index.overall(superseded, claim) == "does not hold (bootstrap, superseded)"
