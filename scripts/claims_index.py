@@ -88,8 +88,8 @@ SUPERSEDED = ("decided by the percentile bootstrap interval this project used be
 def superseded(rows: pd.DataFrame) -> bool:
     """Whether a claim's paired rows were decided by the old bootstrap rule (their file predates the rule column)."""
     paired = rows[pd.to_numeric(rows["pairs"], errors="coerce").gt(0)] if "pairs" in rows else rows.iloc[:0]
-    rules = paired["rule"].fillna("") if "rule" in paired else pd.Series("", index=paired.index)
-    return bool(len(paired)) and bool((rules != checks.RULE).any())
+    rules = paired["rule"] if "rule" in paired else pd.Series(None, index=paired.index, dtype=object)
+    return bool(len(paired)) and any(rule != checks.RULE for rule in rules)
 
 
 def read_verdicts(path: Path, artefact: Artefact) -> pd.DataFrame:
