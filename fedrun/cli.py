@@ -206,6 +206,17 @@ def printed_resolved(args: list[str]) -> list[str]:
     return [*args, "--resolve"] if asked == ["job"] and "--resolve" not in args else args
 
 
+def confirmatory_block(args: list[str]) -> str | None:
+    """A paper's preset asked to run on the claims' confirmatory seeds outside ``fedrun-table --confirm``: refused
+    (fedrun.papers.artefacts.confirmatory_block_refused); the papers are read only when a seed of the block is
+    named."""
+    if not any(override_key(a) == "seed" and any(c.isdigit() for c in a) for a in args):
+        return None
+    from fedrun.papers.artefacts import confirmatory_block_refused
+
+    return confirmatory_block_refused([a for a in args if "=" in a and not a.startswith("-")])
+
+
 def main() -> None:
     hold_collector()  # until the run is built (fedrun/process/startup.py)
     sys.argv[1:], notes = renamed_overrides(sys.argv[1:])  # a renamed key typed in its old spelling
@@ -228,7 +239,8 @@ def main() -> None:
             sys.argv[1:] = choose_run_dir(sys.argv[1:])  # resume=true without a directory: the run it continues
         except ConfigError as e:
             problems = e.problems
-    problems += [p for p in [unwritable_folder(*run_folder(sys.argv[1:])), missing_scheduler(sys.argv[1:])] if p]
+    problems += [p for p in [unwritable_folder(*run_folder(sys.argv[1:])), missing_scheduler(sys.argv[1:]),
+                             confirmatory_block(sys.argv[1:])] if p]
     if problems:
         print("fedrun: " + str(ConfigError(problems)), file=sys.stderr)
         sys.exit(2)

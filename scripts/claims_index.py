@@ -312,6 +312,23 @@ def forest(paper: Paper, found: dict[str, pd.DataFrame], folder: Path) -> bool:
     return True
 
 
+def seeds_said(table_text: str, artefact: Artefact) -> str:
+    """Whether the seeds a table's pre-registered claims were decided on are the registered confirmatory ones (the
+    block no exploration may run) or seeds exploration may have seen before the claims were registered."""
+    from fedrun.papers.artefacts import CONFIRMATORY_FROM, confirmatory_seeds
+
+    found = re.search(r"over seeds \[([^\]]*)\]", table_text)
+    seeds = [int(s) for s in found.group(1).split(",") if s.strip()] if found else []
+    registered = confirmatory_seeds(artefact)
+    if seeds and set(seeds) <= set(registered):
+        return (f"Seeds: {seeds}, the registered confirmatory ones (seeds {CONFIRMATORY_FROM} and up are refused to "
+                "every exploration): unseen before the claims were decided.\n")
+    return (f"Seeds: {seeds or 'unknown'}, below the confirmatory block ({CONFIRMATORY_FROM} and up): exploration "
+            "used the same range, so they may have been seen before the claims were registered; the claims are to be "
+            f"decided again on the registered seeds {registered[0]}-{registered[-1]} (`fedrun-table {artefact.name} "
+            "--confirm`).\n")
+
+
 def artefact_section(artefact: Artefact, rows: pd.DataFrame | None, folder: Path) -> str:
     """One artefact's claims: their rules, where its runs come from (its table's header in ``folder``), and a row per
     claim and point of its verdicts ``rows``."""
@@ -327,6 +344,8 @@ def artefact_section(artefact: Artefact, rows: pd.DataFrame | None, folder: Path
         lines += [f"Runs: [{table.name}]({table.name}), {made.runs} runs made at commit "
                   f"{', '.join(c[:7] + '-dirty' * c.endswith('-dirty') for c in made.commits) or 'unknown'} "
                   f"({state}); their compute time {duration(made.compute_s)}{made.where}.\n"]
+    if table.exists() and any(c.preregistered for c in artefact.claims):
+        lines += [seeds_said(table.read_text(), artefact)]
     numbered = ~rows["verdict"].str.startswith("not checked") | rows["pairs"].notna()  # decided, or reported
     if numbered.any():
         lines += ["| claim | where | means over seeds | paired difference (95% CI) | needs | verdict |",

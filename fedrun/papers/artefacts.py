@@ -318,6 +318,48 @@ def read_paper(path: Path) -> Paper:
                  venue=raw.get("venue", ""), artefacts=artefacts)
 
 
+CONFIRMATORY_FROM = 1000  # seeds from here on are the claims' confirmatory block: no exploration may see them
+CONFIRMING = "FEDRUN_CONFIRMATORY"  # "1" in the sweeps `fedrun-table --confirm` starts: the block is theirs
+NOT_A_PAPERS = {"smoke"}  # the experiment presets that pin no paper's setting
+
+
+def confirmatory_seeds(artefact: Artefact) -> list[int]:
+    """The seeds an artefact's pre-registered claims are confirmed on: the first ``seeds`` (the most any of its
+    claims needs) of the confirmatory block, fixed by their registration and unseen by exploration."""
+    needed = max((c.seeds for c in artefact.claims if c.preregistered), default=0)
+    return list(range(CONFIRMATORY_FROM, CONFIRMATORY_FROM + needed))
+
+
+def seeds_given(overrides: list[str]) -> list[int]:
+    """Every seed a command's ``seed=`` overrides name (a single value, a sweep ``0,1``, ``range(3)``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = [o for o in overrides if override_key(o) == "seed"]
+    seeds = []
+    for override in OverridesParser.create().parse_overrides(given) if given else []:
+        values = override.sweep_string_iterator() if override.is_sweep_override() else [override.value()]
+        seeds += [int(float(v)) for v in values if str(v).lstrip("-").replace(".", "", 1).isdigit()]
+    return seeds
+
+
+def confirmatory_block_refused(overrides: list[str]) -> str | None:
+    """A command that runs a paper's setting (an experiment preset fedrun ships) on a seed of the confirmatory block
+    outside ``fedrun-table --confirm``: why it is refused and the fix; None for any other command."""
+    if os.environ.get(CONFIRMING) == "1" or not any(s >= CONFIRMATORY_FROM for s in seeds_given(overrides)):
+        return None
+    from fedrun.config.compose import CONF_DIR
+
+    chosen = {o.split("=", 1)[1] for o in overrides if override_key(o) == "experiment"}
+    theirs = {p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml")} - NOT_A_PAPERS  # each pins a paper's
+    if not chosen & theirs:
+        return None
+    blocked = sorted(s for s in seeds_given(overrides) if s >= CONFIRMATORY_FROM)
+    return (f"seed={','.join(map(str, blocked))}: seeds {CONFIRMATORY_FROM} and up are the confirmatory block that "
+            f"the papers' pre-registered claims reserve, and experiment={sorted(chosen & theirs)[0]} is a paper's "
+            f"preset: no exploration may see them. Fix: explore with seeds below {CONFIRMATORY_FROM}, or run an "
+            f"artefact's registered seeds with `fedrun-table <artefact> --confirm`")
+
+
 def papers() -> dict[str, Paper]:
     return _papers(os.environ.get("FEDRUN_PAPERS") or str(PAPER_DIR))
 

@@ -6,6 +6,7 @@ own numbers (paper/<paper>.yaml).
     fedrun-table bherd_fig5a hydra/launcher=slurm        # any Hydra launcher; finished jobs are skipped
     fedrun-table bherd_fig5a --collect-only              # summarise the runs that exist (a sweep run elsewhere)
     fedrun-table dgt_fig5 --seeds 5 --estimate           # how long the sweep would take here, from a few rounds
+    fedrun-table bherd_svm_controls --confirm            # the claims' registered confirmatory seeds (1000 on)
     fedrun-table fsvrg_table1 repeats=3                  # a measured artefact: its function's settings
 
 Each preset of the artefact runs as ``fedrun -m experiment=<preset> seed=0,..,K-1 <overrides>`` into
@@ -19,6 +20,10 @@ unless ``--out`` says where (the committed tables are in ``results/<paper>/``). 
 replaced only by one made with the same settings (rounds, seeds, the runs' commits) or with ``--replace``: a 5-round
 check never passes for a paper's table.
 
+Seeds 1000 and up are the confirmatory block: an artefact's pre-registered claims are confirmed on its first seeds
+(as many as they need), which ``--confirm`` runs and nothing else may (``--seeds``, a ``seed=`` override, and
+``fedrun`` itself with a paper's preset refuse them), so that no exploration sees them before the claims are decided.
+
 An artefact that is not a training run (a timing of the server's code, a centralised optimum) names the function
 that measures it (fedrun/papers/measures); its ``key=value`` arguments are that function's settings, its rows are kept
 in ``<runs>/<artefact>/measured.csv`` and summarised as runs are (mean ± std over its repeats).
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -36,7 +42,8 @@ from pathlib import Path
 from fedrun.papers import measures
 from fedrun.errors import FedrunError
 from fedrun.config.overrides import override_key
-from fedrun.papers.artefacts import Artefact, artefacts, grid, is_sweep, outline, preset_config
+from fedrun.papers.artefacts import (CONFIRMATORY_FROM, CONFIRMING, Artefact, artefacts, confirmatory_seeds, grid,
+                                     is_sweep, outline, preset_config, seeds_given)
 from fedrun.papers.table_summary import FIXTURE_FILE, SUMMARY_FILE, collect, write
 from fedrun.rundir.files import commits_of
 from fedrun.rundir.sweeps import sweep_progress
@@ -233,6 +240,24 @@ def print_estimate(artefact: Artefact, overrides: list[str], command: str) -> in
     return 0
 
 
+def seeds_refused(artefact: Artefact, overrides: list[str], seeds: int | None, confirm: bool) -> str | None:
+    """Why the seeds asked of ``artefact`` are refused: ``--confirm`` with seeds of its own, or for an artefact
+    without pre-registered claims; exploration (``--seeds``, ``seed=``) reaching into the confirmatory block."""
+    given = seeds_given(overrides)
+    if confirm:
+        if seeds is not None or given:
+            return "--confirm runs the registered confirmatory seeds: give no --seeds and no seed="
+        if not confirmatory_seeds(artefact):
+            return f"--confirm: {artefact.name} has no pre-registered claim, so no confirmatory seeds"
+        return None
+    blocked = sorted({s for s in [*given, *range(seeds or 0)] if s >= CONFIRMATORY_FROM})
+    if blocked:
+        return (f"seeds {blocked[0]}..{blocked[-1]} are in the confirmatory block ({CONFIRMATORY_FROM} and up), which "
+                f"the claims' registrations reserve: explore with seeds below {CONFIRMATORY_FROM}, or run the "
+                f"registered ones with --confirm")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedrun-table", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -240,7 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every job (a launcher, fl.rounds=..., "
                                                      "resume=true, a sweep of your own: key=a,b)")
     parser.add_argument("--list", action="store_true", help="name every artefact, its grid size and its data")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per grid point")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..K-1 per grid point (exploration; 1 by "
+                                                                 "default)")
+    parser.add_argument("--confirm", action="store_true", help="run the seeds the artefact's pre-registered claims "
+                                                               "are confirmed on (the confirmatory block, 1000 on), "
+                                                               "which nothing else may run")
     parser.add_argument("--presets", default=None, help="only these of the artefact's presets (comma-separated)")
     parser.add_argument("--collect-only", action="store_true", help="summarise the runs under --runs; run nothing")
     parser.add_argument("--estimate", action="store_true", help="say how long the sweep would take on this machine, "
@@ -268,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown artefact {args.artefact!r}.{nearest(str(args.artefact), known)} "
                      "fedrun-table --list names them")
     paper, artefact = known[args.artefact]
-    if artefact.measure and (args.seeds != 1 or args.presets or args.estimate):
+    if artefact.measure and (args.seeds is not None or args.presets or args.estimate or args.confirm):
         parser.error(f"{artefact.name} is measured by {artefact.measure}, not swept: it has no seeds or presets; "
                      "give its settings as key=value (repeats=5); it has no rounds to estimate")
     if args.presets:
@@ -279,9 +308,15 @@ def main(argv: list[str] | None = None) -> int:
                          f"{','.join(artefact.presets)}")
         artefact = replace(artefact, presets=tuple(chosen))
     overrides = list(args.overrides)
+    refused = seeds_refused(artefact, overrides, args.seeds, args.confirm)
+    if refused:
+        parser.error(refused)
     # the seed is named in every job's folder, so more seeds add folders (a measured artefact has repeats instead)
-    if not artefact.measure and not any(override_key(o) == "seed" for o in overrides):
-        overrides.append("seed=" + ",".join(map(str, range(args.seeds))))
+    if args.confirm:
+        overrides.append("seed=" + ",".join(map(str, confirmatory_seeds(artefact))))
+        os.environ[CONFIRMING] = "1"  # the sweeps it starts may run the block (fedrun refuses it to others)
+    elif not artefact.measure and not any(override_key(o) == "seed" for o in overrides):
+        overrides.append("seed=" + ",".join(map(str, range(args.seeds or 1))))
     command = "fedrun-table " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.estimate:
         return print_estimate(artefact, overrides, command)

@@ -1,0 +1,56 @@
+"""The claims' confirmatory seeds: a block (1000 and up) that the registrations reserve, run by
+``fedrun-table --confirm`` and refused to every exploration (fedrun-table's --seeds and seed=, fedrun with a paper's
+preset)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_cli
+from fedrun.papers.artefacts import CONFIRMATORY_FROM, CONFIRMING, artefacts, confirmatory_seeds, seeds_given
+from fedrun.papers.table import main, seeds_refused
+
+
+def test_an_artefacts_confirmatory_seeds_are_the_first_its_claims_need_of_the_block():
+    _, controls = artefacts()["bherd_svm_controls"]  # pre-registered, 5 seed pairs
+    assert confirmatory_seeds(controls) == list(range(CONFIRMATORY_FROM, CONFIRMATORY_FROM + 5))
+    _, fig5a = artefacts()["bherd_fig5a"]  # claims on the means only: nothing to confirm
+    assert confirmatory_seeds(fig5a) == []
+    assert seeds_given(["seed=3", "fl.lr=0.1"]) == [3]
+    assert seeds_given(["seed=range(998,1002)"]) == [998, 999, 1000, 1001]
+    assert seeds_given(["seed=1000,1001"]) == [1000, 1001] and seeds_given(["fl.lr=1"]) == []
+
+
+def test_fedrun_table_explores_below_the_block_and_confirms_only_the_registered_seeds():
+    _, controls = artefacts()["bherd_svm_controls"]
+    _, fig5a = artefacts()["bherd_fig5a"]
+    assert seeds_refused(controls, [], 5, False) is None and seeds_refused(controls, ["seed=0,1"], None, False) is None
+    assert "seeds 1000..1001 are in the confirmatory block" in seeds_refused(controls, [], 1002, False)
+    assert "seeds 1003..1003 are in the confirmatory block" in seeds_refused(controls, ["seed=1003"], None, False)
+    assert seeds_refused(controls, [], None, True) is None
+    assert "give no --seeds and no seed=" in seeds_refused(controls, ["seed=1"], None, True)
+    assert "no pre-registered claim" in seeds_refused(fig5a, [], None, True)
+    with pytest.raises(SystemExit):  # said by argparse, before any work
+        main(["bherd_svm_controls", "seed=1000", "--collect-only"])
+
+
+def test_fedrun_refuses_a_papers_preset_on_the_block_outside_fedrun_table_confirm(tmp_path, monkeypatch):
+    refused = run_cli("experiment=bherd_svm_mnist", "seed=1002", "--cfg", "job", cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and "seed=1002: seeds 1000 and up are the confirmatory block" in refused.stderr
+    assert "fedrun-table <artefact> --confirm" in refused.stderr and "Traceback" not in refused.stderr
+    assert run_cli("seed=1002", "--cfg", "job", cwd=tmp_path).returncode == 0  # no paper's preset: the user's seed
+    assert run_cli("experiment=bherd_svm_mnist", "seed=7", "--cfg", "job", cwd=tmp_path).returncode == 0
+    monkeypatch.setenv(CONFIRMING, "1")  # what fedrun-table --confirm gives its sweeps
+    assert run_cli("experiment=bherd_svm_mnist", "seed=1002", "--cfg", "job", cwd=tmp_path).returncode == 0
+
+
+def test_a_claims_page_says_whether_its_seeds_were_the_registered_fresh_ones():
+    from conftest import load_script
+
+    index = load_script("claims_index")
+    _, controls = artefacts()["bherd_svm_controls"]
+    explored = index.seeds_said("Mean ± std over seeds [0, 1, 2, 3, 4] of the final test accuracy", controls)
+    assert explored.startswith("Seeds: [0, 1, 2, 3, 4], below the confirmatory block (1000 and up)")
+    assert "may have been seen before the claims were registered" in explored and "1000-1004" in explored
+    fresh = index.seeds_said("Mean ± std over seeds [1000, 1001, 1002, 1003, 1004] of x", controls)
+    assert fresh.startswith("Seeds: [1000, 1001, 1002, 1003, 1004], the registered confirmatory ones")
