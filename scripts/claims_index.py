@@ -103,10 +103,32 @@ def read_verdicts(path: Path, artefact: Artefact) -> pd.DataFrame:
     return rows
 
 
+def dataset_of(row, artefact: Artefact) -> str:
+    """The dataset a verdict row's point ran on: its preset's, or the artefact's one dataset."""
+    preset = row["where"].get("preset") if isinstance(row["where"], dict) else None
+    if preset:
+        return outline(preset)[1]
+    return ", ".join(datasets_of(artefact))
+
+
 def datasets_of(artefact) -> list[str]:
     if artefact.measure:
         return sorted(set(artefact.data))
     return sorted({outline(preset)[1] for preset in artefact.presets})  # read, not composed (tests hold them equal)
+
+
+def evidence(checked: pd.DataFrame | None, claim: Claim, data_of) -> str:
+    """What a decided verdict rests on: how it was decided (pre-registered and paired, or on the means over seeds
+    without an interval) and the datasets of its decided points (``data_of``: a row's dataset); empty without a
+    decided point."""
+    if checked is None:
+        return ""
+    mine = checked[checked["says"] == claim.says]
+    decided = mine[mine["verdict"].str.split(":").str[0].isin(("holds", "does not hold"))]
+    if decided.empty:
+        return ""
+    how = "pre-registered, seed-paired" if claim.preregistered else "on the means over seeds, without an interval"
+    return f"{how}, on {', '.join(sorted({data_of(r) for _, r in decided.iterrows()}))}"
 
 
 def overall(checked: pd.DataFrame | None, claim: Claim, why_untestable: list[str] = ()) -> str:
@@ -119,6 +141,8 @@ def overall(checked: pd.DataFrame | None, claim: Claim, why_untestable: list[str
     decided = [kind for kind in ("holds", "does not hold") if mine["verdict"].str.split(":").str[0].eq(kind).any()]
     if decided:
         word = "mixed" if len(decided) == 2 else decided[0]
+        if claim.by_construction and word == "holds":  # no support: the method's own rule makes it so
+            return "true by construction"
         return f"{word}{OLD_RULE}" if superseded(mine) else word
     if mine["verdict"].str.startswith(("not decided", "not checked: no finished run")).any():
         return "no verdict yet"
@@ -131,6 +155,7 @@ OLD_RULE = " (bootstrap, superseded)"  # a verdict word decided by the rule befo
 TALLY = {"holds": "hold", "does not hold": "do not hold", "mixed": "hold at some points and not at others",
          "reported, not decided": "are reported, not decided (the paper states no effect to decide by)",
          "no verdict yet": "have no verdict yet", "not testable here": "are not testable here"}
+TALLY["true by construction"] = "hold by construction (the method's rule makes them so; not counted as support)"
 TALLY |= {f"{word}{OLD_RULE}": f"{TALLY[word]} by the superseded bootstrap rule (to be re-run on fresh seeds)"
           for word in ("holds", "does not hold", "mixed")}
 
@@ -182,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
             here = status(datasets, present)
             for claim in artefact.claims:
                 counted = verdicts(checked, claim, why_untestable, notes.cite)
+                rests = evidence(checked, claim, lambda r, a=artefact: dataset_of(r, a))
+                counted += f"; {rests}" if rests else ""
+                if claim.by_construction:
+                    counted += f"; true by construction: {notes.cite(claim.by_construction)}"
                 tally[word := overall(checked, claim, why_untestable)] += 1
                 lines.append(f"| {paper.cite} | {claim.says} | **{word}** | {counted} | "
                              f"{artefact.name} ({artefact.source}) | {claim.value} | {rule(claim)} | "

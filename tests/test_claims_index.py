@@ -56,7 +56,8 @@ def test_a_claims_verdicts_are_counted_from_its_tables_points(tmp_path):
     out = tmp_path / "CLAIMS.md"
     assert index.main(["--out", str(out), "--results", str(tmp_path)]) == 0
     line, = [row for row in out.read_text().splitlines() if f"| {first.says} |" in row]
-    assert "| **mixed** | holds at 1 of 4 points; does not hold at 2; not checked at 1 (fixture data) |" in line
+    assert ("| **mixed** | holds at 1 of 4 points; does not hold at 2; not checked at 1 (fixture data); "
+            "pre-registered, seed-paired, on cifar10, imdb, mnist |") in line  # no point named: the artefact's data
 
 
 def test_a_claims_verdict_in_a_word_and_long_reasons_as_notes(tmp_path):
@@ -166,3 +167,25 @@ def test_each_papers_claims_page_gives_every_point_with_its_rule_runs_and_verdic
     (folder / "exploration.md").write_text("# before\n")
     assert index.main(["--out", str(tmp_path / "CLAIMS.md"), "--results", str(tmp_path)]) == 0
     assert "[exploration.md](exploration.md)" in (folder / "claims.md").read_text()
+
+
+def test_a_verdict_says_what_it_rests_on_and_a_claim_true_by_construction_is_no_support():
+    """The points column says how a decided claim was decided (pre-registered and paired, or on the means without
+    an interval) and on which datasets its decided points ran; a claim the method's own rule makes true (GIFT's tau
+    falling below 100) is "true by construction", counted apart from the claims that hold."""
+    from dataclasses import replace
+
+    index = load_script("claims_index")
+    (_, paper), = [(k, p) for k, p in papers().items() if "gift_fig5" in p.artefacts]
+    artefact = paper.artefacts["gift_fig5"]
+    tau = next(c for c in artefact.claims if c.by_construction)
+    checked = pd.DataFrame({"says": tau.says, "verdict": ["holds", "not checked: no CIFAR-10"],
+                            "where": [{"preset": artefact.presets[-1]}, {"preset": artefact.presets[0]}]})
+    data = index.dataset_of(checked.iloc[0], artefact)
+    assert index.evidence(checked, tau, lambda r: index.dataset_of(r, artefact)) == \
+        f"on the means over seeds, without an interval, on {data}"
+    assert index.overall(checked, tau) == "true by construction"
+    assert index.overall(checked, replace(tau, by_construction=None)) == "holds"
+    paired = replace(tau, effect=1.0, by_construction=None)
+    assert index.evidence(checked, paired, lambda r: "mnist") == "pre-registered, seed-paired, on mnist"
+    assert index.evidence(checked.iloc[1:], tau, lambda r: "mnist") == ""  # nothing decided: nothing to rest on

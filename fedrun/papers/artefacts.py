@@ -75,6 +75,8 @@ class Claim:
     # paper prints): (the point's grid values, as (key, value) pairs, the effect there)
     effects: tuple[tuple[tuple[tuple[str, str], ...], float], ...] = ()
     tuned: str | None = None  # a grid key each side takes its best value of (a server learning rate)
+    # why the claim holds whatever the runs show (the method's own rule makes it so): checked, but no support
+    by_construction: str | None = None
 
     @property
     def preregistered(self) -> bool:
@@ -188,7 +190,8 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str, numbers: pd
     ``method`` and ``versus``. A pre-registered claim (``effect``) against a list of rivals is one paired claim
     against each, its ``says`` naming the rival where it writes ``{versus}``: the rule is stated once."""
     out, names = [], {v.name for v in values}
-    known = {"says", "value", "better", "margin", "across", "method", "versus", "effect", "seeds", "share", "tuned"}
+    known = {"says", "value", "better", "margin", "across", "method", "versus", "effect", "seeds", "share", "tuned",
+             "by_construction"}
     for i, c in enumerate(raw or []):
         at = f"{where}: claims[{i}]"
         problems = [f"{at}: unknown keys {sorted(set(c) - known)}"] if set(c) - known else []
@@ -242,7 +245,7 @@ def _claims(raw: list | None, values: tuple[Value, ...], where: str, numbers: pd
                              margin=float(c.get("margin", 0.0)), across=tuple(c.get("across", ())),
                              effect=float(effect) if "effect" in c and not by and effect != "paper" else None,
                              seeds=int(c.get("seeds", 5)), share=float(c.get("share", 0.5)), effects=effects,
-                             tuned=c.get("tuned")))
+                             tuned=c.get("tuned"), by_construction=c.get("by_construction")))
     return tuple(out)
 
 
