@@ -75,9 +75,22 @@ def verdicts(checked: pd.DataFrame | None, claim: Claim, why_untestable: list[st
     for i, (kind, n) in enumerate(sorted(kinds.items(), key=lambda kn: order.index(kn[0]) if kn[0] in order else 9)):
         parts.append(f"{kind} at {n}" + (f" of {len(mine)} point{'s' * (len(mine) > 1)}" if i == 0 else "")
                      + (f" ({', '.join(say(r) for r in why[kind])})" if why[kind] else ""))
+    on_substitutes = substitute_points(mine)
+    if on_substitutes:
+        parts.append(f"{len(on_substitutes)} of the decided points on substitutes ("
+                     + ", ".join(f"{k} at {n}" for k, n in Counter(on_substitutes).items()) + ")")
     if superseded(mine):
         parts.append(say(SUPERSEDED))
     return "; ".join(parts)
+
+
+def substitute_points(rows: pd.DataFrame) -> list[str]:
+    """The verdicts of a claim's decided points that ran on a substitute dataset (their ``substitute`` column)."""
+    if "substitute" not in rows:
+        return []
+    decided = rows["verdict"].str.split(":").str[0].isin(("holds", "does not hold"))
+    return [v.split(":")[0] for v, sub in zip(rows["verdict"][decided], rows["substitute"][decided])
+            if isinstance(sub, str) and sub]
 
 
 SUPERSEDED = ("decided by the percentile bootstrap interval this project used before the Student-t rule (too narrow "
@@ -138,10 +151,15 @@ def overall(checked: pd.DataFrame | None, claim: Claim, why_untestable: list[str
     if checked is None or checked[checked["says"] == claim.says].empty:
         return "not testable here" if why_untestable else "no verdict yet"
     mine = checked[checked["says"] == claim.says]
-    decided = [kind for kind in ("holds", "does not hold") if mine["verdict"].str.split(":").str[0].eq(kind).any()]
+    kinds = mine["verdict"].str.split(":").str[0]
+    own = ~mine["substitute"].map(lambda s: isinstance(s, str) and bool(s)) if "substitute" in mine else kinds.eq(kinds)
+    # the paper's own datasets decide the word; substitutes only where none of them was decided ("on substitutes")
+    decided_here = [k for k in ("holds", "does not hold") if (kinds.eq(k) & own).any()]
+    decided = decided_here or [k for k in ("holds", "does not hold") if kinds.eq(k).any()]
     if decided:
         word = "mixed" if len(decided) == 2 else decided[0]
-        if claim.by_construction and word == "holds":  # no support: the method's own rule makes it so
+        word += "" if decided_here else " on substitutes"
+        if claim.by_construction and word.startswith("holds"):  # no support: the method's own rule makes it so
             return "true by construction"
         return f"{word}{OLD_RULE}" if superseded(mine) else word
     if mine["verdict"].str.startswith(("not decided", "not checked: no finished run")).any():
@@ -156,8 +174,13 @@ TALLY = {"holds": "hold", "does not hold": "do not hold", "mixed": "hold at some
          "reported, not decided": "are reported, not decided (the paper states no effect to decide by)",
          "no verdict yet": "have no verdict yet", "not testable here": "are not testable here"}
 TALLY["true by construction"] = "hold by construction (the method's rule makes them so; not counted as support)"
-TALLY |= {f"{word}{OLD_RULE}": f"{TALLY[word]} by the superseded bootstrap rule (to be re-run on fresh seeds)"
-          for word in ("holds", "does not hold", "mixed")}
+# a decided word on substitute datasets only, or by the superseded rule, is counted apart
+TALLY |= {f"{word}{where}{rule}": f"{TALLY[word]}{where_said}{rule_said}"
+          for word in ("holds", "does not hold", "mixed")
+          for where, where_said in (("", ""), (" on substitutes", " on substitute datasets only"))
+          for rule, rule_said in (("", ""), (OLD_RULE, " by the superseded bootstrap rule (to be re-run on fresh "
+                                                       "seeds)"))
+          if where or rule}
 
 
 class Notes:

@@ -109,3 +109,31 @@ def test_no_claim_holds_on_one_of_four_points_that_each_pass_only_alone(monkeypa
     superseded = four.assign(rule=None)  # a verdict file from before the rule: its rows and its word say so
     assert index.SUPERSEDED in index.verdicts(superseded, claim)
     assert index.overall(superseded, claim) == "does not hold (bootstrap, superseded)"
+
+
+def test_a_point_on_a_substitute_is_decided_against_the_papers_effect_and_counted_apart():
+    """GIFT's LeNet-5 on MNIST stands in for CIFAR-10 (paper/gift.yaml: substitutes): the paper prints a gain of 2
+    points on CIFAR-10 only, so the MNIST point is decided against that gain (it needs 1), labelled "on a substitute
+    for" the CIFAR-10 preset; CLAIMS.md counts it apart, and a claim decided only on substitutes says so in its
+    word."""
+    from conftest import load_script
+
+    index = load_script("claims_index")
+    claim = Claim("gift beats fedavg", "acc", "algo/schedule", ("gift",), ("fixed",),
+                  effects=(((("preset", "cifar"),), 2.0),))
+    table = pd.DataFrame({"preset": ["mnist", "mnist"], "algo/schedule": ["gift", "fixed"], "runs": [5, 5],
+                          "acc": [91.5, 90.0], "fixture": ["", ""]})
+    runs = pd.DataFrame([{"preset": "mnist", "algo/schedule": side, "seed": s, "status": "finished",
+                          "acc": 90.0 + s * 0.1 + (1.5 + 0.05 * s if side == "gift" else 0.0)}
+                         for s in range(5) for side in ("gift", "fixed")])
+    plain = claims.check((claim,), table, ["preset", "algo/schedule"], runs=runs).iloc[0]
+    assert plain["verdict"].startswith("not checked: the paper states no effect")  # without the substitutes entry
+    row = claims.check((claim,), table, ["preset", "algo/schedule"], runs=runs,
+                       substitutes={"mnist": "cifar"}).iloc[0]
+    assert row["verdict"] == HOLDS and row["needs"] == 1.0 and row["substitute"] == "cifar"
+    assert "on a substitute for cifar" in claims.where_cell(row)
+    rows = pd.DataFrame([row.to_dict()])
+    assert index.overall(rows, claim) == "holds on substitutes"
+    assert "1 of the decided points on substitutes (holds at 1)" in index.verdicts(rows, claim)
+    own = pd.DataFrame([row.to_dict() | {"substitute": None, "verdict": FAILS}, row.to_dict()])
+    assert index.overall(own, claim) == "does not hold"  # the paper's own dataset decides the word

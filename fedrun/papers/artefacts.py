@@ -119,6 +119,10 @@ class Artefact:
     # another base on this model and would be counted twice
     not_checked: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = field(default=(), compare=False)
     paper_numbers: pd.DataFrame = field(default_factory=pd.DataFrame, compare=False, repr=False)
+    # presets on a dataset the paper did not use, standing in for one it did (MNIST for CIFAR-10 where CIFAR-10
+    # cannot be fetched): substitute preset -> the paper's preset. Their points are decided against the paper's effect
+    # there and counted apart (docs/papers.md, Substitutes)
+    substitutes: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -282,7 +286,8 @@ def read_paper(path: Path) -> Paper:
         where = f"{path.name}: {name}"
         unknown = sorted(set(a) - {"source", "what", "presets", "value", "scale", "values", "rows", "columns",
                                    "tolerance", "digits", "figure", "x", "curves", "paper",
-                                   "runs_of", "claims", "measure", "data", "not_run", "not_checked"})
+                                   "runs_of", "claims", "measure", "data", "not_run", "not_checked",
+                                   "substitutes"})
         if unknown:
             raise ConfigError([f"{where}: unknown keys {unknown}"])
         if bool(a.get("presets")) == bool(a.get("measure")):
@@ -293,6 +298,10 @@ def read_paper(path: Path) -> Paper:
         not_run = {str(k): str(v) for k, v in (a.get("not_run") or {}).items()}
         if stray := sorted(set(not_run) - set(a.get("presets") or ())):
             raise ConfigError([f"{where}: not_run names {stray}, which are not its presets {a.get('presets')}"])
+        substitutes = {str(k): str(v) for k, v in (a.get("substitutes") or {}).items()}
+        if stray := sorted((set(substitutes) | set(substitutes.values())) - set(a.get("presets") or ())):
+            raise ConfigError([f"{where}: substitutes names {stray}, which are not its presets; write "
+                               "{substitute preset: the preset of the paper's dataset it stands in for}"])
         not_checked = []
         for i, entry in enumerate(a.get("not_checked") or ()):
             if not (isinstance(entry, dict) and set(entry) == {"at", "why"} and isinstance(entry["at"], dict)
@@ -316,7 +325,8 @@ def read_paper(path: Path) -> Paper:
                                    runs_of=a.get("runs_of", ""), measure=a.get("measure", ""),
                                    data=tuple(a.get("data", ())),
                                    claims=_claims(a.get("claims"), values, where, numbers),
-                                   not_run=not_run, not_checked=tuple(not_checked), paper_numbers=numbers)
+                                   not_run=not_run, not_checked=tuple(not_checked), paper_numbers=numbers,
+                                   substitutes=substitutes)
     return Paper(key=key, cite=raw["cite"], title=raw["title"], authors=raw.get("authors", ""),
                  venue=raw.get("venue", ""), artefacts=artefacts)
 

@@ -29,7 +29,7 @@ from fedrun.papers.artefacts import PRESET, Claim
 HOLDS, FAILS = "holds", "does not hold"
 UNDECIDED = "not decided"
 COLUMNS = ["says", "where", "value", "method", "versus", "verdict", "pairs", "difference", "interval", "needs", "tuned",
-           "p", "p_sign", "power", "rule"]
+           "p", "p_sign", "power", "rule", "substitute"]
 ALPHA = 0.025  # one-sided: the lower end of a two-sided 95% interval
 RULE = "student-t, holm"  # the rule a verdict file's rows were decided by (files without the column: the bootstrap)
 POWER_DRAWS = 20_000  # simulated data sets behind a power figure (seeded: the same runs, the same figure)
@@ -125,9 +125,10 @@ def holm(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _paired(claim: Claim, where: dict, runs: pd.DataFrame, best: dict[str, str]) -> dict:
+def _paired(claim: Claim, where: dict, runs: pd.DataFrame, best: dict[str, str], stands_for: str = "") -> dict:
     """The runs of the two sides at ``where`` (one value each; at its ``best`` value of the tuned key, where the
-    claim is tuned), by seed, for :func:`paired_verdict`."""
+    claim is tuned), by seed, for :func:`paired_verdict`; at a point on a substitute dataset (``stands_for``: the
+    paper's preset it stands in for) decided against the paper's effect there."""
     here = runs
     for k, v in where.items():
         here = here[here[k].astype(str) == str(v)] if k in here else here
@@ -143,6 +144,8 @@ def _paired(claim: Claim, where: dict, runs: pd.DataFrame, best: dict[str, str])
     for s in set(sides["method"]) ^ set(sides["versus"]):
         missing.setdefault(s, "method not run" if s not in sides["method"] else "versus not run")
     effect = claim.paper_effect(where)
+    if effect is None and stands_for:
+        effect = claim.paper_effect(where | {PRESET: stands_for})
     at = ", ".join(f"{k}={v}" for k, v in where.items())
     if effect is None or effect <= 0:  # no margin to decide by: the paired difference is reported, not decided
         why = f"the paper states no effect at {at}" if effect is None else \
@@ -154,13 +157,16 @@ def _paired(claim: Claim, where: dict, runs: pd.DataFrame, best: dict[str, str])
 
 def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reaching: frozenset[str] = frozenset(),
           runs: pd.DataFrame | None = None, not_run: dict[str, str] | None = None,
-          not_checked: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = ()) -> pd.DataFrame:
+          not_checked: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (),
+          substitutes: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per claim and point of the other grid keys: the method's and the rival's means and the verdict.
     ``table`` is table_summary.summarise's (one row per grid point), ``keys`` its grid keys; ``reaching`` names the
     values that count the time to a level (papers.Value.reaching), where a missing value means never reached;
     ``runs`` (table_summary.collect's, one row per run) decides the pre-registered claims. A preset without any
     finished run is one point "not checked", with why where ``not_run`` (the artefact's) says it; so is a point that
-    ``not_checked`` (the artefact's: its grid values, why) names."""
+    ``not_checked`` (the artefact's: its grid values, why) names. A point of a preset that ``substitutes`` (the
+    artefact's) names ran on a stand-in for the paper's dataset: it is labelled (``substitute``: the paper's preset)
+    and a pre-registered claim decides it against the paper's effect there."""
     rows = []
     ran = table[pd.to_numeric(table.get("runs"), errors="coerce").fillna(0) > 0] if "runs" in table else table
     idle = [p for p in dict.fromkeys(table[PRESET].dropna()) if p not in set(ran[PRESET])] if PRESET in table else []
@@ -196,11 +202,13 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
                 continue
             row = _verdict(claim, where, group, claim.value in reaching)
             row["tuned"] = _tuned(claim, best, compared[claim.tuned]) if best else ""
+            stands_for = (substitutes or {}).get(str((where | same).get(PRESET)), "")
+            row["substitute"] = stands_for
             # paired where both sides have finished runs: a side without any has no point to read the paper's
             # effect at, and says so above
             if claim.preregistered and runs is not None and not row["verdict"].startswith(
                     ("not checked: fixture", "not checked: no finished run")):
-                row |= _paired(claim, where | same, runs, best) | {"where": where | same}
+                row |= _paired(claim, where | same, runs, best, stands_for) | {"where": where | same}
             rows.append(row)
         if claim.preregistered:  # the claim's points, one family
             rows[first:] = holm(rows[first:])
@@ -271,6 +279,8 @@ def markdown(checked: pd.DataFrame) -> str:
             paired = (f"; paired difference {_fmt(r['difference'])} ({interval_name(r)} {_fmt(lo)} to {_fmt(hi)}, "
                       f"{int(r['pairs'])} seeds; {rule}{tests_said(r)})")
         tuned = f"; each at its best {r['tuned']}" if isinstance(r.get("tuned"), str) and r["tuned"] else ""
+        tuned += f"; on a substitute for {r['substitute']}" if isinstance(r.get("substitute"), str) and \
+            r["substitute"] else ""
         lines.append(f"- {r['says']}{f' ({where})' if where else ''}:{compared}{tuned}{paired} -> **{r['verdict']}**")
     return "\n".join(lines)
 
@@ -297,7 +307,8 @@ def _fmt(v) -> str:
 def read(path: Path) -> pd.DataFrame:
     """A verdict file (``<artefact>_claims.csv``, written by ``fedrun-table`` beside its table) as :func:`check` made
     it: ``where``, ``method`` and ``versus`` as dicts, ``interval`` as (low, high), NaN where pairs are missing."""
-    df = pd.read_csv(path, dtype={"says": str, "value": str, "verdict": str, "tuned": str, "rule": str}
+    df = pd.read_csv(path, dtype={"says": str, "value": str, "verdict": str, "tuned": str, "rule": str,
+                                  "substitute": str}
                      ).reindex(columns=COLUMNS)
     for col in ("where", "method", "versus"):
         df[col] = [ast.literal_eval(v) if isinstance(v, str) else {} for v in df[col]]
@@ -309,7 +320,9 @@ def read(path: Path) -> pd.DataFrame:
 def where_cell(r) -> str:
     """A verdict row's point, ``algo=fedavg, preset=x``, and the values of a tuned key each side was compared at."""
     where = ", ".join(f"{k}={v}" for k, v in r["where"].items())
-    return where + (f"; each at its best {r['tuned']}" if isinstance(r["tuned"], str) and r["tuned"] else "")
+    where += f"; each at its best {r['tuned']}" if isinstance(r["tuned"], str) and r["tuned"] else ""
+    return where + (f"; on a substitute for {r['substitute']}" if isinstance(r.get("substitute"), str)
+                    and r["substitute"] else "")
 
 
 def paired_cell(r) -> str:

@@ -403,7 +403,7 @@ def verdicts(artefact: Artefact, runs: pd.DataFrame, table: pd.DataFrame | None 
     table = summarise(artefact, runs) if table is None else table
     return claims.check(artefact.claims, table, summary_keys(artefact, table),
                         frozenset(v.name for v in artefact.values if v.reaching), runs, artefact.not_run,
-                        artefact.not_checked)
+                        artefact.not_checked, artefact.substitutes)
 
 
 def runs_file(runs: pd.DataFrame) -> pd.DataFrame:
