@@ -372,9 +372,11 @@ def seeds_said(table_text: str, artefact: Artefact) -> str:
     found = re.search(r"over seeds \[([^\]]*)\]", table_text)
     seeds = [int(s) for s in found.group(1).split(",") if s.strip()] if found else []
     registered = confirmatory_seeds(artefact)
-    if seeds and set(seeds) <= set(registered):
-        return (f"Seeds: {seeds}, the registered confirmatory ones (seeds {CONFIRMATORY_FROM} and up are refused to "
-                "every exploration): unseen before the claims were decided.\n")
+    if seeds and set(registered) <= set(seeds):
+        tuned = sorted(set(seeds) - set(registered))
+        return (f"Seeds: {registered}, the registered confirmatory ones (seeds {CONFIRMATORY_FROM} and up are refused "
+                "to every exploration): unseen before the claims were decided"
+                + (f"; the tuned values were picked on seeds {tuned}" if tuned else "") + ".\n")
     return (f"Seeds: {seeds or 'unknown'}, below the confirmatory block ({CONFIRMATORY_FROM} and up): exploration "
             "used the same range, so they may have been seen before the claims were registered; the claims are to be "
             f"decided again on the registered seeds {registered[0]}-{registered[-1]} (`fedrun-table {artefact.name} "

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import run_cli
-from fedrun.papers.artefacts import CONFIRMATORY_FROM, CONFIRMING, artefacts, confirmatory_seeds, seeds_given
+from fedrun.papers.artefacts import (CONFIRMATORY_FROM, CONFIRMING, artefacts, confirmatory_seeds, seeds_given,
+                                     tuning_seeds)
 from fedrun.papers.table import main, seeds_refused
 
 
@@ -16,6 +17,8 @@ def test_an_artefacts_confirmatory_seeds_are_the_first_its_claims_need_of_the_bl
     assert confirmatory_seeds(controls) == list(range(CONFIRMATORY_FROM, CONFIRMATORY_FROM + 5))
     _, fig5a = artefacts()["bherd_fig5a"]  # claims on the means only: nothing to confirm
     assert confirmatory_seeds(fig5a) == []
+    _, tuned = artefacts()["fedgh_synthetic_controls"]  # tuned over the server lr: its values picked on 0-4 first
+    assert tuning_seeds(tuned) == [0, 1, 2, 3, 4] and tuning_seeds(controls) == []
     assert seeds_given(["seed=3", "fl.lr=0.1"]) == [3]
     assert seeds_given(["seed=range(998,1002)"]) == [998, 999, 1000, 1001]
     assert seeds_given(["seed=1000,1001"]) == [1000, 1001] and seeds_given(["fl.lr=1"]) == []
@@ -54,3 +57,34 @@ def test_a_claims_page_says_whether_its_seeds_were_the_registered_fresh_ones():
     assert "may have been seen before the claims were registered" in explored and "1000-1004" in explored
     fresh = index.seeds_said("Mean ± std over seeds [1000, 1001, 1002, 1003, 1004] of x", controls)
     assert fresh.startswith("Seeds: [1000, 1001, 1002, 1003, 1004], the registered confirmatory ones")
+
+
+def test_a_tuned_claim_picks_its_values_on_the_tuning_seeds_and_is_tested_on_the_confirmatory_ones():
+    """FedGH against its base, each at its best server lr: on the tuning seeds (0-4) FedGH is best at lr 1 and the
+    base at lr 2; on the confirmatory seeds (1000-1004) FedGH at lr 2 would look best, but the values were picked
+    before them. The pairs are the five confirmatory seeds, at lr 1 against lr 2; without confirmatory seeds the
+    values are picked on the means over all seeds, as before."""
+    import pandas as pd
+
+    from fedrun.papers.artefacts import Claim
+    from fedrun.papers.claims import check
+
+    claim = Claim("gh helps", "acc", "algo/harmonizer", ("fedgh",), ("none",), effect=1.0, tuned="lr")
+    acc = {("fedgh", "1", "tune"): 82.0, ("fedgh", "2", "tune"): 80.0, ("none", "1", "tune"): 79.0,
+           ("none", "2", "tune"): 80.0, ("fedgh", "1", "test"): 82.0, ("fedgh", "2", "test"): 86.0,
+           ("none", "1", "test"): 79.0, ("none", "2", "test"): 80.0}
+    runs = pd.DataFrame([{"algo/harmonizer": side, "lr": lr, "seed": seed, "status": "finished",
+                          "acc": acc[(side, lr, "test" if seed >= CONFIRMATORY_FROM else "tune")] + 0.01 * (seed % 7)}
+                         for side in ("fedgh", "none") for lr in ("1", "2")
+                         for seed in [*range(5), *range(CONFIRMATORY_FROM, CONFIRMATORY_FROM + 5)]])
+    table = runs.groupby(["algo/harmonizer", "lr"])["acc"].mean().reset_index().assign(runs=10, fixture="")
+    row = check((claim,), table, ["algo/harmonizer", "lr"], runs=runs).iloc[0]
+    assert row["tuned"].startswith("lr: fedgh 1 (the grid's end), none 2") and row["pairs"] == 5
+    assert row["difference"] == pytest.approx(2.0)  # 82 against 80 on the confirmatory seeds
+    explored = runs[runs["seed"] < CONFIRMATORY_FROM]
+    plain = check((claim,), explored.groupby(["algo/harmonizer", "lr"])["acc"].mean().reset_index().assign(
+        runs=5, fixture=""), ["algo/harmonizer", "lr"], runs=explored).iloc[0]
+    assert plain["tuned"].startswith("lr: fedgh 1 (the grid's end), none 2") and plain["pairs"] == 5
+    mixed = check((claim,), table, ["algo/harmonizer", "lr"], runs=runs.assign(seed=runs["seed"] % 1000 + 10 *
+                                                                               (runs["seed"] >= 1000))).iloc[0]
+    assert mixed["tuned"].startswith("lr: fedgh 2")  # no confirmatory block: picked on the means over all seeds

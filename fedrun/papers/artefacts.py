@@ -343,6 +343,14 @@ def confirmatory_seeds(artefact: Artefact) -> list[int]:
     return list(range(CONFIRMATORY_FROM, CONFIRMATORY_FROM + needed))
 
 
+def tuning_seeds(artefact: Artefact) -> list[int]:
+    """The seeds a tuned pre-registered claim picks its values on before they are tested on the confirmatory ones:
+    as many, from 0 (none for an artefact without a tuned claim)."""
+    if not any(c.tuned and c.preregistered for c in artefact.claims):
+        return []
+    return list(range(len(confirmatory_seeds(artefact))))
+
+
 def seeds_given(overrides: list[str]) -> list[int]:
     """Every seed a command's ``seed=`` overrides name (a single value, a sweep ``0,1``, ``range(3)``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser

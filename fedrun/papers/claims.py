@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrun.papers.artefacts import PRESET, Claim
+from fedrun.papers.artefacts import CONFIRMATORY_FROM, PRESET, Claim
 
 HOLDS, FAILS = "holds", "does not hold"
 UNDECIDED = "not decided"
@@ -129,9 +129,9 @@ def _paired(claim: Claim, where: dict, runs: pd.DataFrame, best: dict[str, str],
     """The runs of the two sides at ``where`` (one value each; at its ``best`` value of the tuned key, where the
     claim is tuned), by seed, for :func:`paired_verdict`; at a point on a substitute dataset (``stands_for``: the
     paper's preset it stands in for) decided against the paper's effect there."""
-    here = runs
-    for k, v in where.items():
-        here = here[here[k].astype(str) == str(v)] if k in here else here
+    here = _at(runs, where)
+    if confirming(runs):  # the registered confirmatory seeds decide; those below were for exploring and tuning
+        here = here[pd.to_numeric(here["seed"]) >= CONFIRMATORY_FROM]
     sides, missing = {}, {}
     for name, value in (("method", claim.method[0]), ("versus", claim.versus[0])):
         side = here[here[claim.key].astype(str) == value] if claim.key in here else here.iloc[:0]
@@ -153,6 +153,27 @@ def _paired(claim: Claim, where: dict, runs: pd.DataFrame, best: dict[str, str],
         reported = paired_difference(claim, sides["method"], sides["versus"])
         return (reported | {"needs": math.nan} if reported["pairs"] else {}) | {"verdict": f"not checked: {why}"}
     return paired_verdict(claim, sides["method"], sides["versus"], missing, effect)
+
+
+def _at(runs: pd.DataFrame, where: dict) -> pd.DataFrame:
+    """The runs at a point (``where``: grid values; a key the runs do not have is no filter)."""
+    for k, v in where.items():
+        runs = runs[runs[k].astype(str) == str(v)] if k in runs else runs
+    return runs
+
+
+def confirming(runs: pd.DataFrame | None) -> bool:
+    """Whether the runs hold the confirmatory block's seeds (fedrun-table --confirm): then the pre-registered claims
+    are decided on those seeds alone, and a tuned claim picks its values on the seeds below the block."""
+    return runs is not None and "seed" in runs and bool((pd.to_numeric(runs["seed"]) >= CONFIRMATORY_FROM).any())
+
+
+def _tuning(claim: Claim, runs: pd.DataFrame, where: dict) -> pd.DataFrame:
+    """A tuned claim's tuning table at a point: the mean of its value over the complete runs below the confirmatory
+    block, for each side's value and each value of the tuned key (what :func:`_best` reads)."""
+    below = _at(runs, where)
+    below = below[(pd.to_numeric(below["seed"]) < CONFIRMATORY_FROM) & below["status"].isin(("finished", "diverged"))]
+    return below.groupby([claim.key, claim.tuned], dropna=False)[claim.value].mean().reset_index()
 
 
 def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reaching: frozenset[str] = frozenset(),
@@ -187,7 +208,9 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
         groups = compared.groupby(others, dropna=False, sort=False) if others else [((), compared)]
         for where, group in groups:
             where = dict(zip(others, where if isinstance(where, tuple) else (where,)))
-            best = _best(claim, group, claim.value in reaching) if claim.tuned else {}
+            # a tuned claim's values: picked on the tuning seeds where the confirmatory ones are there to test them
+            tuning = _tuning(claim, runs, where) if claim.tuned and confirming(runs) else group
+            best = _best(claim, tuning, claim.value in reaching) if claim.tuned else {}
             if best:
                 at_best = group[claim.key].astype(str).map(best)
                 group = group[at_best.isna() | (group[claim.tuned].astype(str) == at_best)]

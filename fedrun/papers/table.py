@@ -43,7 +43,7 @@ from fedrun.papers import measures
 from fedrun.errors import FedrunError
 from fedrun.config.overrides import override_key
 from fedrun.papers.artefacts import (CONFIRMATORY_FROM, CONFIRMING, Artefact, artefacts, confirmatory_seeds, grid,
-                                     is_sweep, outline, preset_config, seeds_given)
+                                     is_sweep, outline, preset_config, seeds_given, tuning_seeds)
 from fedrun.papers.table_summary import FIXTURE_FILE, SUMMARY_FILE, collect, write
 from fedrun.rundir.files import commits_of
 from fedrun.rundir.sweeps import sweep_progress
@@ -313,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(refused)
     # the seed is named in every job's folder, so more seeds add folders (a measured artefact has repeats instead)
     if args.confirm:
-        overrides.append("seed=" + ",".join(map(str, confirmatory_seeds(artefact))))
+        # a tuned claim's values are picked on the tuning seeds, then tested on the confirmatory ones
+        overrides.append("seed=" + ",".join(map(str, tuning_seeds(artefact) + confirmatory_seeds(artefact))))
         os.environ[CONFIRMING] = "1"  # the sweeps it starts may run the block (fedrun refuses it to others)
     elif not artefact.measure and not any(override_key(o) == "seed" for o in overrides):
         overrides.append("seed=" + ",".join(map(str, range(args.seeds or 1))))
