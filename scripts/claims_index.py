@@ -398,7 +398,7 @@ def artefact_section(artefact: Artefact, rows: pd.DataFrame | None, folder: Path
         lines += [f"Runs: [{table.name}]({table.name}), {made.runs} runs made at commit "
                   f"{', '.join(c[:7] + '-dirty' * c.endswith('-dirty') for c in made.commits) or 'unknown'} "
                   f"({state}); their compute time {duration(made.compute_s)}{made.where}.\n"]
-    if table.exists() and any(c.preregistered for c in artefact.claims):
+    if table.exists() and artefact.claims:
         lines += [seeds_said(table.read_text(), artefact)]
     numbered = ~rows["verdict"].str.startswith("not checked") | rows["pairs"].notna()  # decided, or reported
     if numbered.any():

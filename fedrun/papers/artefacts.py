@@ -337,9 +337,9 @@ NOT_A_PAPERS = {"smoke"}  # the experiment presets that pin no paper's setting
 
 
 def confirmatory_seeds(artefact: Artefact) -> list[int]:
-    """The seeds an artefact's pre-registered claims are confirmed on: the first ``seeds`` (the most any of its
-    claims needs) of the confirmatory block, fixed by their registration and unseen by exploration."""
-    needed = max((c.seeds for c in artefact.claims if c.preregistered), default=0)
+    """The seeds an artefact's claims are confirmed on: the first ``seeds`` (the most any of its claims needs; 5 for
+    a claim on the means) of the confirmatory block, fixed by their registration and unseen by exploration."""
+    needed = max((c.seeds for c in artefact.claims), default=0)
     return list(range(CONFIRMATORY_FROM, CONFIRMATORY_FROM + needed))
 
 

@@ -20,7 +20,7 @@ unless ``--out`` says where (the committed tables are in ``results/<paper>/``). 
 replaced only by one made with the same settings (rounds, seeds, the runs' commits) or with ``--replace``: a 5-round
 check never passes for a paper's table.
 
-Seeds 1000 and up are the confirmatory block: an artefact's pre-registered claims are confirmed on its first seeds
+Seeds 1000 and up are the confirmatory block: an artefact's claims are confirmed on its first seeds
 (as many as they need), which ``--confirm`` runs and nothing else may (``--seeds``, a ``seed=`` override, and
 ``fedrun`` itself with a paper's preset refuse them), so that no exploration sees them before the claims are decided.
 
@@ -242,13 +242,13 @@ def print_estimate(artefact: Artefact, overrides: list[str], command: str) -> in
 
 def seeds_refused(artefact: Artefact, overrides: list[str], seeds: int | None, confirm: bool) -> str | None:
     """Why the seeds asked of ``artefact`` are refused: ``--confirm`` with seeds of its own, or for an artefact
-    without pre-registered claims; exploration (``--seeds``, ``seed=``) reaching into the confirmatory block."""
+    without claims; exploration (``--seeds``, ``seed=``) reaching into the confirmatory block."""
     given = seeds_given(overrides)
     if confirm:
         if seeds is not None or given:
             return "--confirm runs the registered confirmatory seeds: give no --seeds and no seed="
         if not confirmatory_seeds(artefact):
-            return f"--confirm: {artefact.name} has no pre-registered claim, so no confirmatory seeds"
+            return f"--confirm: {artefact.name} makes no claim, so it has no confirmatory seeds"
         return None
     blocked = sorted({s for s in [*given, *range(seeds or 0)] if s >= CONFIRMATORY_FROM})
     if blocked:
@@ -267,9 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="name every artefact, its grid size and its data")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..K-1 per grid point (exploration; 1 by "
                                                                  "default)")
-    parser.add_argument("--confirm", action="store_true", help="run the seeds the artefact's pre-registered claims "
-                                                               "are confirmed on (the confirmatory block, 1000 on), "
-                                                               "which nothing else may run")
+    parser.add_argument("--confirm", action="store_true", help="run the seeds the artefact's claims are confirmed on "
+                                                               "(the confirmatory block, 1000 on), which nothing "
+                                                               "else may run")
     parser.add_argument("--presets", default=None, help="only these of the artefact's presets (comma-separated)")
     parser.add_argument("--collect-only", action="store_true", help="summarise the runs under --runs; run nothing")
     parser.add_argument("--estimate", action="store_true", help="say how long the sweep would take on this machine, "
