@@ -55,14 +55,14 @@ def test_the_interval_and_the_sign_flip_p_are_the_textbook_ones():
 def test_a_verdict_reports_the_power_the_rule_had_at_the_papers_effect():
     """A point of 5 pairs with spread 1 where the paper's effect is 1 (the rule needs half of it): the power it
     reports is the share of data sets with a true mean difference of 1 that the rule calls "holds", as a loop of the
-    rule itself over 1,000 other data sets finds it (within Monte Carlo error); the verdict row and its Markdown line
+    rule itself over 400 other data sets finds it (within Monte Carlo error); the verdict row and its Markdown line
     carry it."""
     claim = Claim("x beats y", "acc", "algo", ("x",), ("y",), effect=1.0)
     reported = claims.power(5, 1.0, 1.0, 0.5)
     rng = np.random.default_rng(7)
     looped = np.mean([claims.paired_verdict(claim, dict(enumerate(d)), dict.fromkeys(range(5), 0.0), {}, 1.0)
-                      ["verdict"] == HOLDS for d in rng.normal(1.0, 1.0, (1000, 5))])
-    assert 0.2 < reported < 0.9 and abs(reported - looped) < 3 * math.sqrt(reported * (1 - reported) / 1000)
+                      ["verdict"] == HOLDS for d in rng.normal(1.0, 1.0, (400, 5))])
+    assert 0.2 < reported < 0.9 and abs(reported - looped) < 3 * math.sqrt(reported * (1 - reported) / 400)
     out = claims.paired_verdict(claim, {s: 1.0 + 0.3 * s for s in range(5)}, dict.fromkeys(range(5), 0.0), {}, 1.0)
     assert out["verdict"] == HOLDS and out["power"] == claims.power(5, 1.0, out["sd"], 0.5)
     assert out["rule"] == claims.RULE and out["p_sign"] == pytest.approx(1 / 32)
