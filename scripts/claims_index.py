@@ -16,8 +16,10 @@ or "not testable here" with its ``not_run`` reasons where none of its presets ca
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
+import subprocess
 import sys
 import textwrap
 import time
@@ -33,6 +35,8 @@ from fedrun.papers.artefacts import Artefact, Claim, Paper, outline, papers
 from fedrun.papers.table_summary import read_provenance
 from fedrun.rundir.report import duration
 from fedrun.rundir.files import git_commit
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def rule(claim: Claim) -> str:
@@ -364,6 +368,16 @@ def forest(paper: Paper, found: dict[str, pd.DataFrame], folder: Path) -> bool:
     return True
 
 
+@functools.cache
+def registered(paper_key: str, says: str) -> str:
+    """When a claim was written down: the first commit whose ``paper/<paper>.yaml`` holds its words (git's pickaxe;
+    a claim reworded since counts from its rewording)."""
+    found = subprocess.run(["git", "log", "--reverse", "--format=%h %as", "-S", says, "--", f"paper/{paper_key}.yaml"],
+                           cwd=REPO, capture_output=True, text=True)
+    first = found.stdout.split("\n", 1)[0].split() if found.returncode == 0 else []
+    return f"Registered at commit {first[0]} on {first[1]}." if len(first) == 2 else "Registered: not known here."
+
+
 def seeds_said(table_text: str, artefact: Artefact) -> str:
     """Whether the seeds a table's pre-registered claims were decided on are the registered confirmatory ones (the
     block no exploration may run) or seeds exploration may have seen before the claims were registered."""
@@ -387,7 +401,7 @@ def artefact_section(artefact: Artefact, rows: pd.DataFrame | None, folder: Path
     """One artefact's claims: their rules, where its runs come from (its table's header in ``folder``), and a row per
     claim and point of its verdicts ``rows``."""
     lines = [f"## {artefact.name}: {artefact.source}\n", f"Measured: {artefact.what}.\n" if artefact.what else ""]
-    lines += [f"- {c.says}. Rule: {rule(c)}." for c in artefact.claims] + [""]
+    lines += [f"- {c.says}. Rule: {rule(c)}. {registered(artefact.paper, c.says)}" for c in artefact.claims] + [""]
     table = folder / f"{artefact.name}.md"
     if rows is None:
         lines += [f"No verdicts: {verdicts(None, artefact.claims[0], untestable(artefact))}.\n"]

@@ -90,3 +90,17 @@ def test_a_tuned_claim_picks_its_values_on_the_tuning_seeds_and_is_tested_on_the
     mixed = check((claim,), table, ["algo/harmonizer", "lr"], runs=runs.assign(seed=runs["seed"] % 1000 + 10 *
                                                                                (runs["seed"] >= 1000))).iloc[0]
     assert mixed["tuned"].startswith("lr: fedgh 2")  # no confirmatory block: picked on the means over all seeds
+
+
+def test_a_claims_page_says_when_each_claim_was_registered():
+    """From git: the first commit whose paper file holds the claim's words, with its date."""
+    import re
+
+    from conftest import load_script
+
+    index = load_script("claims_index")
+    _, controls = artefacts()["bherd_svm_controls"]
+    said = index.registered("bherd", controls.claims[0].says)
+    assert re.fullmatch(r"Registered at commit [0-9a-f]{7,} on \d{4}-\d\d-\d\d\.", said) or \
+        said == "Registered: not known here.", said  # a copy without git's history
+    assert index.registered("bherd", "a claim no commit ever held") == "Registered: not known here."
