@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import traceback
@@ -26,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedrun.config.compose import CONF_DIR
 from fedrun.errors import ConfigError, FedrunError, OverwriteError, StaleRunError
+from fedrun.papers import CONFIRMATORY_FROM
 from fedrun.config.overrides import check_overrides, check_run, check_sweep_jobs, override_key
 from fedrun.config.renames import renamed_overrides
 from fedrun.process.quick_exit import ends_process
@@ -210,7 +212,8 @@ def confirmatory_block(args: list[str]) -> str | None:
     """A paper's preset asked to run on the claims' confirmatory seeds outside ``fedrun-table --confirm``: refused
     (fedrun.papers.artefacts.confirmatory_block_refused); the papers are read only when a seed of the block is
     named."""
-    if not any(override_key(a) == "seed" and any(c.isdigit() for c in a) for a in args):
+    named = [int(n) for a in args if override_key(a) == "seed" for n in re.findall(r"\d+", a.split("=", 1)[-1])]
+    if not any(n >= CONFIRMATORY_FROM for n in named):  # none of the block named: the papers (pandas) stay unloaded
         return None
     from fedrun.papers.artefacts import confirmatory_block_refused
 

@@ -18,6 +18,7 @@ import pandas as pd
 import yaml
 
 from fedrun.errors import ConfigError
+from fedrun.papers import CONFIRMATORY_FROM
 from fedrun.config.overrides import override_key
 from fedrun.shipped import folder as shipped_folder
 
@@ -331,7 +332,6 @@ def read_paper(path: Path) -> Paper:
                  venue=raw.get("venue", ""), artefacts=artefacts)
 
 
-CONFIRMATORY_FROM = 1000  # seeds from here on are the claims' confirmatory block: no exploration may see them
 CONFIRMING = "FEDRUN_CONFIRMATORY"  # "1" in the sweeps `fedrun-table --confirm` starts: the block is theirs
 NOT_A_PAPERS = {"smoke"}  # the experiment presets that pin no paper's setting
 
