@@ -104,3 +104,35 @@ def test_a_claims_page_says_when_each_claim_was_registered():
     assert re.fullmatch(r"Registered at commit [0-9a-f]{7,} on \d{4}-\d\d-\d\d\.", said) or \
         said == "Registered: not known here.", said  # a copy without git's history
     assert index.registered("bherd", "a claim no commit ever held") == "Registered: not known here."
+
+
+def test_fedrun_table_confirm_runs_the_tuning_and_confirmatory_seeds_and_lets_its_sweeps_run_them(monkeypatch):
+    """--confirm (here with --estimate, which runs nothing but the probes, replaced) gives the sweeps the registered
+    seeds, the tuning ones first for a tuned artefact, and marks its process so that fedrun lets them run."""
+    import fedrun.papers.table as table
+
+    monkeypatch.setenv(CONFIRMING, "0")  # put back after the test: main marks its own process
+    asked = {}
+    monkeypatch.setattr(table, "print_estimate", lambda artefact, overrides, command: asked.update(
+        {artefact.name: [o for o in overrides if o.startswith("seed=")]}) or 0)
+    assert main(["bherd_svm_controls", "--confirm", "--estimate"]) == 0
+    assert asked["bherd_svm_controls"] == ["seed=1000,1001,1002,1003,1004"]
+    import os
+
+    assert os.environ[CONFIRMING] == "1"
+    assert main(["fedgh_synthetic_controls", "--confirm", "--estimate"]) == 0
+    assert asked["fedgh_synthetic_controls"] == ["seed=0,1,2,3,4,1000,1001,1002,1003,1004"]
+
+
+def test_the_command_lines_check_reads_no_paper_unless_a_seed_of_the_block_is_named(monkeypatch):
+    """fedrun's start-up stays free of the papers (and pandas) for every command that names no seed of 1000 and up:
+    with the papers' module made unimportable, those commands pass the check, and one naming the block fails it."""
+    import sys
+
+    from fedrun.cli import confirmatory_block
+
+    monkeypatch.setitem(sys.modules, "fedrun.papers.artefacts", None)  # importing it now raises
+    for args in (["seed=3"], ["-m", "seed=range(5)", "experiment=bherd_svm_mnist"], ["fl.rounds=1000"], []):
+        assert confirmatory_block(args) is None, args
+    with pytest.raises(ImportError):
+        confirmatory_block(["seed=range(998,1003)", "experiment=bherd_svm_mnist"])

@@ -363,10 +363,16 @@ def seeds_given(overrides: list[str]) -> list[int]:
     return seeds
 
 
+def in_block(seeds) -> list[int]:
+    """The seeds of ``seeds`` in the confirmatory block, sorted, each once."""
+    return sorted({s for s in seeds if s >= CONFIRMATORY_FROM})
+
+
 def confirmatory_block_refused(overrides: list[str]) -> str | None:
     """A command that runs a paper's setting (an experiment preset fedrun ships) on a seed of the confirmatory block
     outside ``fedrun-table --confirm``: why it is refused and the fix; None for any other command."""
-    if os.environ.get(CONFIRMING) == "1" or not any(s >= CONFIRMATORY_FROM for s in seeds_given(overrides)):
+    blocked = [] if os.environ.get(CONFIRMING) == "1" else in_block(seeds_given(overrides))
+    if not blocked:
         return None
     from fedrun.config.compose import CONF_DIR
 
@@ -374,11 +380,10 @@ def confirmatory_block_refused(overrides: list[str]) -> str | None:
     theirs = {p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml")} - NOT_A_PAPERS  # each pins a paper's
     if not chosen & theirs:
         return None
-    blocked = sorted(s for s in seeds_given(overrides) if s >= CONFIRMATORY_FROM)
     return (f"seed={','.join(map(str, blocked))}: seeds {CONFIRMATORY_FROM} and up are the confirmatory block that "
-            f"the papers' pre-registered claims reserve, and experiment={sorted(chosen & theirs)[0]} is a paper's "
-            f"preset: no exploration may see them. Fix: explore with seeds below {CONFIRMATORY_FROM}, or run an "
-            f"artefact's registered seeds with `fedrun-table <artefact> --confirm`")
+            f"the papers' claims reserve, and experiment={sorted(chosen & theirs)[0]} is a paper's preset: no "
+            f"exploration may see them. Fix: explore with seeds below {CONFIRMATORY_FROM}, or run an artefact's "
+            f"registered seeds with `fedrun-table <artefact> --confirm`")
 
 
 def papers() -> dict[str, Paper]:

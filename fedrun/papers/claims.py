@@ -130,8 +130,6 @@ def _paired(claim: Claim, where: dict, runs: pd.DataFrame, best: dict[str, str],
     claim is tuned), by seed, for :func:`paired_verdict`; at a point on a substitute dataset (``stands_for``: the
     paper's preset it stands in for) decided against the paper's effect there."""
     here = _at(runs, where)
-    if confirming(runs):  # the registered confirmatory seeds decide; those below were for exploring and tuning
-        here = here[pd.to_numeric(here["seed"]) >= CONFIRMATORY_FROM]
     sides, missing = {}, {}
     for name, value in (("method", claim.method[0]), ("versus", claim.versus[0])):
         side = here[here[claim.key].astype(str) == value] if claim.key in here else here.iloc[:0]
@@ -162,18 +160,22 @@ def _at(runs: pd.DataFrame, where: dict) -> pd.DataFrame:
     return runs
 
 
-def confirming(runs: pd.DataFrame | None) -> bool:
-    """Whether the runs hold the confirmatory block's seeds (fedrun-table --confirm): then the pre-registered claims
-    are decided on those seeds alone, and a tuned claim picks its values on the seeds below the block."""
-    return runs is not None and "seed" in runs and bool((pd.to_numeric(runs["seed"]) >= CONFIRMATORY_FROM).any())
+def split_seeds(runs: pd.DataFrame | None) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """The runs that decide the pre-registered claims and those a tuned claim picks its values on: where the runs
+    hold the confirmatory block's seeds (fedrun-table --confirm), those seeds alone, and the seeds below it; else all
+    runs, and no separate tuning runs (a tuned claim picks on the means over all seeds)."""
+    if runs is None or "seed" not in runs:
+        return runs, None
+    block = pd.to_numeric(runs["seed"]) >= CONFIRMATORY_FROM
+    return (runs[block], runs[~block]) if block.any() else (runs, None)
 
 
 def _tuning(claim: Claim, runs: pd.DataFrame, where: dict) -> pd.DataFrame:
-    """A tuned claim's tuning table at a point: the mean of its value over the complete runs below the confirmatory
-    block, for each side's value and each value of the tuned key (what :func:`_best` reads)."""
-    below = _at(runs, where)
-    below = below[(pd.to_numeric(below["seed"]) < CONFIRMATORY_FROM) & below["status"].isin(("finished", "diverged"))]
-    return below.groupby([claim.key, claim.tuned], dropna=False)[claim.value].mean().reset_index()
+    """A tuned claim's tuning table at a point: the mean of its value over the complete tuning ``runs`` there, for
+    each side's value and each value of the tuned key (what :func:`_best` reads)."""
+    here = _at(runs, where)
+    here = here[here["status"].isin(("finished", "diverged"))]
+    return here.groupby([claim.key, claim.tuned], dropna=False)[claim.value].mean().reset_index()
 
 
 def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reaching: frozenset[str] = frozenset(),
@@ -189,6 +191,7 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
     artefact's) names ran on a stand-in for the paper's dataset: it is labelled (``substitute``: the paper's preset)
     and a pre-registered claim decides it against the paper's effect there."""
     rows = []
+    runs, tuning_runs = split_seeds(runs)
     ran = table[pd.to_numeric(table.get("runs"), errors="coerce").fillna(0) > 0] if "runs" in table else table
     idle = [p for p in dict.fromkeys(table[PRESET].dropna()) if p not in set(ran[PRESET])] if PRESET in table else []
     for claim in claims:
@@ -209,7 +212,7 @@ def check(claims: tuple[Claim, ...], table: pd.DataFrame, keys: list[str], reach
         for where, group in groups:
             where = dict(zip(others, where if isinstance(where, tuple) else (where,)))
             # a tuned claim's values: picked on the tuning seeds where the confirmatory ones are there to test them
-            tuning = _tuning(claim, runs, where) if claim.tuned and confirming(runs) else group
+            tuning = _tuning(claim, tuning_runs, where) if claim.tuned and tuning_runs is not None else group
             best = _best(claim, tuning, claim.value in reaching) if claim.tuned else {}
             if best:
                 at_best = group[claim.key].astype(str).map(best)

@@ -43,7 +43,7 @@ from fedrun.papers import measures
 from fedrun.errors import FedrunError
 from fedrun.config.overrides import override_key
 from fedrun.papers.artefacts import (CONFIRMATORY_FROM, CONFIRMING, Artefact, artefacts, confirmatory_seeds, grid,
-                                     is_sweep, outline, preset_config, seeds_given, tuning_seeds)
+                                     in_block, is_sweep, outline, preset_config, seeds_given, tuning_seeds)
 from fedrun.papers.table_summary import FIXTURE_FILE, SUMMARY_FILE, collect, write
 from fedrun.rundir.files import commits_of
 from fedrun.rundir.sweeps import sweep_progress
@@ -250,7 +250,7 @@ def seeds_refused(artefact: Artefact, overrides: list[str], seeds: int | None, c
         if not confirmatory_seeds(artefact):
             return f"--confirm: {artefact.name} makes no claim, so it has no confirmatory seeds"
         return None
-    blocked = sorted({s for s in [*given, *range(seeds or 0)] if s >= CONFIRMATORY_FROM})
+    blocked = in_block([*given, *range(seeds or 0)])
     if blocked:
         return (f"seeds {blocked[0]}..{blocked[-1]} are in the confirmatory block ({CONFIRMATORY_FROM} and up), which "
                 f"the claims' registrations reserve: explore with seeds below {CONFIRMATORY_FROM}, or run the "
