@@ -33,7 +33,8 @@ EXPECTED = {
     "bherd_fig8a": (1, 5 * 2),  # five E
     "bherd_fig8b": (1, 5 * 2),  # five B
     "bherd_fig8c": (1, 4 * 2),  # four N
-    "fedgh_table2": (15, 15 * 4 * 2),  # 3 settings of 3 image columns and 6 LEAF columns x 4 bases x FedGH or not
+    # 3 settings of 3 image columns, 6 LEAF columns and 2 substitutes for LEAF's x 4 bases x FedGH or not
+    "fedgh_table2": (17, 17 * 4 * 2),
     "fedgh_table3": (9, 9 * 4 * 2),  # each column's first setting
     "fedgh_table4": (2, 2 * 4 * 2),  # CIFAR-10/100 x four K x FedGH or not
     "fedgh_table5": (2, 2 * 4 * 2),  # four E
@@ -41,6 +42,7 @@ EXPECTED = {
     "fedgh_cnn_controls": (2, 2 * 3 * 3 * 3),  # CIFAR-10 and its substitute x three bases x three x three lrs
     "gift_table1": (5, 5 * 2),  # five settings x (fixed tau = 100, GIFT)
     "dgt_fig5": (3, 3 * 3 * 2),  # three datasets x three bases x DGT or not
+    "dgt_reduced": (1, 2),  # FedAvg without and with DGT
     "gift_fig5": (5, 5 * 2),  # Table 1's runs
     "gift_fig6": (3, 3 * 3),  # three settings x (GIFT, AFL, AdaComm)
     "gift_fig7": (3, 3 * 2),  # with and without relaxation
