@@ -25,8 +25,13 @@ def test_the_limits_table_puts_each_round_beside_its_floors(tmp_path, monkeypatc
         assert r["share_of_peak"] == pytest.approx(r["flops"] / r["round_s"] / 1e11)
         assert r["speedup"] == pytest.approx(base / r["round_s"])
         assert r["flops"] > 0 and r["bytes"] > 0 and r["machine"]["git_commit"]
+        # a graph form says whether its timing replayed graphs: on a CPU none is captured, every step is eager
+        assert ("graphs_captured" in r) is (r["form"] == "graph")
+        if r["form"] == "graph":
+            assert r["graphs_captured"] == r["graph_replays"] == 0 < r["eager_steps"] and not r["capture_fallback"]
     table = out.with_suffix(".md").read_text()
     assert table.count("| mlp_synthetic_100 |") == 4 and "python -m fedrun.bench.limits --device cpu" in table
+    assert table.count(" | 0 / 0 / ") == 2
 
 
 def test_a_bad_form_or_tf32_on_a_cpu_is_refused():

@@ -159,3 +159,28 @@ def test_a_stacked_linear_layers_written_out_backward_equals_autograds(outputs, 
         assert (got[1].data_ptr() == into.data_ptr()) == in_place
         assert in_place or got[1].is_contiguous()
     assert flat[:, :3].isnan().all() and flat[:, -2:].isnan().all()  # nothing written outside the part
+
+
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_a_stacked_linear_layers_backward_under_autocast_is_autograds_through_the_casts(outputs):
+    """Under bfloat16 autocast (hardware.precision=bfloat16) the forward's product runs in bfloat16 and the written-
+    out backward, which autocast does not reach, must still take the bfloat16 output gradient against float32 saved
+    inputs: its gradients equal autograd's through the same casts, each in its input's type."""
+    from fedrun.model.cohort_network import _StackedLinear, stacked_linear
+
+    torch.manual_seed(2)
+    h = torch.randn(4, 7, 5, requires_grad=True)
+    weight = torch.randn(4, outputs, 5, requires_grad=True)
+    b = torch.randn(4, outputs, requires_grad=True)
+    g = torch.randn(4, 7, outputs)
+    results = []
+    for layer in (lambda *a: _StackedLinear.apply(*a, None), stacked_linear):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = layer(h, weight, b)
+        assert out.dtype == torch.bfloat16
+        results.append((out, torch.autograd.grad((out.float() * g).sum(), [h, weight, b])))
+    (mine, mine_grads), (theirs, their_grads) = results
+    torch.testing.assert_close(mine, theirs)
+    for got, want, given in zip(mine_grads, their_grads, (h, weight, b)):
+        assert got.dtype == given.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)

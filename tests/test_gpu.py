@@ -12,23 +12,53 @@ from test_executor import BATCHNORM_ON_A_GPU, FAMILIES, tiny, two_rounds
 NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def test_the_gpu_settings_follow_the_config_and_a_cpu_run_leaves_them(cfg_factory, monkeypatch):
+def test_the_gpu_settings_follow_the_config_and_a_cpu_run_leaves_them(cfg_factory, monkeypatch, caplog):
+    """A GPU run computes float32 in float32 outside its local steps, and TF32 (hardware.precision=tf32) inside them
+    alone; deterministic sets cuDNN's, torch's and cuBLAS's settings, and says when cuBLAS may have read its own
+    before the run (CUDA in use already: a mocked state here)."""
     from fedrun.engine.cuda_math import configure_cuda
+    from fedrun.engine.precision import local_steps
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    tf32 = lambda: (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)  # noqa: E731
     try:
-        configure_cuda(tf32=True, deterministic=True)
-        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+        configure_cuda(deterministic=True)
+        assert tf32() == (False, False)
+        with local_steps("tf32", torch.device("cuda")):
+            assert tf32() == (True, True)
+        assert tf32() == (False, False), "the server's products and the evaluation stay float32"
+        with local_steps("float32", torch.device("cuda")):
+            assert tf32() == (False, False)
         assert torch.backends.cudnn.deterministic and torch.are_deterministic_algorithms_enabled()
         assert torch.is_deterministic_algorithms_warn_only_enabled()
-        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-        configure_cuda(tf32=False, deterministic=False)
-        assert not (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and "cuBLAS" not in caplog.text
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        configure_cuda(deterministic=True)
+        assert "CUDA was in use in this process before the run" in caplog.text
+        configure_cuda(deterministic=False)
         assert not (torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled())
         Simulation(cfg_factory("data=digits", "model=logreg", "hardware.device=cpu", "hardware.deterministic=true"))
         assert not torch.are_deterministic_algorithms_enabled(), "a CPU run sets nothing (its kernels are)"
     finally:
-        configure_cuda(tf32=False, deterministic=False)
+        configure_cuda(deterministic=False)
+
+
+@pytest.mark.parametrize("timing,waits", [(["timing=simulated"], True),
+                                          (["timing=simulated", "timing.step_time_s=0.5"], False), ([], False)])
+def test_the_simulated_clock_times_the_steps_after_the_device_finished_them(cfg_factory, monkeypatch, timing, waits):
+    """A measured step time (timing=simulated, step_time_s null) waits for the device before the clock stops, since a
+    GPU's steps are queued (otherwise it measures their launches); no other run waits."""
+    from fedrun.engine import simulation
+
+    order = []
+    sim = Simulation(cfg_factory("data=digits", "model=logreg", "hardware=cpu", *timing))
+    trained = sim.train
+    monkeypatch.setattr(sim, "train", lambda *a, **k: order.append("train") or trained(*a, **k))
+    monkeypatch.setattr(simulation, "synchronize", lambda device: order.append(device))
+    sim.run_round(1)
+    assert order == (["train", sim.device] if waits else ["train"])
 
 
 @NEEDS_GPU

@@ -136,6 +136,9 @@ def test_the_fused_convolution_is_on_by_default_only_where_the_cpu_has_avx512(mo
         assert native.has_avx512() is avx512
         assert native.kernels_on(None) == {native.FUSED_CONV: avx512, native.INDEXED_ROWS: True}
         assert all(native.kernels_on(True).values()) and not any(native.kernels_on(False).values())
+        # CPU code: never for a GPU run, whatever hardware.native says (no build delays its first round)
+        assert not any(native.kernels_on(True, "float32", "cuda").values())
+        assert not any(native.kernels_on(None, "float32", torch.device("cuda", 0)).values())
         assert Simulation(cfg_factory(*cnn_on_digits)).model.fused_conv is avx512
         assert Simulation(cfg_factory(*cnn_on_digits, "hardware.native=true")).model.fused_conv
         assert not Simulation(cfg_factory(*cnn_on_digits, "hardware.native=false")).model.fused_conv

@@ -273,3 +273,33 @@ def test_a_rank_other_than_0_writes_nothing(tmp_path):
         out.close()
         assert sorted(p.name for p in folder.glob("*")) == (
             ["config.yaml", "metrics.csv", "partition.json", "summary.json"] if writer else [])
+
+
+def test_the_ranks_own_collectives_use_a_tensor_on_the_groups_device(monkeypatch):
+    """NCCL all-reduces GPU tensors only: under nccl the ranks' device is this rank's GPU, and the stop request's
+    all-reduce (``Ranks.most``) builds its tensor there (a mocked group: no GPU here)."""
+    import torch
+    import torch.distributed as dist
+
+    from fedrun.engine import ranks as ranks_module
+
+    for name, value in {"is_initialized": True, "get_rank": 1, "get_world_size": 2, "get_backend": "nccl"}.items():
+        monkeypatch.setattr(dist, name, lambda *a, _v=value, **k: _v)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(ranks_module, "launched", lambda: 2)
+    monkeypatch.setattr(ranks_module, "check_ranks", lambda cfg, size: [])
+    ranks = ranks_module.start(compose_config(BASE))
+    assert (ranks.rank, ranks.size, ranks.device) == (1, 2, torch.device("cuda", 1))
+
+    seen = []
+
+    def all_reduce(t, op=None):
+        seen.append(t.device)
+        t.fill_(7)
+
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    gloo = ranks_module.Ranks(0, 2, torch.device("cpu"))
+    assert gloo.most(3) == 7 and seen == [torch.device("cpu")]
+    with pytest.raises(RuntimeError, match="meta"):  # a meta tensor cannot be read back: only its device is checked
+        ranks_module.Ranks(0, 2, torch.device("meta")).most(3)
+    assert seen[-1] == torch.device("meta")

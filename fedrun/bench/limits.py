@@ -22,6 +22,7 @@ in the backward pass, and reads and writes its step state (parameters, direction
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ from fedrun.engine import tree
 from fedrun.engine.cuda_math import configure_cuda
 from fedrun.engine.executor import VmapExecutor, activation_bytes_per_sample
 from fedrun.engine.graph_executor import GraphExecutor
-from fedrun.engine.precision import local_steps
+from fedrun.engine.precision import local_steps, tf32_units
 from fedrun.model.functional import FunctionalModel
 from fedrun.rundir.files import device_name
 
@@ -46,32 +47,24 @@ DEFAULT_WORKLOADS = ("lenet5_cifar_1000", "mlp_mnist_1000", "lenet5_cifar_100", 
 
 
 class InPrecision:
-    """An executor whose rounds run in ``precision`` (TF32 is a process-wide switch: set around each round)."""
+    """An executor whose rounds run in ``precision`` (the local steps' context, as a run's)."""
 
     def __init__(self, executor, precision: str, device: torch.device):
         self.executor, self.precision, self.device = executor, precision, device
 
     def run(self, *args, **kwargs):
-        if self.device.type == "cuda":
-            configure_cuda(self.precision == "tf32", False)
-        try:
-            with local_steps(self.precision, self.device):
-                return self.executor.run(*args, **kwargs)
-        finally:
-            if self.device.type == "cuda":
-                configure_cuda(False, False)
+        with local_steps(self.precision, self.device):
+            return self.executor.run(*args, **kwargs)
+
+    def report(self) -> dict:
+        return self.executor.report()
 
 
 def matmul_peak(device: torch.device, precision: str, repeats: int = 3) -> float:
     """FLOP/s of the workloads' large matrix product in ``precision`` (float32, TF32 units, or bfloat16 operands)."""
-    if device.type == "cuda":
-        configure_cuda(precision == "tf32", False)
-    try:
-        dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+    with tf32_units() if precision == "tf32" else contextlib.nullcontext():
         return matmul_peak_gflops(device, repeats, dtype) * 1e9
-    finally:
-        if device.type == "cuda":
-            configure_cuda(False, False)
 
 
 def copy_bandwidth(device: torch.device, repeats: int = 3) -> float:
@@ -114,8 +107,18 @@ def run_limits(w, device: torch.device, forms, precisions, repeats: int, peaks: 
              "flops": flops, "bytes": traffic, "flops_floor_s": flops / peaks[precision],
              "bytes_floor_s": traffic / bandwidth, "achieved_tflops": flops / best[names[form, precision]] / 1e12,
              "share_of_peak": flops / best[names[form, precision]] / peaks[precision],
-             "speedup": base / best[names[form, precision]] if base else None, "device": device_name(device)}
+             "speedup": base / best[names[form, precision]] if base else None, "device": device_name(device),
+             **executors[form, precision].report()}  # a graph form's captures: whether its timing replayed graphs
             for form, precision in executors]
+
+
+def graphs(record: dict) -> str:
+    """A graph form's capture record in the table: counts, or why capture stopped; empty for the other forms."""
+    if "graphs_captured" not in record:
+        return ""
+    if record["capture_fallback"]:
+        return f"fell back to eager steps: {record['capture_fallback']}"
+    return f"{record['graphs_captured']} / {record['graph_replays']} / {record['eager_steps']}"
 
 
 def speedup(record: dict) -> str:
@@ -143,17 +146,19 @@ def markdown(records: list[dict], info: dict, command: str) -> str:
         f"| {r['round_s'] * 1e3:.1f} | {r['first_round_s']:.2f} | {r['flops_floor_s'] * 1e3:.2f} "
         f"| {r['bytes_floor_s'] * 1e3:.2f} "
         f"| {r['achieved_tflops']:.2f} | {100 * r['share_of_peak']:.1f}% | "
-        f"{speedup(r)} | {r['peak_mem_mb']:.0f} |\n" for r in records)
+        f"{speedup(r)} | {r['peak_mem_mb']:.0f} | {graphs(r)} |\n" for r in records)
     peaks = ", ".join(f"{p} {v / 1e12:.1f} TFLOP/s" for p, v in info["matmul_peak"].items())
     return (f"# A cohort's round against the chip's limits\n\nDevice: {records[0]['device'] if records else '?'}. "
             f"Matrix-product peaks measured in this run: {peaks}; copy bandwidth {info['copy_bandwidth'] / 1e9:.0f} "
             f"GB/s.\n\n| workload | clients | steps | form | precision | round ms | first round s | FLOP floor ms | "
-            "byte floor ms | TFLOP/s | of peak | speedup over vmap float32 | peak MB |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + rows +
+            "byte floor ms | TFLOP/s | of peak | speedup over vmap float32 | peak MB | graphs |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + rows +
             "\nround ms: the best of the timed rounds after the first; FLOP floor: the round's FLOPs (forward and "
             "backward, as torch.utils.flop_counter counts them) at the measured peak of its precision; byte floor: "
             "its minimal traffic (each activation written and read once, each step state read and written once) at "
-            "the measured copy bandwidth; of peak: achieved FLOP/s over the peak of its precision.\n\n"
+            "the measured copy bandwidth; of peak: achieved FLOP/s over the peak of its precision; graphs: a graph "
+            "form's CUDA graphs captured, steps replayed and steps run eagerly over all its rounds, or why capture "
+            "stopped (its timings are then eager steps').\n\n"
             + ("Runs batched into one cohort, against the same runs' cohorts one after another:\n\n"
                + "\n".join(batched) + "\n\n" if (batched := batched_gains(records)) else "") +
             f"Command: `{command}`; commit {info['git_commit']}, {info['date']}.\n")
@@ -183,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [n for n in args.only.split(",") if n not in every]:
         parser.error(f"--only {unknown}: workloads are {sorted(every)}")
     workloads = [quick(every[n]) if args.quick else every[n] for n in args.only.split(",")]
+    if device.type == "cuda":
+        configure_cuda(False)  # float32 is float32 outside a row's precision, as in a run
     info = machine() | {"matmul_peak": {p: matmul_peak(device, p) for p in precisions},
                         "copy_bandwidth": copy_bandwidth(device)}
     command = "python -m fedrun.bench.limits " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -7,24 +7,38 @@ CPU needs neither setting: its float32 is float32 and its kernels add in a fixed
 
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
 
+log = logging.getLogger("fedrun")
 
-def configure_cuda(tf32: bool, deterministic: bool) -> None:
-    """``tf32``: float32 matrix products and convolutions run on TF32 matrix units (Ampere and later: a 10-bit
-    mantissa in the products, about 3e-4 relative error, faster); false: float32 throughout, as on a CPU.
+
+def configure_cuda(deterministic: bool) -> None:
+    """float32 products and convolutions in float32, as on a CPU (torch's own default runs cuDNN's convolutions on
+    TF32 units; ``hardware.precision=tf32`` turns them on for the local steps alone: ``precision.tf32_units``).
     ``deterministic``: the same config and seed give the same model bit for bit: cuDNN's deterministic kernels,
     torch's deterministic algorithms (a warning names an operation that has none) and cuBLAS's fixed workspace
-    (``CUBLAS_WORKSPACE_CONFIG``, unless already set; it takes effect where no product ran before in the process).
+    (``CUBLAS_WORKSPACE_CONFIG``, unless already set). cuBLAS reads that variable when the process first uses it, so
+    where CUDA was already in use (a second run in one process) a warning says the products may not repeat.
     Process-wide settings: a run sets them before its first GPU computation."""
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if deterministic and "CUBLAS_WORKSPACE_CONFIG" not in os.environ:
+        if torch.cuda.is_initialized():
+            log.warning("hardware.deterministic=true: CUDA was in use in this process before the run, so cuBLAS may "
+                        "have read its workspace setting already and its products may not repeat bit for bit. Fix: "
+                        "start each run in its own process, or export CUBLAS_WORKSPACE_CONFIG=:4096:8 before it")
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     torch.backends.cudnn.deterministic = deterministic
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (a GPU runs it asynchronously; a CPU has none queued)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 _shares: dict[int, float] = {}  # device index -> the share of its memory this process may allocate

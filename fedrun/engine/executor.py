@@ -75,7 +75,17 @@ def stack_uploads(uploads) -> dict[str, torch.Tensor]:
     return {name: torch.stack([u[name] for u in uploads]) for name in uploads[0]}
 
 
-class LoopExecutor:
+class Executor:
+    """How a cohort's clients are trained (loop, vmap, graph): ``run`` gives the cohort's results; ``report`` what
+    the executor did over the run that its summary should say (nothing, for most)."""
+
+    name = ""
+
+    def report(self) -> dict:
+        return {}
+
+
+class LoopExecutor(Executor):
     """Clients one after another, each step a ``torch.func`` gradient of the flat parameters. With ``threads`` > 1
     (a CPU), that many clients train at once, each in a Python thread of its own with one intra-op thread and its own
     replica of the model: small convolutions use two cores better as two clients than as one client's two-thread
@@ -157,7 +167,7 @@ def _train_client(rule: LocalRule, model: FunctionalModel, ctx: ClientContext, p
             torch.stack(steps) if record is not None else None)
 
 
-class VmapExecutor:
+class VmapExecutor(Executor):
     """All clients of a cohort (or of a chunk of it) step together under ``torch.func.vmap``."""
 
     name = "vmap"

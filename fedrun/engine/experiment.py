@@ -171,7 +171,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
         bar.close()
         if history:
             summary |= finish_summary(history, cfg.eval.target_acc)
-        summary |= status
+        summary |= status | sim.executor.report()
         if ranks.size > 1:  # what exchanging the cohorts' results cost this rank (rank 0's, in summary.json)
             summary |= {"exchange": "sums" if sim.summed else "rows", "exchange_s": round(ranks.exchange_s, 3),
                         "exchange_mb": round(ranks.exchange_mb, 3)}

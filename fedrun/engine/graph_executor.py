@@ -43,6 +43,15 @@ class GraphExecutor(VmapExecutor):
     def __init__(self, chunk_size: int | None = None, memory_fraction: float = 0.5, capture: bool | None = None):
         super().__init__(chunk_size, memory_fraction, compile=False, tail=0, blocks=False, cache_fraction=None)
         self.capture = capture
+        # what the run's steps were: graphs captured, steps replayed, steps run eagerly, why capture stopped (if it
+        # did): summary.json's and the benchmarks' records, so that a "graph" timing says whether graphs replayed
+        self.graphs_captured = self.graph_replays = self.eager_steps = 0
+        self.capture_fallback: str | None = None
+
+    def report(self) -> dict:
+        """What the executor did over the run, for its summary: the capture counts and a fallback's reason."""
+        return {"graphs_captured": self.graphs_captured, "graph_replays": self.graph_replays,
+                "eager_steps": self.eager_steps, "capture_fallback": self.capture_fallback}
 
     def captures(self, model: FunctionalModel, x) -> bool:
         """Whether this chunk's steps replay a CUDA graph: on a GPU, unless the model draws random numbers (dropout:
@@ -50,6 +59,12 @@ class GraphExecutor(VmapExecutor):
         augmentation), or a capture failed earlier in the run."""
         wanted = x.device.type == "cuda" if self.capture is None else self.capture
         return wanted and x.device.type == "cuda" and not isinstance(x, AugmentedImages) and not random_layers(model)
+
+    def chunk_for(self, rule, model, ctx, plan, x, record=None) -> int:
+        """The vmap executor's chunk, halved where the steps are captured: a graph keeps its step's intermediates in
+        a memory pool of its own, beside what the eager warm-up step left in the allocator's cache."""
+        size = super().chunk_for(rule, model, ctx, plan, x, record)
+        return max(1, size // 2) if self.captures(model, x) else size
 
     def _run_chunk(self, rule: LocalRule, model: FunctionalModel, ctx, plans, x, y, cstates, record=None):
         k = len(plans)
@@ -68,8 +83,12 @@ class GraphExecutor(VmapExecutor):
             if record is not None else None
 
         def masked_step(t: int) -> None:
-            # the step gets its own dicts (a rule may set their entries: ``LocalRule.descend``), the same tensors
-            new, loss = step(ctx, tree.tree_map(lambda a: a, state), minibatch(x, index, t), rows(y, index))
+            # the step gets its own dicts (a rule may set their entries: ``LocalRule.descend``), the same tensors,
+            # except the buffers: a training forward updates BatchNorm's running statistics in place, and the mask
+            # must keep a finished client's statistics from before the step
+            given = tree.tree_map(lambda a: a, state)
+            given["buffers"] = tree.tree_map(torch.clone, state["buffers"])
+            new, loss = step(ctx, given, minibatch(x, index, t), rows(y, index))
             tree.tree_map(lambda old, fresh: old.copy_(torch.where(mask.view(k, *[1] * (old.dim() - 1)), fresh, old)),
                           state, new)
             loss_sum.add_(torch.where(mask, loss.detach().to(loss_sum.dtype), 0))
@@ -80,38 +99,52 @@ class GraphExecutor(VmapExecutor):
             if t:
                 index.copy_(batches[:, t])
                 mask.copy_(active[:, t])
+            if graph is None and capture and t:
+                graph = self._captured(masked_step, t)
+                capture = graph is not None
             if graph is not None:
                 graph.replay()
-            elif capture and t == 0:
-                side = torch.cuda.Stream(x.device)
-                side.wait_stream(torch.cuda.current_stream(x.device))
-                with torch.cuda.stream(side):  # warm-up: lazy initialisations happen outside the capture
-                    masked_step(t)
-                torch.cuda.current_stream(x.device).wait_stream(side)
-            elif capture:
-                graph = self._captured(masked_step, t)
-                if graph is None:
-                    capture = False
-                    masked_step(t)
-                else:
-                    graph.replay()
+                self.graph_replays += 1
+            elif capture:  # t == 0: the warm-up, eager, before the capture
+                self._warm_up(functools.partial(masked_step, t), x.device)
+                self.eager_steps += 1
             else:
                 masked_step(t)
+                self.eager_steps += 1
             if record is not None:
                 steps[:, t].copy_(state["direction"], non_blocking=True)
         return client_results(rule, ctx, state, cstates, plans, loss_sum, steps)
 
     def _captured(self, masked_step, t: int):
-        """One masked step captured as a CUDA graph (not run); None, with a warning and capture off for the rest of
-        the run, where the step cannot be captured (an operation that waits for the device or changes shapes)."""
-        graph = torch.cuda.CUDAGraph()
+        """One masked step captured as a CUDA graph (not run); None, with a warning, the reason kept for the run's
+        summary and capture off for the rest of the run, where the step cannot be captured (an operation that waits
+        for the device or changes shapes)."""
         try:
-            with torch.cuda.graph(graph):
-                masked_step(t)
+            graph = self._capture(functools.partial(masked_step, t))
         except RuntimeError as err:
+            self.capture_fallback = str(err).splitlines()[0] if str(err) else type(err).__name__
             log.warning("hardware.executor=graph: a local step could not be captured as a CUDA graph (%s); its steps "
-                        "run eagerly for the rest of the run", str(err).splitlines()[0])
+                        "run eagerly for the rest of the run", self.capture_fallback)
             self.capture = False
             return None
+        self.graphs_captured += 1
+        return graph
+
+    @staticmethod
+    def _warm_up(step, device: torch.device) -> None:
+        """``step`` run on a side stream, as CUDA graph capture asks: its lazy initialisations happen outside the
+        capture."""
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            step()
+        torch.cuda.current_stream(device).wait_stream(side)
+
+    @staticmethod
+    def _capture(step):
+        """``step`` recorded, not run, as a CUDA graph; its ``replay()`` runs it on the tensors it recorded."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
         return graph
 

@@ -26,11 +26,25 @@ def check_device(precision: str, device: torch.device) -> None:
 
 def local_steps(precision: str, device: torch.device):
     """The context a cohort's local steps run in: bfloat16 autocast for ``bfloat16`` (its cast cache off, as CUDA
-    graph capture requires: a cached cast would be a tensor captured from an earlier step), nothing otherwise (TF32
-    is a process-wide switch, set at the run's start: ``configure_cuda``)."""
+    graph capture requires: a cached cast would be a tensor captured from an earlier step), TF32 matrix units for
+    ``tf32`` (:func:`tf32_units`), nothing for ``float32``."""
     if precision == "bfloat16":
         return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
+    if precision == "tf32":
+        return tf32_units()
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def tf32_units():
+    """float32 products and convolutions on TF32 matrix units inside, as before outside. TF32 is a process-wide
+    switch in torch: turned on for the local steps alone, the server's products and the evaluation stay float32."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def carried_to_threads(device_type: str):

@@ -38,6 +38,7 @@ class Ranks:
 
     rank: int = 0
     size: int = 1
+    device: torch.device = torch.device("cpu")  # where the collectives' own tensors live (NCCL takes GPU tensors only)
     exchange_s: float = 0.0
     exchange_mb: float = 0.0
 
@@ -91,7 +92,7 @@ class Ranks:
             return value
         import torch.distributed as dist
 
-        t = torch.tensor([int(value)])
+        t = torch.tensor([int(value)], device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t.item())
 
@@ -270,7 +271,9 @@ def start(cfg) -> Ranks:
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend, timeout=timedelta(minutes=10))
-    ranks = Ranks(dist.get_rank(), dist.get_world_size())
+    on_gpu = dist.get_backend() == "nccl"
+    ranks = Ranks(dist.get_rank(), dist.get_world_size(),
+                  torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"))
     if not ranks.writer:
         logging.getLogger("fedrun").setLevel(logging.WARNING)
     return ranks

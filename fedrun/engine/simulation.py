@@ -30,7 +30,7 @@ from fedrun.model.native.build import FUSED_CONV, INDEXED_ROWS, has_avx512, kern
 from fedrun.data.partition import Partition, held_out, make_partition, refuse_single_sample_batches
 from fedrun.engine.accounting import nbytes, simulated_times, tracked_values
 from fedrun.engine.sampling import ClientPlan, earliest_reporters, plan_cohort, report_delays, sample_clients
-from fedrun.engine.cuda_math import configure_cuda, free_bytes, share_memory
+from fedrun.engine.cuda_math import configure_cuda, free_bytes, share_memory, synchronize
 from fedrun.engine.evaluation import Evaluation
 from fedrun.engine.executor import CohortResult, make_executor
 from fedrun.engine.full_batch import full_losses_and_gradients
@@ -82,7 +82,7 @@ class Simulation:
         self.device = resolve_device(cfg.hardware.device)
         check_device(cfg.hardware.precision, self.device)
         if self.device.type == "cuda":
-            configure_cuda(cfg.hardware.precision == "tf32", cfg.hardware.deterministic)
+            configure_cuda(cfg.hardware.deterministic)
             share_memory(cfg.hardware.memory_share, self.device)
         self.dtype = getattr(torch, cfg.hardware.dtype)
         self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
@@ -96,7 +96,7 @@ class Simulation:
         kind = get_spec(cfg.data.name).meta(cfg.data)[0]
         module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
         layout = cfg.hardware.layout
-        kernels = kernels_on(cfg.hardware.native, cfg.hardware.precision)
+        kernels = kernels_on(cfg.hardware.native, cfg.hardware.precision, self.device)
         self.model = FunctionalModel(module.to(self.device, self.dtype), objective,
                                      by_hand=cfg.hardware.gradient == "auto",
                                      channels_last=layout == "channels_last" or layout == "auto"
@@ -105,7 +105,7 @@ class Simulation:
                                          cfg.hardware.cohort_network is None and self.device.type == "cpu"),
                                      onednn=cfg.hardware.onednn, fused_conv=kernels[FUSED_CONV],
                                      indexed_rows=kernels[INDEXED_ROWS])
-        if cfg.hardware.native is None and self.model.cohort is not None:  # a CNN's cohort network, on a CPU
+        if cfg.hardware.native is None and self.model.cohort is not None and self.device.type == "cpu":
             log.info("hardware.native=null: the fused convolution kernels are %s (this CPU %s AVX-512)",
                      "on" if self.model.fused_conv else "off", "has" if has_avx512() else "has no")
         params, buffers = self.model.init_params(), self.model.init_buffers()
@@ -274,6 +274,8 @@ class Simulation:
                 return algo.step_selector.select(state.step_selector, updates, steps, plans, ctx, self.gram_block)
         started = time.perf_counter()
         result = self.train(algo.local, ctx, plans, [state.clients.get(int(c)) for c in cohort], select)
+        if self.measures_step_time:  # the steps' time on a GPU, not their launches'
+            synchronize(self.device)
         train_s = time.perf_counter() - started
         new.clients = with_client_states(state.clients, plans, result)
         weights = algo.aggregator.weights(torch.tensor([p.num_samples for p in plans], dtype=torch.float64)).to(
@@ -335,6 +337,11 @@ class Simulation:
             return cohort, float(delays[cohort].max())
         per_round = min(self.cfg.fl.clients_per_round, self.num_clients)
         return sample_clients(self.num_clients, per_round, self.cfg.seed, rnd), 0.0
+
+    @property
+    def measures_step_time(self) -> bool:
+        """Whether the simulated clock reads the round's measured training time (``timing.step_time_s`` null)."""
+        return self.cfg.timing.name == "simulated" and self.cfg.timing.step_time_s is None
 
     def simulated_times(self, plans: list[ClientPlan], train_s: float, last_report: float) -> tuple[float, float]:
         return simulated_times([p.tau for p in plans], train_s, last_report, self.model_bytes,

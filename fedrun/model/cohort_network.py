@@ -162,23 +162,27 @@ class _StackedLinear(torch.autograd.Function):
     contiguous memory only and the flat gradient's assembly copied it again; without ``into`` or the kernel, that
     product. The rows' gradient is ``g @ weight``, the form of the product that torch's batched kernel runs fastest on a
     CPU for a minibatch of a few rows (GIFT's CIFAR cohort: ``python -m fedrun.bench.workloads --only
-    lenet5_cifar_100``)."""
+    lenet5_cifar_100``). Under autocast (``hardware.precision=bfloat16``) the forward's products run in the reduced
+    type and the backward, which autocast does not reach, runs its products in the type the output gradient comes in
+    and returns each gradient in its input's type, as autograd through the forward's casts would."""
 
     @staticmethod
     def forward(ctx, h, weight, bias, into):
         ctx.save_for_backward(h, weight)
         ctx.has_bias, ctx.into = bias is not None, into
+        ctx.types = h.dtype, weight.dtype, None if bias is None else bias.dtype
         return stacked_linear(h, weight, bias)
 
     @staticmethod
     def backward(ctx, g):
         h, weight = ctx.saved_tensors
-        dh = torch.bmm(g, weight) if ctx.needs_input_grad[0] else None
+        h_type, weight_type, bias_type = ctx.types
+        dh = torch.bmm(g, weight.to(g.dtype)).to(h_type) if ctx.needs_input_grad[0] else None
         dw = None
         if ctx.needs_input_grad[1]:
             dw = _weight_grad_into(g, h, ctx.into) if ctx.into is not None else None
-            dw = torch.bmm(g.transpose(1, 2), h) if dw is None else dw
-        db = g.sum(1) if ctx.has_bias and ctx.needs_input_grad[2] else None
+            dw = torch.bmm(g.transpose(1, 2), h.to(g.dtype)).to(weight_type) if dw is None else dw
+        db = g.sum(1).to(bias_type) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return dh, dw, db, None
 
 

@@ -77,10 +77,16 @@ def _cross_entropy_and_grad(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.T
     cost of its operations' calls). The check reads the targets' values on the host, so only on a CPU (on a GPU it
     would wait for the device every step), not under torch.func's transforms (the vmap executor's wrapped steps) and not
     for logits in an autograd graph: those take the general case."""
-    if (y.device.type == "cpu" and maybe_current_level() is None and not out.requires_grad and y.numel()
+    if (host_reads_targets(y) and maybe_current_level() is None and not out.requires_grad and y.numel()
             and bool((y >= 0).all())):
         return _every_target_scored(out, y)
     return _some_targets_unscored(out, y)
+
+
+def host_reads_targets(y: torch.Tensor) -> bool:
+    """Whether a step may read its targets' values on the host: on a CPU, where that costs nothing; never on a GPU,
+    where it would wait for the device, and a CUDA graph could not replay it."""
+    return y.device.type == "cpu"
 
 
 def _every_target_scored(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

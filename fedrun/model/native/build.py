@@ -233,12 +233,14 @@ def has_avx512() -> bool:
     return not capped and " avx512f " in f" {_cpu_signature()} "
 
 
-def kernels_on(native: bool | None, precision: str = "float32") -> dict[str, bool]:
+def kernels_on(native: bool | None, precision: str = "float32", device: torch.device | str = "cpu"
+               ) -> dict[str, bool]:
     """``hardware.native`` resolved to each kernel: false, none; true, all; null (the default), those that pay on
     this CPU: the convolution kernels only where it has AVX-512 (on an AVX2 CPU their 16-float vectors are split in
     two and they ran slower than oneDNN's layers). None under a reduced ``hardware.precision``: they compute in
-    float32 only, whatever autocast asks."""
-    if native is False or precision != "float32":
+    float32 only, whatever autocast asks; and none for a run on another ``device`` than the CPU (they are CPU code,
+    and building one would only delay a GPU run's first round)."""
+    if native is False or precision != "float32" or torch.device(device).type != "cpu":
         return dict.fromkeys(SOURCES, False)
     return {FUSED_CONV: native is True or has_avx512(), INDEXED_ROWS: True}
 
