@@ -378,6 +378,41 @@ def registered(paper_key: str, says: str) -> str:
     return f"Registered at commit {first[0]} on {first[1]}." if len(first) == 2 else "Registered: not known here."
 
 
+def seed_ranges(seeds) -> str:
+    """Seeds as runs of consecutive numbers: [0, 1, 2, 5] -> "0-2, 5"."""
+    runs: list[list[int]] = []
+    for s in sorted(set(seeds)):
+        if runs and s == runs[-1][-1] + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+@functools.cache
+def explored(paper_key: str, name: str) -> str:
+    """The seeds exploration used on an artefact: those below the confirmatory block of every committed version of
+    its table (git's history of ``results/<paper>/<artefact>.md``), and the paper's exploration.md's searches."""
+    from fedrun.papers.artefacts import CONFIRMATORY_FROM
+
+    path = f"results/{paper_key}/{name}.md"
+    versions = subprocess.run(["git", "log", "--format=%H", "--", path], cwd=REPO, capture_output=True, text=True)
+    seen: set[int] = set()
+    for commit in versions.stdout.split():
+        text = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO, capture_output=True, text=True).stdout
+        for found in re.finditer(r"over seeds \[([^\]]*)\]", text):
+            seen |= {int(s) for s in found.group(1).split(",") if s.strip() and int(s) < CONFIRMATORY_FROM}
+    said = (f"its committed tables (git's history of `{path}`) used seeds {seed_ranges(seen)}" if seen
+            else "no committed table of it was made before")
+    search = REPO / "results" / paper_key / "exploration.md"
+    made = re.search(r"Made by `([^`]*)`", search.read_text()) if search.exists() else None
+    if made:
+        count = re.search(r"--(?:long-)?seeds (\d+)", made.group(1))
+        said += (f"; the paper's [exploration.md](exploration.md) (`{made.group(1)}`) seeds "
+                 f"{seed_ranges(range(int(count.group(1)))) if count else '0'}")
+    return f"Exploration: {said}.\n"
+
+
 def seeds_said(table_text: str, artefact: Artefact) -> str:
     """Whether the seeds a table's pre-registered claims were decided on are the registered confirmatory ones (the
     block no exploration may run) or seeds exploration may have seen before the claims were registered."""
@@ -413,7 +448,7 @@ def artefact_section(artefact: Artefact, rows: pd.DataFrame | None, folder: Path
                   f"{', '.join(c[:7] + '-dirty' * c.endswith('-dirty') for c in made.commits) or 'unknown'} "
                   f"({state}); their compute time {duration(made.compute_s)}{made.where}.\n"]
     if table.exists() and artefact.claims:
-        lines += [seeds_said(table.read_text(), artefact)]
+        lines += [seeds_said(table.read_text(), artefact), explored(artefact.paper, artefact.name)]
     numbered = ~rows["verdict"].str.startswith("not checked") | rows["pairs"].notna()  # decided, or reported
     if numbered.any():
         lines += ["| claim | where | means over seeds | paired difference (95% CI) | needs | verdict |",

@@ -136,3 +136,17 @@ def test_the_command_lines_check_reads_no_paper_unless_a_seed_of_the_block_is_na
         assert confirmatory_block(args) is None, args
     with pytest.raises(ImportError):
         confirmatory_block(["seed=range(998,1003)", "experiment=bherd_svm_mnist"])
+
+
+def test_a_claims_page_names_the_seeds_exploration_used_on_its_artefact():
+    """BHerd Table II's presets were in a 10-seed table before the claims were registered (issue #79): the page says
+    so from the table's history, and the paper's exploration.md's search beside it."""
+    from conftest import load_script
+
+    index = load_script("claims_index")
+    assert index.seed_ranges([4, 0, 1, 2, 9, 1]) == "0-2, 4, 9"
+    said = index.explored("bherd", "bherd_table2")
+    assert said.startswith("Exploration: its committed tables (git's history of `results/bherd/bherd_table2.md`) used "
+                           "seeds 0-9;") and "bherd_claims.py --seeds 10" in said
+    never = index.explored("dgt", "an_artefact_never_tabled")
+    assert never.startswith("Exploration: no committed table of it was made before")
