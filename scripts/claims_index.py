@@ -390,9 +390,10 @@ def seed_ranges(seeds) -> str:
 
 
 @functools.cache
-def explored(paper_key: str, name: str) -> str:
+def explored(paper_key: str, name: str, folder: Path) -> str:
     """The seeds exploration used on an artefact: those below the confirmatory block of every committed version of
-    its table (git's history of ``results/<paper>/<artefact>.md``), and the paper's exploration.md's searches."""
+    its table (git's history of ``results/<paper>/<artefact>.md``), and the searches of the paper's exploration.md in
+    ``folder`` (its claims page's)."""
     from fedrun.papers.artefacts import CONFIRMATORY_FROM
 
     path = f"results/{paper_key}/{name}.md"
@@ -404,7 +405,7 @@ def explored(paper_key: str, name: str) -> str:
             seen |= {int(s) for s in found.group(1).split(",") if s.strip() and int(s) < CONFIRMATORY_FROM}
     said = (f"its committed tables (git's history of `{path}`) used seeds {seed_ranges(seen)}" if seen
             else "no committed table of it was made before")
-    search = REPO / "results" / paper_key / "exploration.md"
+    search = folder / "exploration.md"
     made = re.search(r"Made by `([^`]*)`", search.read_text()) if search.exists() else None
     if made:
         count = re.search(r"--(?:long-)?seeds (\d+)", made.group(1))
@@ -448,7 +449,7 @@ def artefact_section(artefact: Artefact, rows: pd.DataFrame | None, folder: Path
                   f"{', '.join(c[:7] + '-dirty' * c.endswith('-dirty') for c in made.commits) or 'unknown'} "
                   f"({state}); their compute time {duration(made.compute_s)}{made.where}.\n"]
     if table.exists() and artefact.claims:
-        lines += [seeds_said(table.read_text(), artefact), explored(artefact.paper, artefact.name)]
+        lines += [seeds_said(table.read_text(), artefact), explored(artefact.paper, artefact.name, folder)]
     numbered = ~rows["verdict"].str.startswith("not checked") | rows["pairs"].notna()  # decided, or reported
     if numbered.any():
         lines += ["| claim | where | means over seeds | paired difference (95% CI) | needs | verdict |",

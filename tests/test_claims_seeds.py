@@ -4,6 +4,8 @@ preset)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import run_cli
@@ -145,8 +147,9 @@ def test_a_claims_page_names_the_seeds_exploration_used_on_its_artefact():
 
     index = load_script("claims_index")
     assert index.seed_ranges([4, 0, 1, 2, 9, 1]) == "0-2, 4, 9"
-    said = index.explored("bherd", "bherd_table2")
+    results = Path(__file__).resolve().parents[1] / "results"
+    said = index.explored("bherd", "bherd_table2", results / "bherd")
     assert said.startswith("Exploration: its committed tables (git's history of `results/bherd/bherd_table2.md`) used "
                            "seeds 0-9;") and "bherd_claims.py --seeds 10" in said
-    never = index.explored("dgt", "an_artefact_never_tabled")
+    never = index.explored("dgt", "an_artefact_never_tabled", results / "dgt")
     assert never.startswith("Exploration: no committed table of it was made before")
