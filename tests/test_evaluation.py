@@ -7,7 +7,8 @@ from conftest import register_tiny
 
 from fedrun.engine.sampling import ClientPlan
 from fedrun.engine.executor import CohortResult
-from fedrun.engine.simulation import RoundOutput, Simulation
+from fedrun.algorithms.round import RoundOutput
+from fedrun.engine.simulation import Simulation
 
 
 def two_users(monkeypatch, cfg_factory, order=(0, 1, 2, 3)):

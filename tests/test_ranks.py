@@ -283,13 +283,14 @@ def test_the_ranks_own_collectives_use_a_tensor_on_the_groups_device(monkeypatch
 
     from fedrun.engine import ranks as ranks_module
 
-    for name, value in {"is_initialized": True, "get_rank": 1, "get_world_size": 2, "get_backend": "nccl"}.items():
+    # rank 0: another rank would set the fedrun logger to warnings for the rest of this process
+    for name, value in {"is_initialized": True, "get_rank": 0, "get_world_size": 2, "get_backend": "nccl"}.items():
         monkeypatch.setattr(dist, name, lambda *a, _v=value, **k: _v)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     monkeypatch.setattr(ranks_module, "launched", lambda: 2)
     monkeypatch.setattr(ranks_module, "check_ranks", lambda cfg, size: [])
     ranks = ranks_module.start(compose_config(BASE))
-    assert (ranks.rank, ranks.size, ranks.device) == (1, 2, torch.device("cuda", 1))
+    assert (ranks.rank, ranks.size, ranks.device) == (0, 2, torch.device("cuda", 1))
 
     seen = []
 

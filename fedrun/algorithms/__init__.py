@@ -44,6 +44,15 @@ class Algorithm:
     bank: ModelBank
     pooled: bool  # one client holding all training data (centralized SGD)
 
+    def apply(self, state, tools, rnd: int):
+        """Round ``rnd`` from the server ``state`` with the engine's ``tools`` (:mod:`fedrun.algorithms.round`):
+        (new state, round output). A bank's algorithm runs the bank's rounds (``ModelBank.apply``); every other
+        algorithm, the composed round of its parts."""
+        from fedrun.algorithms.round import composed_round
+
+        run = composed_round if self.bank.name == "none" else self.bank.apply
+        return run(self, state, tools, rnd)
+
 
 def rule_class(local_name: str) -> type[LocalRule]:
     """The class ``algo/local=<local_name>`` builds, for what it declares (no instance needed)."""

@@ -1,5 +1,5 @@
-"""What a round reports beside the model: bytes sent, simulated time (GIFT's time model) and the tracked
-coordinates of GIFT's figures."""
+"""What a round reports beside the model: simulated time (GIFT's time model) and the tracked coordinates of GIFT's
+figures."""
 
 from __future__ import annotations
 
@@ -32,7 +32,3 @@ def tracked_values(coords: np.ndarray, params: torch.Tensor, updates: torch.Tens
     if len(plans) <= 20:
         out |= {f"update_c{p.id}_{j}": float(u[j]) for p, u in zip(plans, updates) for j in coords}
     return out
-
-
-def nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()

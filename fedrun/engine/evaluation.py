@@ -21,7 +21,7 @@ from fedrun.engine.state import ServerState
 from fedrun.model.functional import FunctionalModel
 
 if TYPE_CHECKING:
-    from fedrun.engine.simulation import RoundOutput
+    from fedrun.algorithms.round import RoundOutput
 
 
 @dataclass(frozen=True)

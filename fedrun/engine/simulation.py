@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from fedrun.algorithms import STATEFUL_PARTS, build_algorithm
-from fedrun.algorithms.aggregator.weighted import aggregate_buffers
 from fedrun.algorithms.base import ClientContext, TrainingSet
-from fedrun.algorithms.harmonizer.harmonize import conflict_statistics, cosine_matrix
-from fedrun.algorithms.schedule.schedules import RoundFeedback
+from fedrun.algorithms.round import RoundOutput
 from fedrun.config.checks import validate
 from fedrun.data import FedDataset, get_spec, load_dataset
 from fedrun.data.augment import AugmentedImages, training_inputs
@@ -28,7 +26,7 @@ from fedrun.model.functional import FunctionalModel, prefers_channels_last
 from fedrun.model.zoo import MODELS, build_model
 from fedrun.model.native.build import FUSED_CONV, INDEXED_ROWS, has_avx512, kernels_on
 from fedrun.data.partition import Partition, held_out, make_partition, refuse_single_sample_batches
-from fedrun.engine.accounting import nbytes, simulated_times, tracked_values
+from fedrun.engine.accounting import simulated_times, tracked_values
 from fedrun.engine.sampling import ClientPlan, earliest_reporters, plan_cohort, report_delays, sample_clients
 from fedrun.engine.cuda_math import configure_cuda, free_bytes, share_memory, synchronize
 from fedrun.engine.evaluation import Evaluation
@@ -46,23 +44,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-@dataclass
-class RoundOutput:
-    round: int
-    plans: list[ClientPlan]
-    weights: torch.Tensor  # p_i over the round's clients
-    result: CohortResult
-    bytes_down: int  # what the server sent this round: model and extras (SCAFFOLD's c, ...) to each client
-    bytes_up: int  # what the clients sent: updates, buffers and uploads (SCAFFOLD's dc_i, Mime's full gradients)
-    diagnostics: dict[str, float]  # extra metrics.csv columns of the round
-    similarity: dict | None = None  # the round's cosine matrices, before and after harmonising, when saved
-    start: torch.Tensor | None = None  # the model the round's clients started from (one global model)
-
-    @property
-    def train_loss(self) -> float:
-        return float(self.weights.to(self.result.mean_loss.dtype) @ self.result.mean_loss)
 
 
 class Simulation:
@@ -138,6 +119,7 @@ class Simulation:
         self.tracked = np.sort(np.random.default_rng([cfg.seed, 0x7AC4ED]).choice(
             self.model.dim, min(track, self.model.dim), replace=False)) if track else None
         self.summed = self._summed()
+        self.tools = EngineTools(self)
         self.evaluation = Evaluation(self.model, self.data, partition.indices, self.holdout, self.algo.local, cfg.eval,
                                      cfg.partition.name == "natural", cfg.fl.weight_decay, cfg.fl.batch_size,
                                      cfg.seed)
@@ -245,86 +227,9 @@ class Simulation:
         return out
 
     def round(self, state: ServerState, rnd: int) -> tuple[ServerState, RoundOutput]:
-        """Round ``rnd`` from ``state``: the new :class:`ServerState` and what the round did. ``state`` is left as it
-        was (every part returns its new state; the clients' states are a new dict)."""
-        algo = self.algo
-        if algo.bank.owns_round(rnd):
-            bank, plans, weights, result, down, up, diagnostics = algo.bank.run_round(
-                RoundTools(self, state), algo.local, state, rnd)
-            new = replace(state, bank=bank, params=bank["models"][0],
-                          clients=with_client_states(state.clients, plans, result))
-            return new, RoundOutput(rnd, plans, weights, result, down, up, diagnostics)
-        new = replace(state)
-        fl = self.cfg.fl
-        cohort, last_report = self.participants(rnd)
-        plans = self.plans(state, cohort, rnd)
-        extras = algo.local.broadcast(state.local)
-        up = 0
-        if algo.local.needs_full_gradients:
-            counts = torch.tensor([float(p.num_samples) for p in plans], device=self.device, dtype=state.params.dtype)
-            full = self.full_losses_and_gradients(state, state.params[None], cohort)[1][:, 0]
-            up += nbytes(full)
-            more, new.local = algo.local.round_extras(state.local, full, counts)
-            extras = {**extras, **more}
-        ctx = ClientContext(rnd, state.params, state.buffers, self.lr(rnd), fl.momentum, fl.weight_decay,
-                            extras=extras)
-        select = None
-        if algo.step_selector.records_steps:
-            def select(updates, steps, plans):
-                return algo.step_selector.select(state.step_selector, updates, steps, plans, ctx, self.gram_block)
-        started = time.perf_counter()
-        result = self.train(algo.local, ctx, plans, [state.clients.get(int(c)) for c in cohort], select)
-        if self.measures_step_time:  # the steps' time on a GPU, not their launches'
-            synchronize(self.device)
-        train_s = time.perf_counter() - started
-        new.clients = with_client_states(state.clients, plans, result)
-        weights = algo.aggregator.weights(torch.tensor([p.num_samples for p in plans], dtype=torch.float64)).to(
-            device=self.device, dtype=state.params.dtype)
-        new.step_selector, updates, uploads, selection = algo.step_selector.finish(
-            state.step_selector, result.updates, result.selection, plans, result.uploads, weights)
-        clients = [p.id for p in plans]
-        sent = updates  # what the schedule sees (GIFT uses nothing else)
-        diagnostics = {}
-        conflicts = self.cfg.diagnostics.conflicts
-        if conflicts:
-            diagnostics |= {f"pre_{k}": v for k, v in conflict_statistics(updates).items()}
-        new.harmonizer, harmonized, info = algo.harmonizer(state.harmonizer, updates, weights, clients, rnd)
-        diagnostics |= info
-        if conflicts and algo.harmonizer.name != "none":
-            diagnostics |= {f"post_{k}": v for k, v in conflict_statistics(harmonized).items()}
-        similarity = None
-        every = self.cfg.diagnostics.similarity_every
-        if every and rnd % every == 0:
-            similarity = {"clients": clients, "before": cosine_matrix(updates), "after": cosine_matrix(harmonized)}
-        updates = harmonized
-        update = algo.aggregator(updates, weights, uploads)
-        update, new.local = algo.local.server_update(new.local, update, updates, uploads, weights, self.num_clients)
-        old_params = state.params
-        new.params, new.server_opt = algo.server_opt.apply(state.params, update, state.server_opt)
-        new.buffers = aggregate_buffers(result.buffers, weights)
-        step_s = sync_s = None
-        if self.cfg.timing.name == "simulated":
-            step_s, sync_s = self.simulated_times(plans, train_s, last_report)
-            diagnostics["sim_round_s"] = max(p.tau for p in plans) * step_s + sync_s
-            new.sim_time = state.sim_time + diagnostics["sim_round_s"]
-        wanted = algo.schedule.probes(state.schedule)  # the points whose client objectives it reads (AFL, AdaComm)
-        points = {"old": old_params, "new": new.params,
-                  "local": old_params + result.updates if "local" in wanted else None}
-        new.schedule, logged = algo.schedule.observe(state.schedule, RoundFeedback(
-            updates=sent, old_params=old_params, new_params=new.params,
-            sizes=torch.tensor([float(p.num_samples) for p in plans], device=self.device), lr=self.lr(rnd + 1),
-            lr0=self.lr(1), step_time_s=step_s, sync_time_s=sync_s,
-            elapsed_s=new.sim_time if step_s is not None else None, budget_s=self.cfg.timing.budget_s,
-            local_params=points["local"],
-            probed={name: self.probe_last_batches(state, plans, points[name]) for name in wanted}))
-        diagnostics |= logged
-        k = len(plans)
-        down = k * (self.model_bytes + sum(nbytes(v) for v in extras.values()))
-        up += k * self.model_bytes + sum(nbytes(v) for v in result.uploads.values())
-        diagnostics |= selection
-        if self.tracked is not None:
-            diagnostics |= tracked_values(self.tracked, new.params, sent, plans)
-        return new, RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity, old_params)
+        """Round ``rnd`` from ``state``, as the algorithm runs it (``Algorithm.apply``) with the engine's tools: the
+        new :class:`ServerState` and what the round did; ``state`` is left as it was."""
+        return self.algo.apply(state, self.tools, rnd)
 
     def participants(self, rnd: int) -> tuple[np.ndarray, float]:
         """The round's clients (sorted ids) and when the last of them reported (seconds; 0 without delays):
@@ -363,36 +268,52 @@ class Simulation:
         return torch.stack(losses), torch.stack(grads)
 
 
-def with_client_states(clients: dict, plans: list[ClientPlan], result: CohortResult) -> dict:
-    """The clients' persistent states after a round: a new dict with the round's clients' new states (a rule without
-    any returns None for them)."""
-    return clients | {plan.id: cs for plan, cs in zip(plans, result.client_states) if cs is not None}
+class EngineTools:
+    """The engine's side of a round (:class:`fedrun.algorithms.round.RoundTools`): the run's clients, plans,
+    learning rate, training through its executor, full-batch passes and clock, each a function of the state it is
+    given, and the settings a round reads, typed once from the config."""
 
+    def __init__(self, sim: Simulation):
+        cfg = sim.cfg
+        self._sim = sim
+        self.num_clients, self.model_bytes, self.device = sim.num_clients, sim.model_bytes, sim.device
+        self.momentum, self.weight_decay = float(cfg.fl.momentum), float(cfg.fl.weight_decay)
+        self.conflicts, self.similarity_every = bool(cfg.diagnostics.conflicts), cfg.diagnostics.similarity_every
+        self.simulated, self.budget_s = cfg.timing.name == "simulated", cfg.timing.budget_s
+        self.tracked = sim.tracked
 
-class RoundTools:
-    """What a part that runs a round of its own (MA-/GA-FSVRG's bank) may use of the engine, for one round from one
-    state: who takes part and their plans, the learning rate, the cohort's training through the executor and the
-    clients' full-batch passes. Nothing of the simulation's own state: the part gets the server state as an
-    argument and returns its new part state."""
+    @property
+    def gram_block(self) -> int | None:
+        return self._sim.gram_block
 
-    def __init__(self, sim: Simulation, state: ServerState):
-        self._sim, self._state = sim, state
-        self.num_clients, self.model_bytes = sim.num_clients, sim.model_bytes
-        self.momentum, self.weight_decay = float(sim.cfg.fl.momentum), float(sim.cfg.fl.weight_decay)
-        self.device = sim.device
+    def participants(self, rnd: int) -> tuple[np.ndarray, float]:
+        return self._sim.participants(rnd)
 
-    def participants(self, rnd: int) -> np.ndarray:
-        return self._sim.participants(rnd)[0]
-
-    def plans(self, cohort, rnd: int) -> list[ClientPlan]:
-        return self._sim.plans(self._state, cohort, rnd)
+    def plans(self, state: ServerState, cohort, rnd: int) -> list[ClientPlan]:
+        return self._sim.plans(state, cohort, rnd)
 
     def lr(self, rnd: int) -> float:
         return self._sim.lr(rnd)
 
-    def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list) -> CohortResult:
-        return self._sim.train(rule, ctx, plans, client_states)
+    def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list, select=None
+              ) -> tuple[CohortResult, float]:
+        started = time.perf_counter()
+        result = self._sim.train(rule, ctx, plans, client_states, select)
+        if self._sim.measures_step_time:  # the steps' time on a GPU, not their launches'
+            synchronize(self.device)
+        return result, time.perf_counter() - started
 
-    def full_losses_and_gradients(self, points: torch.Tensor, clients, own: bool = False
+    def full_losses_and_gradients(self, state: ServerState, points: torch.Tensor, clients, own: bool = False
                                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._sim.full_losses_and_gradients(self._state, points, clients, own)
+        return self._sim.full_losses_and_gradients(state, points, clients, own)
+
+    def probe_last_batches(self, state: ServerState, plans: list[ClientPlan], points: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._sim.probe_last_batches(state, plans, points)
+
+    def simulated_times(self, plans: list[ClientPlan], train_s: float, last_report: float) -> tuple[float, float]:
+        return self._sim.simulated_times(plans, train_s, last_report)
+
+    def tracked_values(self, params: torch.Tensor, updates: torch.Tensor, plans: list[ClientPlan]
+                       ) -> dict[str, float]:
+        return tracked_values(self.tracked, params, updates, plans)

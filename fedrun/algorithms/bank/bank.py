@@ -43,11 +43,13 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from fedrun.algorithms.base import ClientContext, State, StatefulPart
+from fedrun.algorithms.round import RoundOutput, composed_round, with_client_states
 from fedrun.algorithms.bank.schema import FORMS
 
 def preferences(losses: torch.Tensor, models: torch.Tensor, weight_decay: float) -> torch.Tensor:
@@ -196,28 +198,32 @@ class ModelBank(StatefulPart):
         (``accelerated``) and each client's preferred model (``preferences``, -1 until it has taken part)."""
         return {"models": None, "m": None, "v": None, "accelerated": 0, "preferences": []}
 
-    def owns_round(self, rnd: int) -> bool:
-        """Whether round ``rnd`` is the bank's (after the threshold), run by :meth:`run_round` instead of the
-        engine's one-model round."""
-        return self.name != "none" and rnd > self.threshold
+    def apply(self, algo, server, tools, rnd: int) -> tuple:
+        """The algorithm's round ``rnd`` (``fedrun.algorithms.round``): up to the threshold, the composed one-model
+        round of FSVRG; after it, a round of MA-/GA-FSVRG (Procedures 1-4) from the run's ``server`` state (a
+        :class:`~fedrun.engine.state.ServerState`, read only) with the local rule ``algo.local`` (FSVRG's steps and
+        A_r), the round's clients, plans, training and full-batch passes from ``tools``. Returns the new server state
+        (the bank's first model is its global model) and the round's output."""
+        if rnd <= self.threshold:
+            return composed_round(algo, server, tools, rnd)
+        bank, plans, weights, result, down, up, diagnostics = self.bank_round(algo.local, server, tools, rnd)
+        new = replace(server, bank=bank, params=bank["models"][0],
+                      clients=with_client_states(server.clients, plans, result))
+        return new, RoundOutput(rnd, plans, weights, result, down, up, diagnostics)
 
-    def run_round(self, tools, local, server, rnd: int) -> tuple:
-        """A round of MA-/GA-FSVRG after the threshold (Procedures 1-4) from the run's ``server`` state (a
-        :class:`~fedrun.engine.state.ServerState`, read only), with the local rule ``local`` (FSVRG's steps and A_r):
-        ``tools`` (:class:`~fedrun.engine.simulation.RoundTools`) gives the round's clients and plans, their training
-        through the run's executor and their full-batch passes. Returns (new bank state, plans, weights, cohort
-        result, bytes down, bytes up, diagnostics); the engine makes the new first model the run's global model."""
+    def bank_round(self, local, server, tools, rnd: int) -> tuple:
+        """Procedures 1-4: (new bank state, plans, weights, cohort result, bytes down, bytes up, diagnostics)."""
         state = server.bank
         if state["models"] is None:
             state = self.start(server.params, tools.num_clients)
         models = state["models"]
-        cohort = tools.participants(rnd)
-        plans = tools.plans(cohort, rnd)
+        cohort = tools.participants(rnd)[0]
+        plans = tools.plans(server, cohort, rnd)
         wd = tools.weight_decay
         sizes = torch.tensor([float(p.num_samples) for p in plans], device=models.device, dtype=models.dtype)
         weights = sizes / sizes.sum()
         server_s = 0.0
-        losses, grads = tools.full_losses_and_gradients(models, cohort)  # the clients' passes at every model
+        losses, grads = tools.full_losses_and_gradients(server, models, cohort)  # the clients' passes at each model
         prefer = preferences(losses, models, wd)  # eq. 18
         started = time.perf_counter()
         anchors = torch.einsum("k,kcd->cd", weights, grads)  # eq. 17 (the loss's; FSVRG adds the L2 term)
@@ -225,7 +231,7 @@ class ModelBank(StatefulPart):
         states = [{**server.clients[int(c)], "start": models[j], "anchor": anchors[j]}
                   for c, j in zip(cohort, prefer.tolist())]
         ctx = ClientContext(rnd, models[0], server.buffers, tools.lr(rnd), tools.momentum, wd)
-        result = tools.train(local, ctx, plans, states)
+        result, _ = tools.train(local, ctx, plans, states)
         chosen = list(state["preferences"])
         for c, j in zip(cohort, prefer.tolist()):
             chosen[int(c)] = j
@@ -233,7 +239,7 @@ class ModelBank(StatefulPart):
         a_r = local.a_r(server.local, result.uploads, len(plans))  # eq. 59
         started = time.perf_counter()
         if self.name == "ga":
-            _, at_trained = tools.full_losses_and_gradients(trained, cohort, own=True)
+            _, at_trained = tools.full_losses_and_gradients(server, trained, cohort, own=True)
             started = time.perf_counter()
             step = self.ga_step if self.ga_step is not None else float(
                 np.mean([tools.lr(rnd) / p.num_samples for p in plans]) * np.mean([p.tau for p in plans]))
@@ -242,7 +248,7 @@ class ModelBank(StatefulPart):
         else:
             moved, assign, info = self.regroup(models, trained, models, a_r, prefer=prefer)  # eqs. 26-43, 60
         server_s += time.perf_counter() - started
-        _, at_moved = tools.full_losses_and_gradients(moved, cohort)  # eq. 61: the clients' passes at the new models
+        _, at_moved = tools.full_losses_and_gradients(server, moved, cohort)  # eq. 61: their passes at the new models
         started = time.perf_counter()
         state = self.accelerate_to({**state, "preferences": chosen}, moved,
                                    torch.einsum("k,kcd->cd", weights, at_moved) + wd * moved)  # eqs. 61-64
