@@ -156,3 +156,20 @@ class ServerOptimizer(Protocol):
     def init(self, params: torch.Tensor) -> State: ...
 
     def apply(self, params: torch.Tensor, update: torch.Tensor, state: State) -> tuple[torch.Tensor, State]: ...
+
+
+@dataclass
+class Selection:
+    """What the clients' step selection made, each field stacked along the clients in cohort order (so that ranks'
+    shares of it are reassembled as the updates are): the update each sends, the sum g_i of its selected steps
+    (eq. 5), their number k_i, ||g_i / k_i - mu_i|| (Fig. 6), ||g_i / alpha - sum_l z_l|| / ||sum_l z_l||, the mean of
+    its steps where the selector keeps it for the next round (GraB; else no columns), and the megabytes its stored
+    steps took."""
+
+    sent: torch.Tensor
+    sums: torch.Tensor
+    counts: torch.Tensor
+    distances: torch.Tensor
+    residuals: torch.Tensor
+    means: torch.Tensor
+    steps_mb: torch.Tensor

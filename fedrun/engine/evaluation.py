@@ -11,7 +11,6 @@ import numpy as np
 import torch
 
 from fedrun.algorithms.base import ClientContext
-from fedrun.algorithms.bank.bank import preferences
 from fedrun.algorithms.base import LocalRule
 from fedrun.data import FedDataset
 from fedrun.engine.full_batch import full_losses_and_gradients
@@ -40,8 +39,10 @@ class Evaluation:
     and the evaluation settings are fixed for the run; the state is given to each call."""
 
     def __init__(self, model: FunctionalModel, data: FedDataset, client_indices: list, holdout: list | None,
-                 rule: LocalRule, eval_cfg, by_users: bool, weight_decay: float, batch_size: int, seed: int):
+                 rule: LocalRule, eval_cfg, by_users: bool, weight_decay: float, batch_size: int, seed: int,
+                 preferences=None):
         self.model, self.data, self.client_indices, self.holdout, self.rule = model, data, client_indices, holdout, rule
+        self.preferences = preferences  # a bank's eq. 18 (losses, models, weight decay) -> each client's model
         self.batch = int(eval_cfg.batch_size)
         self.class_metrics = bool(eval_cfg.class_metrics)
         self.personalized = bool(eval_cfg.personalized) or rule.personalizes
@@ -151,7 +152,7 @@ class Evaluation:
     @torch.no_grad()
     def preferred_models(self, state: ServerState) -> torch.Tensor:
         """Each client's preferred model of the bank now: eq. 18 on its whole local training data, the same
-        computation (losses and :func:`preferences`) as a bank round's, for every client and any loss. Computed
+        computation (losses and the bank's ``preferences``) as a bank round's, for every client and any loss. Computed
         once per state of the bank (the evaluations of a round share it)."""
         models = state.bank["models"]
         held = self._preferred
@@ -159,7 +160,7 @@ class Evaluation:
             indices = [torch.as_tensor(ix, device=self.device) for ix in self.client_indices]
             losses, _ = full_losses_and_gradients(self.model, state.buffers, self.data.x_train, self.data.y_train,
                                                   indices, models, self.batch)
-            held = self._preferred = (models, models._version, preferences(losses, models, self.weight_decay))
+            held = self._preferred = (models, models._version, self.preferences(losses, models, self.weight_decay))
         return held[2]
 
     @cached_property

@@ -36,8 +36,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from fedrun.algorithms.base import ClientContext, LocalRule, State
-from fedrun.algorithms.step_selector.herd import Selection
+from fedrun.algorithms.base import ClientContext, LocalRule, Selection, State
 from fedrun.data.augment import minibatch, rows
 from fedrun.errors import ConfigError
 from fedrun.model.functional import FunctionalModel

@@ -26,7 +26,7 @@ from datetime import timedelta
 
 import torch
 
-from fedrun.algorithms.step_selector.herd import Selection
+from fedrun.algorithms.base import Selection
 from fedrun.engine.executor import CohortResult
 from fedrun.engine.state import to_device
 from fedrun.errors import ConfigError, FedrunError

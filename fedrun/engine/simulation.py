@@ -122,7 +122,7 @@ class Simulation:
         self.tools = EngineTools(self)
         self.evaluation = Evaluation(self.model, self.data, partition.indices, self.holdout, self.algo.local, cfg.eval,
                                      cfg.partition.name == "natural", cfg.fl.weight_decay, cfg.fl.batch_size,
-                                     cfg.seed)
+                                     cfg.seed, self.algo.bank.preferences)
 
     def _step_store(self) -> torch.device:
         """Where a step selector (BHerd, GraB) keeps the round's step gradients (``hardware.step_store``): on the

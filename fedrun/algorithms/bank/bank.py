@@ -177,6 +177,7 @@ class ModelBank(StatefulPart):
     ``kind``: ``none`` (one model: plain FSVRG or any other algorithm), ``ma`` or ``ga``."""
 
     name = "none"
+    preferences = staticmethod(preferences)  # eq. 18, which the evaluation of a bank's models reads too
 
     def __init__(self, kind: str, models: int, threshold: int, alpha_g: float,
                  beta1: float, beta2: float, eps: float, kmeans_eps: float,

@@ -15,12 +15,11 @@ holds tau x block numbers, never tau x d.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from fedrun.algorithms.base import State, StatefulPart
+from fedrun.algorithms.base import Selection, State, StatefulPart
 
 # Greedy scores within this fraction of the largest squared deviation of the minimum count as tied: exact ties (a
 # client with two steps has two opposite centred gradients) are then settled by the lowest index, as Algorithm 2's
@@ -93,23 +92,6 @@ def grab_order(z: torch.Tensor, stale_mean: torch.Tensor, block: int | None = No
 def num_selected(alpha: float, tau: int) -> int:
     """alpha * tau_i, rounded half up, at least 1 (NOTES.md, BHerd)."""
     return max(1, min(tau, math.floor(alpha * tau + 0.5)))
-
-
-@dataclass
-class Selection:
-    """What the clients' step selection made, each field stacked along the clients in cohort order (so that ranks'
-    shares of it are reassembled as the updates are): the update each sends, the sum g_i of its selected steps
-    (eq. 5), their number k_i, ||g_i / k_i - mu_i|| (Fig. 6), ||g_i / alpha - sum_l z_l|| / ||sum_l z_l||, the mean of
-    its steps where the selector keeps it for the next round (GraB; else no columns), and the megabytes its stored
-    steps took."""
-
-    sent: torch.Tensor
-    sums: torch.Tensor
-    counts: torch.Tensor
-    distances: torch.Tensor
-    residuals: torch.Tensor
-    means: torch.Tensor
-    steps_mb: torch.Tensor
 
 
 def herd_diagnostics(selection: Selection, plans, weights: torch.Tensor) -> dict[str, float]:
