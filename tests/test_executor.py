@@ -246,10 +246,10 @@ def test_auto_resolves_to_a_concrete_executor_and_logs_it(cfg_factory, caplog, d
 
 
 def test_compile_without_a_cpp_compiler_is_refused_before_any_work(cfg_factory, monkeypatch):
-    from fedrun.engine import executor as ex
+    from fedrun.engine import executor_choice
     from fedrun.errors import ConfigError
 
-    monkeypatch.setattr(ex.shutil, "which", lambda name: None)
+    monkeypatch.setattr(executor_choice.shutil, "which", lambda name: None)
     with pytest.raises(ConfigError, match="hardware.compile=true: torch.compile needs a C\\+\\+ compiler"):
         Simulation(cfg_factory("data=digits", "model=logreg", "hardware.executor=vmap", "hardware.compile=true",
                                "hardware.device=cpu"))
@@ -660,7 +660,7 @@ def test_local_sgd_runs_in_blocks_of_steps_on_a_cpu_only(cfg_factory, monkeypatc
 
     from fedrun.bench import workloads as bench
     from fedrun.config.compose import option
-    from fedrun.engine.executor import make_executor
+    from fedrun.engine.executor_choice import make_executor
 
     sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.batch_size=1", "hardware.executor=vmap"))
     assert sim.executor.blocks

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from fedrun.errors import ConfigError
 from fedrun.algorithms.schema import SCHEMAS, parse
+from fedrun.algorithms.stateful import STATEFUL_PARTS
 
 if TYPE_CHECKING:  # the parts themselves import torch; checking a config (fedrun --help, a typo) needs none of them
     from fedrun.algorithms.bank.bank import ModelBank
@@ -27,9 +28,6 @@ if TYPE_CHECKING:  # the parts themselves import torch; checking a config (fedru
     from fedrun.algorithms.step_selector.herd import GraB, Herd, RandomSubset
 
 PARTS = tuple(SCHEMAS)  # the plug points, in the order a round meets them
-# the parts whose settings are attributes and whose round-to-round state is their own (StatefulPart.init); the local
-# rule and the server optimiser have states of their own shapes (server_init, init)
-STATEFUL_PARTS = ("step_selector", "harmonizer", "schedule", "bank")
 
 
 @dataclass

@@ -23,7 +23,6 @@ from fedrun.algorithms.harmonizer.harmonize import conflict_statistics, cosine_m
 from fedrun.algorithms.schedule.schedules import RoundFeedback
 
 if TYPE_CHECKING:
-    from fedrun.algorithms import Algorithm
     from fedrun.engine.executor import CohortResult
     from fedrun.engine.sampling import ClientPlan
     from fedrun.engine.state import ServerState
@@ -105,10 +104,10 @@ def with_client_states(clients: dict, plans: list[ClientPlan], result: CohortRes
     return clients | {plan.id: cs for plan, cs in zip(plans, result.client_states) if cs is not None}
 
 
-def composed_round(algo: Algorithm, state: ServerState, tools: RoundTools, rnd: int
-                   ) -> tuple[ServerState, RoundOutput]:
-    """Round ``rnd`` from ``state`` with the algorithm's parts: the new state and what the round did. ``state`` is
-    left as it was (every part returns its new state; the clients' states are a new dict)."""
+def composed_round(algo, state: ServerState, tools: RoundTools, rnd: int) -> tuple[ServerState, RoundOutput]:
+    """Round ``rnd`` from ``state`` with the parts of ``algo`` (a ``fedrun.algorithms.Algorithm``): the new state and
+    what the round did. ``state`` is left as it was (every part returns its new state; the clients' states are a new
+    dict)."""
     new = replace(state)
     cohort, last_report = tools.participants(rnd)
     plans = tools.plans(state, cohort, rnd)

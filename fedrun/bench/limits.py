@@ -36,7 +36,7 @@ from fedrun.engine import tree
 from fedrun.engine.cuda_math import configure_cuda
 from fedrun.engine.executor import VmapExecutor, activation_bytes_per_sample
 from fedrun.engine.graph_executor import GraphExecutor
-from fedrun.engine.precision import local_steps, tf32_units
+from fedrun.engine.precision import InPrecision, tf32_units
 from fedrun.model.functional import FunctionalModel
 from fedrun.rundir.files import device_name
 
@@ -44,20 +44,6 @@ FORMS = ("vmap", "graph", "vmap_network", "graph_network")
 PRECISIONS = ("float32", "tf32", "bfloat16")
 DEFAULT_WORKLOADS = ("lenet5_cifar_1000", "mlp_mnist_1000", "lenet5_cifar_100", "lenet5_mnist_10", "cnn_fedgh_20",
                      "lenet5_mnist_160")
-
-
-class InPrecision:
-    """An executor whose rounds run in ``precision`` (the local steps' context, as a run's)."""
-
-    def __init__(self, executor, precision: str, device: torch.device):
-        self.executor, self.precision, self.device = executor, precision, device
-
-    def run(self, *args, **kwargs):
-        with local_steps(self.precision, self.device):
-            return self.executor.run(*args, **kwargs)
-
-    def report(self) -> dict:
-        return self.executor.report()
 
 
 def matmul_peak(device: torch.device, precision: str, repeats: int = 3) -> float:

@@ -36,8 +36,9 @@ from fedrun.algorithms.schedule.schedules import RoundFeedback
 from fedrun.algorithms.schema import make
 from fedrun.config.compose import option
 from fedrun.engine.sampling import plan_client
-from fedrun.engine.executor import (LoopExecutor, VmapExecutor, blocks_pay, flops_per_step, loop_threads, make_executor,
+from fedrun.engine.executor import (LoopExecutor, VmapExecutor, blocks_pay, flops_per_step, loop_threads,
                                     resolve_auto)
+from fedrun.engine.executor_choice import make_executor
 from fedrun.engine.accounting import simulated_times
 from fedrun.engine import host_memory
 from fedrun.engine.blocked import block_length

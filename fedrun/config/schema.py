@@ -24,9 +24,9 @@ from typing import Any, ClassVar, Iterator, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from fedrun.config.compose import CONF_DIR as conf_root
+from fedrun.shipped import folder
 
-CONF_DIR = Path(conf_root)
+CONF_DIR = folder("conf")  # the repository's conf/, or an installed wheel's fedrun/conf/ (as compose.py's)
 
 
 class _Default:

@@ -25,7 +25,6 @@ import functools
 import logging
 import math
 import os
-import shutil
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -75,10 +74,22 @@ def stack_uploads(uploads) -> dict[str, torch.Tensor]:
 
 
 class Executor:
-    """How a cohort's clients are trained (loop, vmap, graph): ``run`` gives the cohort's results; ``report`` what
-    the executor did over the run that its summary should say (nothing, for most)."""
+    """How a cohort's clients are trained (loop, vmap, graph): ``run`` gives the cohort's results; ``train`` the
+    same with the clients' step selection made where they trained; ``report`` what the executor did over the run that
+    its summary should say (nothing, for most). Wrappers run it in a precision (``precision.InPrecision``) or over
+    ranks (``ranks.Ranked``)."""
 
     name = ""
+
+    def train(self, rule: LocalRule, model: FunctionalModel, ctx: ClientContext, plans: list[ClientPlan],
+              x: torch.Tensor, y: torch.Tensor, client_states: list[State | None], record=None, select=None
+              ) -> CohortResult:
+        """``run``, then ``select(updates, steps, plans)``, the clients' step selection, whose result replaces the
+        recorded steps."""
+        result = self.run(rule, model, ctx, plans, x, y, client_states, record)
+        if select is None:
+            return result
+        return replace(result, steps=None, selection=select(result.updates, result.steps, plans))
 
     def report(self) -> dict:
         return {}
@@ -498,39 +509,6 @@ def resolve_auto(model: FunctionalModel, device: torch.device, x: torch.Tensor, 
     if flops <= CPU_VMAP_MAX_FLOPS_PER_STEP:
         return "vmap", f"convolutions, {flops / 1e6:.0f} MFLOP per client step (small) on the CPU"
     return "loop", f"convolutions, {flops / 1e6:.0f} MFLOP per client step (large) on the CPU"
-
-
-def make_executor(hw_cfg, model: FunctionalModel, device: torch.device, x: torch.Tensor, y: torch.Tensor,
-                  cohort_size: int, rule: LocalRule | None = None):
-    """The executor of ``hardware.executor``; ``auto`` decides from a minibatch (x, y) of the run's shape, the
-    number of clients per round and the local rule."""
-    name = hw_cfg.executor
-    threads = loop_threads(hw_cfg.loop_threads, model, device, cohort_size)
-    if name == "auto":
-        name, why = resolve_auto(model, device, x, y, cohort_size, threads, rule)
-        log.info("hardware.executor=auto resolved to %s (%s)", name, why)
-    compile_ = hw_cfg.compile
-    if compile_ and name == "vmap" and device.type == "cpu" and not any(
-            shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++", "c++")):
-        raise ConfigError(["hardware.compile=true: torch.compile needs a C++ compiler on the CPU and none is on PATH "
-                           "(g++, clang++ or $CXX); install one (apt-get install g++) or set hardware.compile=false"])
-    if name == "graph":
-        from fedrun.engine.graph_executor import GraphExecutor  # it builds on this module's vmap executor
-
-        if compile_:
-            log.warning("hardware.compile=true has no effect with hardware.executor=graph (its steps replay a CUDA "
-                        "graph on a GPU)")
-        return GraphExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction)
-    if name == "vmap":
-        tail = vmap_tail(model, device) if hw_cfg.vmap_tail is None else hw_cfg.vmap_tail
-        return VmapExecutor(hw_cfg.chunk_size, hw_cfg.memory_fraction, compile_, tail,
-                            blocks_pay(hw_cfg.blocks, device), hw_cfg.cache_fraction)
-    if compile_:
-        log.warning("hardware.compile=true has no effect: it compiles the vmap executor's step and this run uses the "
-                    "loop executor (set hardware.executor=vmap to compile)")
-    if threads > 1:
-        log.info("the loop trains %d clients at once, one intra-op thread each (hardware.loop_threads)", threads)
-    return LoopExecutor(threads)
 
 
 def steps_natively(rule: LocalRule, model: FunctionalModel) -> bool:

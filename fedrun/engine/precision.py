@@ -24,6 +24,26 @@ def check_device(precision: str, device: torch.device) -> None:
                            f"{device.type}. Fix: hardware.precision=float32 (or bfloat16), or hardware.device=cuda"])
 
 
+class InPrecision:
+    """An executor whose local steps (and the clients' step selection made where they trained) run in
+    ``precision``: a run's cohort training, and each precision's row of the limits benchmark."""
+
+    def __init__(self, executor, precision: str, device: torch.device):
+        self.executor, self.precision, self.device = executor, precision, device
+        self.name = executor.name
+
+    def run(self, *args, **kwargs):
+        with local_steps(self.precision, self.device):
+            return self.executor.run(*args, **kwargs)
+
+    def train(self, *args, **kwargs):
+        with local_steps(self.precision, self.device):
+            return self.executor.train(*args, **kwargs)
+
+    def report(self) -> dict:
+        return self.executor.report()
+
+
 def local_steps(precision: str, device: torch.device):
     """The context a cohort's local steps run in: bfloat16 autocast for ``bfloat16`` (its cast cache off, as CUDA
     graph capture requires: a cached cast would be a tensor captured from an earlier step), TF32 matrix units for

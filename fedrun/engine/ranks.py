@@ -154,6 +154,25 @@ class SummedRows:
                            "hardware.exchange=rows, and declare reads_each_update = True on the part that reads it")
 
 
+class Ranked:
+    """An executor whose cohort is trained over the run's ranks: each rank trains its share of the clients (and makes
+    their step selection) with the executor it wraps, and every rank then holds the cohort's results
+    (:func:`trained_in_shares`)."""
+
+    def __init__(self, executor, ranks: Ranks, device: torch.device, summed: bool):
+        self.executor, self.ranks, self.device, self.summed = executor, ranks, device, summed
+        self.name = executor.name
+
+    def train(self, rule, model, ctx, plans: list, x, y, client_states: list, record=None, select=None
+              ) -> CohortResult:
+        def share(plans, client_states):
+            return self.executor.train(rule, model, ctx, plans, x, y, client_states, record, select)
+        return trained_in_shares(self.ranks, share, plans, client_states, self.device, self.summed)
+
+    def report(self) -> dict:
+        return self.executor.report()
+
+
 def trained_in_shares(ranks: Ranks, train, plans: list, client_states: list, device: torch.device,
                       summed: bool = False) -> CohortResult:
     """The cohort's training over the ranks: ``train(plans, client_states)`` on this rank's share of the clients,

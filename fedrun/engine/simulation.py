@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 
 import numpy as np
 import torch
 
-from fedrun.algorithms import STATEFUL_PARTS, build_algorithm
+from fedrun.algorithms import build_algorithm
+from fedrun.algorithms.stateful import STATEFUL_PARTS
 from fedrun.algorithms.base import ClientContext, TrainingSet
 from fedrun.algorithms.round import RoundOutput
 from fedrun.config.checks import validate
@@ -30,11 +30,12 @@ from fedrun.engine.accounting import simulated_times, tracked_values
 from fedrun.engine.sampling import ClientPlan, earliest_reporters, plan_cohort, report_delays, sample_clients
 from fedrun.engine.cuda_math import configure_cuda, free_bytes, share_memory, synchronize
 from fedrun.engine.evaluation import Evaluation
-from fedrun.engine.executor import CohortResult, make_executor
+from fedrun.engine.executor import CohortResult
+from fedrun.engine.executor_choice import make_executor
 from fedrun.engine.full_batch import full_losses_and_gradients
 from fedrun.engine.host_memory import keep_freed_memory
-from fedrun.engine.precision import check_device, local_steps
-from fedrun.engine.ranks import Ranks, trained_in_shares
+from fedrun.engine.precision import InPrecision, check_device
+from fedrun.engine.ranks import Ranked, Ranks
 from fedrun.engine.state import ServerState
 
 log = logging.getLogger("fedrun")
@@ -205,21 +206,14 @@ class Simulation:
     def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list, select=None
               ) -> CohortResult:
         """The cohort's local training through the run's executor (steps recorded where the step selector keeps
-        them), in the run's ``hardware.precision``; over several ranks, each trains its share. ``select(updates,
-        steps, plans)``: the clients' step selection, done where they trained, whose result replaces the steps."""
+        them), in the run's ``hardware.precision``, over its ranks (each trains its share). ``select(updates, steps,
+        plans)``: the clients' step selection, done where they trained, whose result replaces the steps."""
         if isinstance(self.train_inputs, AugmentedImages):
             self.train_inputs.begin_round(ctx.round)
-        def train(plans, client_states):
-            result = self.executor.run(rule, self.model, ctx, plans, self.train_inputs, self.data.y_train,
-                                       client_states, self.step_store)
-            if select is None:
-                return result
-            return replace(result, steps=None, selection=select(result.updates, result.steps, plans))
-
-        with local_steps(self.cfg.hardware.precision, self.device):
-            if self.ranks.size == 1:
-                return train(plans, client_states)
-            return trained_in_shares(self.ranks, train, plans, client_states, self.device, self.summed)
+        executor = self.executor if self.ranks.size == 1 else Ranked(self.executor, self.ranks, self.device,
+                                                                      self.summed)
+        return InPrecision(executor, self.cfg.hardware.precision, self.device).train(
+            rule, self.model, ctx, plans, self.train_inputs, self.data.y_train, client_states, self.step_store, select)
 
     def run_round(self, rnd: int) -> RoundOutput:
         """Round ``rnd`` of the run: its state becomes the round's new one."""

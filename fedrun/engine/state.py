@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from fedrun.algorithms import STATEFUL_PARTS
+from fedrun.algorithms.stateful import STATEFUL_PARTS
 from fedrun.algorithms.base import State
 from fedrun.config.renames import upgraded_state
 from fedrun.errors import ConfigError
