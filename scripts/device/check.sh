@@ -1,81 +1,83 @@
 #!/usr/bin/env bash
-# One prepared call on a lent GPU machine (after scripts/device/pack.sh here; `run` with carry [".device"]):
-#   bash scripts/device/check.sh [tests,limits,default,sweep | all]   (default: all; about 9 minutes on an H100)
+# One prepared call on a lent GPU machine, within 7 minutes (after scripts/device/pack.sh here; `run` with carry
+# [".device"] and timeout_s 480):
+#   bash scripts/device/check.sh [tests,limits,default,sweep | all]   (default: all)
 #   CLAIMS="dgt_fig5 --presets dgt_fig5_mnist --seeds 5 algo=fedavg" bash scripts/device/check.sh claims
-# Writes under $OUT (or out/ without one): what each step printed, the bench's records, and the runs' logs. Each
-# step has a time limit, so that one call leaves what it finished even when a later step runs long.
+# Every step has its own limit (`timeout -k`: a hang is killed too) and the limits add to under 7 minutes, so one call
+# leaves what it finished even when a step runs long. The steps write into a scratch folder ($WORK); at the end it is
+# packed into $OUT/kit.tar.gz (the machine returns a few files, two folders deep at most) beside $OUT/summary.md, the
+# table of every step. HW=cpu PYTHON=.venv/bin/python EXTRA="fl.rounds=1" LIMITS="--quick --precisions float32"
+# LIMIT_SCALE=6 FEDRUN_DATA=<a data folder>: the same steps without a GPU, each limit 6 times longer (tests/
+# test_device_kit.py runs it so).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD/.device/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" FEDRUN_DATA="$PWD/.device/data"
-export FEDRUN_COMMIT="$(cat .device/commit 2>/dev/null)" WANDB_MODE=disabled HYDRA_FULL_ERROR=1
+WORK=${WORK:-$(mktemp -d)}
+mkdir -p "$OUT" "$WORK"
+export PYTHONPATH="$PWD/.device/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" FEDRUN_DATA="${FEDRUN_DATA:-$PWD/.device/data}"
+export FEDRUN_COMMIT="$(cat .device/commit 2>/dev/null)" WANDB_MODE=disabled HYDRA_FULL_ERROR=1 PYTHONUNBUFFERED=1
 # the tests' CPU reference runs use torch's operators: compiling fedrun's CPU kernels would spend device time
 export CXX=/nonexistent/g++
-PY=${PYTHON:-python}
-HW=${HW:-gpu}  # HW=cpu EXTRA="fl.rounds=1" PYTHON=.venv/bin/python: a dry run of the kit's steps without a GPU
+PY=${PYTHON:-python3}
+HW=${HW:-gpu}
 EXTRA=${EXTRA:-}
+LIMITS=${LIMITS:-}
 what=",${1:-all},"
-step() {  # step NAME SECONDS COMMAND...: the command's output in $OUT/NAME.log, its status and seconds in steps.tsv
-  local name=$1 limit=$2; shift 2
+wanted() { [[ $what == *,all,* || $what == *,$1,* ]]; }
+step() {  # step NAME SECONDS COMMAND...: its output in $WORK/NAME.log, its status and seconds in $WORK/steps.tsv
+  local name=$1 limit=$(($2 * ${LIMIT_SCALE:-1})); shift 2
   local start=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  timeout -k 5 "$limit" "$@" > "$WORK/$name.log" 2>&1
   local rc=$?
-  printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - start))" | tee -a "$OUT/steps.tsv"
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - start))" | tee -a "$WORK/steps.tsv"
 }
-{ nvidia-smi; $PY -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"; } > "$OUT/machine.log" 2>&1
-if [[ $what == *,all,* || $what == *,tests,* ]]; then
-  # the executors' equality on the GPU (every path against the CPU loop in float64), captured graphs included
-  step tests 180 $PY -m pytest -q -x -p no:cacheprovider tests/test_gpu.py tests/test_graph_executor.py \
-    tests/test_precision.py
+{ nvidia-smi || true; $PY -c "import torch; print(torch.__version__, torch.cuda.is_available() and \
+torch.cuda.get_device_name())"; } > "$WORK/machine.log" 2>&1
+if wanted tests; then
+  # the graph executor's capture first (its control flow, its hazards, BatchNorm), then the GPU's equality with the
+  # CPU loop; no -x: every failure is wanted, and -rA names each outcome
+  step tests-capture 50 $PY -m pytest -q -rA -p no:cacheprovider tests/test_graph_executor.py
+  step tests-gpu 70 $PY -m pytest -q -rA -p no:cacheprovider tests/test_gpu.py tests/test_precision.py
 fi
-if [[ $what == *,all,* || $what == *,limits,* ]]; then
-  # each cohort's round under vmap / graph (and as one network), every precision, beside the chip's floors
-  step limits 240 $PY -m fedrun.bench.limits --out "$OUT/limits-gpu.json"
+if wanted limits; then
+  # the 1000- and 100-client LeNet-5 rounds under each form, each form its own step: one form's error leaves the others
+  for form in vmap graph vmap_network graph_network; do
+    step "limits-$form" 20 $PY -m fedrun.bench.limits --forms "$form" --only lenet5_cifar_1000,lenet5_cifar_100 \
+      --repeats 2 $LIMITS --out "$WORK/limits-$form.json"
+  done
 fi
-if [[ $what == *,all,* || $what == *,default,* ]]; then
-  # the default experiment end to end: today's GPU path (vmap) against the graph executor, float32 and bfloat16
+if wanted default; then
+  # the default experiment end to end: the GPU's default path (vmap; the first, so it also pays CUDA's start) against
+  # the graph executor's forms
   for form in "vmap" "graph" "graph hardware.precision=bfloat16" "graph hardware.cohort_network=true"; do
     set -- $form
     name="default-$(IFS=-; echo -n "$*" | tr -c 'a-z0-9-' '-')"
-    step "$name" 60 $PY -m fedrun.cli hardware=$HW "hardware.executor=$1" "${@:2}" $EXTRA \
-      "hydra.run.dir=$OUT/runs/$name"
+    step "$name" "$([[ $1 == vmap ]] && echo 25 || echo 15)" $PY -m fedrun.cli hardware=$HW "hardware.executor=$1" "${@:2}" checkpoint.every=0 progress=false \
+      $EXTRA "hydra.run.dir=$WORK/runs/$name"
   done
 fi
-if [[ $what == *,all,* || $what == *,sweep,* ]]; then
-  # 16 seeds of the default experiment: one after another, and four jobs at a time sharing the GPU
-  step sweep-serial 150 $PY -m fedrun.cli -m "seed=range(16)" hardware=$HW hardware.executor=graph $EXTRA \
-    "hydra.sweep.dir=$OUT/sweeps/serial"
-  step sweep-shared 120 $PY -m fedrun.cli -m "seed=range(16)" hardware=$HW hardware.executor=graph $EXTRA \
-    hydra/launcher=gpu_shared hardware.memory_share=0.25 "hydra.sweep.dir=$OUT/sweeps/shared"
+if wanted sweep; then
+  # 16 seeds of the default experiment: one after another, then four jobs at a time sharing the GPU
+  step sweep-serial 70 $PY -m fedrun.cli -m "seed=range(16)" hardware=$HW hardware.executor=graph checkpoint.every=0 \
+    progress=false $EXTRA "hydra.sweep.dir=$WORK/sweeps/serial"
+  step sweep-shared 50 $PY -m fedrun.cli -m "seed=range(16)" hardware=$HW hardware.executor=graph checkpoint.every=0 \
+    progress=false $EXTRA hydra/launcher=gpu_shared hardware.memory_share=0.25 "hydra.sweep.dir=$WORK/sweeps/shared"
 fi
 if [[ $what == *,claims,* ]]; then
   # a claims table's grid (not in `all`): $CLAIMS is fedrun-table's artefact, options and overrides; four jobs share
-  # the GPU, and the runs come back under $OUT/claims. Render them here, at the commit they ran at:
-  #   fedrun-table <artefact> --collect-only --runs <files_at>/claims --out results/<paper>
-  # Runs stopped by the step's limit (CLAIMS_S seconds) keep their checkpoints: copy $OUT/claims into an ignored folder,
+  # the GPU, and the runs come back in the tar file under claims/. Render them here, at the commit they ran at:
+  #   fedrun-table <artefact> --collect-only --runs <unpacked>/claims --out results/<paper>
+  # Runs stopped by the step's limit (CLAIMS_S seconds) keep their checkpoints: unpack them into an ignored folder,
   # carry it, and call again with CLAIMS_RUNS=<that folder> and resume=true in $CLAIMS.
-  runs=${CLAIMS_RUNS:-$OUT/claims}
-  step claims "${CLAIMS_S:-480}" $PY -c "import sys; from fedrun.papers.table import main; sys.exit(main())" \
+  runs=${CLAIMS_RUNS:-$WORK/claims}
+  step claims "${CLAIMS_S:-400}" $PY -c "import sys; from fedrun.papers.table import main; sys.exit(main())" \
     ${CLAIMS:?CLAIMS names the artefact to run} hardware=$HW hydra/launcher=gpu_shared hardware.memory_share=0.25 \
     progress=false $EXTRA --runs "$runs"
-  [[ $runs == "$OUT/claims" ]] || cp -r "$runs" "$OUT/claims"
+  [[ $runs == "$WORK/claims" ]] || cp -r "$runs" "$WORK/claims"
 fi
-# one table of the runs above: process seconds, first round, the later rounds' mean, final accuracy
-$PY - "$OUT" > "$OUT/summary.md" 2>&1 <<'PYEOF'
-import csv, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-steps = {row[0]: row[1:] for row in csv.reader((out / "steps.tsv").open(), delimiter="\t")} if (out / "steps.tsv").exists() else {}
-print("| step | exit | process s | first round s | later rounds ms (mean) | final test acc |\n|---|---|---|---|---|---|")
-for name, (rc, secs) in steps.items():
-    metrics = out / "runs" / name / "metrics.csv"
-    first = later = acc = ""
-    if metrics.exists():
-        rows = list(csv.DictReader(metrics.open()))
-        t = [float(r["elapsed_s"]) for r in rows]
-        first, acc = f"{t[0]:.2f}", rows[-1]["test_acc"]
-        later = f"{1e3 * (t[-1] - t[0]) / (len(t) - 1):.0f}" if len(t) > 1 else ""
-    print(f"| {name} | {rc} | {secs} | {first} | {later} | {acc} |")
-PYEOF
+$PY scripts/device/summary.py "$WORK" > "$OUT/summary.md" 2>&1
+cp "$OUT/summary.md" "$WORK/summary.md"
+# everything in one file; checkpoints only where a claims run may resume from them
+tar -czf "$OUT/kit.tar.gz" -C "$WORK" $([[ $what == *,claims,* ]] || echo --exclude='*.pt') .
+echo "kit.tar.gz: $(du -h "$OUT/kit.tar.gz" | cut -f1) (the machine returns files up to 16 MiB)" >> "$OUT/summary.md"
 cat "$OUT/summary.md"

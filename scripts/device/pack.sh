@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # What a lent GPU machine needs beside the working tree, in .device/ (ignored; carry it: `run` with carry [".device"]):
-# pure-Python copies of Hydra, OmegaConf, ANTLR's runtime, PyYAML, tqdm, joblib, the Hydra launcher plugins and
-# pytest from .venv (the machine's image has PyTorch only), MNIST as the idx files its loader reads and Fashion-MNIST's
-# (gzipped: the carried paths hold 64 MiB in all). Then, on the machine: bash scripts/device/check.sh
+# pure-Python copies of Hydra, OmegaConf, ANTLR's runtime and the Hydra launcher plugins from .venv (the machine's
+# image has PyTorch, pytest, PyYAML, tqdm and joblib of its own: copies of those would shadow them), MNIST as the idx
+# files its loader reads and Fashion-MNIST's (gzipped: the carried paths hold 64 MiB in all). Then, on the machine:
+# bash scripts/device/check.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
 SITE=$($PY -c "import site; print(site.getsitepackages()[0])")
 rm -rf .device && mkdir -p .device/site .device/data/mnist/MNIST/raw
-for pkg in hydra omegaconf antlr4 yaml tqdm joblib hydra_plugins pytest _pytest pluggy iniconfig packaging py.py; do
+for pkg in hydra omegaconf antlr4 hydra_plugins; do
   cp -r "$SITE/$pkg" .device/site/
 done
 find .device/site -depth -name '__pycache__' -exec rm -rf {} +
