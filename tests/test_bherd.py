@@ -8,7 +8,8 @@ import torch
 from conftest import run_cli
 from omegaconf import OmegaConf
 
-from fedrun.algorithms.step_selector.herd import centred_gram, grab_order, herd_order, num_selected
+from fedrun.algorithms.step_selector.grab import grab_order
+from fedrun.algorithms.step_selector.herd import centred_gram, herd_order, num_selected
 from fedrun.data.fixtures import write_cifar, write_imdb
 from fedrun.engine.experiment import run_experiment
 from fedrun.engine.simulation import Simulation

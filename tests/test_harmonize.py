@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.harmonizer.harmonize import conflict_statistics, dgt_coefficients, fedgh_coefficients
+from fedrun.algorithms.harmonizer.dgt import dgt_coefficients
+from fedrun.algorithms.harmonizer.fedgh import fedgh_coefficients
+from fedrun.algorithms.harmonizer.gram import conflict_statistics
 from fedrun.algorithms.schema import make
 
 
@@ -187,7 +189,7 @@ def test_fedgh_leaf_presets_run_two_rounds_from_the_cli_on_leaf_fixtures(tmp_pat
 
 def test_fedgh_partner_orders_are_each_clients_seeded_permutation_of_the_others():
     """Row k: the others (every row but k) in the order of the permutation seeded per (seed, 0xF6, round, client)."""
-    from fedrun.algorithms.harmonizer.harmonize import partner_orders
+    from fedrun.algorithms.harmonizer.fedgh import partner_orders
 
     clients = [7, 3, 11, 0, 5]
     orders = partner_orders(2, 9, clients)

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun.algorithms.schedule.schedules import RoundFeedback, afl_objective, gradient_consistency
+from fedrun.algorithms.schedule.afl import afl_objective
+from fedrun.algorithms.schedule.feedback import RoundFeedback
+from fedrun.algorithms.schedule.gift import gradient_consistency
 from fedrun.algorithms.schema import make
 from fedrun.config.checks import validate
 from fedrun.engine.experiment import run_experiment

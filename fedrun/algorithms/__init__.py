@@ -21,11 +21,17 @@ from fedrun.algorithms.stateful import STATEFUL_PARTS
 if TYPE_CHECKING:  # the parts themselves import torch; checking a config (fedrun --help, a typo) needs none of them
     from fedrun.algorithms.bank.bank import ModelBank
     from fedrun.algorithms.base import Aggregator, LocalRule, ServerOptimizer
-    from fedrun.algorithms.harmonizer.harmonize import DGT, FedGH
+    from fedrun.algorithms.harmonizer.dgt import DGT
+    from fedrun.algorithms.harmonizer.fedgh import FedGH
     from fedrun.algorithms.step_selector.all_steps import AllSteps
     from fedrun.algorithms.harmonizer.none import NoHarmonizer
-    from fedrun.algorithms.schedule.schedules import AFL, GIFT, AdaComm, FixedSchedule
-    from fedrun.algorithms.step_selector.herd import GraB, Herd, RandomSubset
+    from fedrun.algorithms.schedule.adacomm import AdaComm
+    from fedrun.algorithms.schedule.afl import AFL
+    from fedrun.algorithms.schedule.fixed import FixedSchedule
+    from fedrun.algorithms.schedule.gift import GIFT
+    from fedrun.algorithms.step_selector.grab import GraB
+    from fedrun.algorithms.step_selector.herd import Herd
+    from fedrun.algorithms.step_selector.random_subset import RandomSubset
 
 PARTS = tuple(SCHEMAS)  # the plug points, in the order a round meets them
 

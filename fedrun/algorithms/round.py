@@ -19,8 +19,8 @@ import torch
 
 from fedrun.algorithms.aggregator.weighted import aggregate_buffers
 from fedrun.algorithms.base import ClientContext
-from fedrun.algorithms.harmonizer.harmonize import conflict_statistics, cosine_matrix
-from fedrun.algorithms.schedule.schedules import RoundFeedback
+from fedrun.algorithms.harmonizer.gram import conflict_statistics, cosine_matrix
+from fedrun.algorithms.schedule.feedback import RoundFeedback
 
 if TYPE_CHECKING:
     from fedrun.engine.executor import CohortResult

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from fedrun import __version__
 from fedrun.algorithms.base import ClientContext
-from fedrun.algorithms.schedule.schedules import RoundFeedback
+from fedrun.algorithms.schedule.feedback import RoundFeedback
 from fedrun.algorithms.schema import make
 from fedrun.config.compose import option
 from fedrun.engine.sampling import plan_client

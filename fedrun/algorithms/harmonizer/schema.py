@@ -27,7 +27,7 @@ class NoHarmonizerConfig(PartConfig):
 @register
 @dataclass
 class FedGHConfig(PartConfig):
-    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.harmonize.FedGH", ("fedgh", "fedgh_norm_only")
+    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.fedgh.FedGH", ("fedgh", "fedgh_norm_only")
     name: str = "fedgh"
     seed: int = II("seed")  # the random order in which conflicting pairs are projected
     mode: str = "project"  # project (FedGH) | norm_only (FEDGH_MODES)
@@ -40,7 +40,7 @@ class FedGHConfig(PartConfig):
 @register
 @dataclass
 class DGTConfig(PartConfig):
-    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.harmonize.DGT", ("dgt", "dgt_norm_only")
+    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.dgt.DGT", ("dgt", "dgt_norm_only")
     name: str = "dgt"
     momentum: float = 0.5  # of each client's baseline
     mode: str = "calibrate"  # calibrate (DGT) | norm_only (DGT_MODES)

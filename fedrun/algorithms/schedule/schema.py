@@ -14,7 +14,7 @@ from fedrun.config.schema import DEFAULT, Rule
 @register
 @dataclass
 class FixedScheduleConfig(PartConfig):
-    part, target, options = "schedule", "fedrun.algorithms.schedule.schedules.FixedSchedule", ("fixed",)
+    part, target, options = "schedule", "fedrun.algorithms.schedule.fixed.FixedSchedule", ("fixed",)
     name: str = "fixed"
     tau: Optional[int] = None  # null: tau_i = floor(E n_i / B)
     switch_round: Optional[int] = None  # from this round on every client takes switch_tau steps (GIFT Fig. 3)
@@ -32,7 +32,7 @@ class FixedScheduleConfig(PartConfig):
 @register
 @dataclass
 class GIFTConfig(PartConfig):
-    part, target, options = "schedule", "fedrun.algorithms.schedule.schedules.GIFT", ("gift",)
+    part, target, options = "schedule", "fedrun.algorithms.schedule.gift.GIFT", ("gift",)
     name: str = "gift"
     tau0: int = 100  # initial local iterations per round
     beta: float = 0.9  # EMA coefficient of the pooled positive/negative update parts
@@ -55,7 +55,7 @@ class GIFTConfig(PartConfig):
 @register
 @dataclass
 class AdaCommConfig(PartConfig):
-    part, target, options = "schedule", "fedrun.algorithms.schedule.schedules.AdaComm", ("adacomm",)
+    part, target, options = "schedule", "fedrun.algorithms.schedule.adacomm.AdaComm", ("adacomm",)
     name: str = "adacomm"
     tau0: int = 100  # initial local iterations (the paper picks it by grid search)
     interval_s: Optional[float] = None  # null: a new tau every round (Paddle); seconds: every interval (timing)
@@ -75,7 +75,7 @@ class AdaCommConfig(PartConfig):
 @register
 @dataclass
 class AFLConfig(PartConfig):
-    part, target, options = "schedule", "fedrun.algorithms.schedule.schedules.AFL", ("afl",)
+    part, target, options = "schedule", "fedrun.algorithms.schedule.afl.AFL", ("afl",)
     name: str = "afl"
     phi: float = 5.0e-5  # control parameter: 5e-5 for CNNs, 0.025 for the smooth SVM (authors' config.py)
     tau_init: int = 1

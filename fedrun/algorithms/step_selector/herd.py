@@ -1,4 +1,5 @@
-"""Client-side update selection: which local steps a client's update is made of (BHerd, GraB-FedAvg).
+"""BHerd's client-side update selection, which GraB-FedAvg (grab.py) and the random-subset control (random_subset.py)
+build on: which local steps a client's update is made of.
 
 A selector that ``records_steps`` receives each client's per-step directions z_1..z_tau (the gradient its local rule
 applied at each step: SGD's gradient, SCAFFOLD's corrected one, FedDyn's regularised one) and returns the update
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from fedrun.algorithms.base import Selection, State, StatefulPart
@@ -67,26 +67,6 @@ def herd_order(z: torch.Tensor, k: int, block: int | None = None, device: torch.
         taken[j] = True
         s_dot += gram[j]
     return order
-
-
-def grab_order(z: torch.Tensor, stale_mean: torch.Tensor, block: int | None = None,
-               device: torch.device | None = None) -> list[int]:
-    """GraB's online balancing (Lu et al. 2022; reference-rules.md §1, ``StaleGradDiscrepencyMinimizationSort``):
-    in arrival order, c_t = z_t - m_stale; if ||s + c_t|| <= ||s - c_t|| (i.e. s . c_t <= 0) the step goes to the
-    front and s += c_t, else to the back and s -= c_t. The order is the front steps in arrival order, then the back
-    steps in reverse arrival order."""
-    gram = centred_gram(z, stale_mean, block, device)
-    signs = torch.zeros(len(z), dtype=torch.float64, device=gram.device)
-    front, back = [], []
-    for t in range(len(z)):
-        s_dot_c = float(signs[:t] @ gram[:t, t])
-        if s_dot_c <= 0:
-            signs[t] = 1.0
-            front.append(t)
-        else:
-            signs[t] = -1.0
-            back.append(t)
-    return front + back[::-1]
 
 
 def num_selected(alpha: float, tau: int) -> int:
@@ -164,39 +144,3 @@ class Herd(StatefulPart):
             uploads = {**uploads, "a": selection.counts.to(uploads["a"].device, uploads["a"].dtype)}
         return (self.after(state, plans, selection), selection.sent, uploads,
                 herd_diagnostics(selection, plans, weights))
-
-
-class GraB(Herd):
-    """GraB-FedAvg (BHerd Sec. V-A1; NOTES.md): BHerd with Algorithm 2 replaced by GraB's online balancing, the stale
-    mean being the mean of the same client's step gradients in its previous round (zero at first); the first
-    alpha*tau_i of GraB's order are sent."""
-
-    name = "grab"
-    keeps_step_means = True
-
-    def init(self, params=None, num_clients: int = 0) -> State:
-        return {"stale_means": {}}  # client id -> the mean of its step gradients in the last round it took part
-
-    def order(self, state, z, client, rnd, k, device, block=None):
-        return grab_order(z, state["stale_means"].get(client, torch.zeros_like(z[0])), block, device)
-
-    def after(self, state, plans, selection):
-        return {"stale_means": state["stale_means"] | {p.id: m for p, m in zip(plans, selection.means)}}
-
-
-class RandomSubset(Herd):
-    """The control for BHerd's selection: the same eqs. 5-6 (alpha*tau_i steps summed, server step eta E / alpha)
-    with the steps drawn uniformly at random, without replacement, from (seed, round, client). What BHerd gains over
-    it is what herding's choice adds; what both lose to FedAvg is the cost of sending a subset of the steps."""
-
-    name = "random"
-
-    def __init__(self, alpha: float, local_epochs: float, seed: int):
-        super().__init__(alpha, local_epochs)
-        self.seed = int(seed)
-
-    def order(self, state, z, client, rnd, k, device, block=None):
-        return np.random.default_rng([self.seed, _RANDOM_SUBSET, rnd, client]).permutation(len(z)).tolist()
-
-
-_RANDOM_SUBSET = 0x5E1EC7

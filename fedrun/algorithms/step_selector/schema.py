@@ -42,7 +42,7 @@ class HerdConfig(PartConfig):
 @register
 @dataclass
 class GraBConfig(HerdConfig):
-    part, target, options = "step_selector", "fedrun.algorithms.step_selector.herd.GraB", ("grab",)
+    part, target, options = "step_selector", "fedrun.algorithms.step_selector.grab.GraB", ("grab",)
     name: str = "grab"
 
 
@@ -51,7 +51,7 @@ class GraBConfig(HerdConfig):
 class RandomSubsetConfig(HerdConfig):
     """The control of herding: as many steps, taken at random."""
 
-    part, target, options = "step_selector", "fedrun.algorithms.step_selector.herd.RandomSubset", ("random",)
+    part, target, options = "step_selector", "fedrun.algorithms.step_selector.random_subset.RandomSubset", ("random",)
     name: str = "random"
     seed: int = II("seed")
 
