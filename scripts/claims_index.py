@@ -33,7 +33,7 @@ from fedrun.data.base import default_root
 from fedrun.papers import claims as checks
 from fedrun.papers.artefacts import Artefact, Claim, Paper, outline, papers
 from fedrun.papers.table_summary import read_provenance
-from fedrun.rundir.report import duration
+from fedrun.rundir.progress import duration
 from fedrun.rundir.files import git_commit
 
 REPO = Path(__file__).resolve().parent.parent

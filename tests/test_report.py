@@ -234,7 +234,7 @@ def test_a_groups_colour_is_the_same_in_every_panel(tmp_path, monkeypatch):
 def test_a_running_run_says_how_far_it_is_and_how_long_it_has_left(tmp_path):
     """A running run's row under a report: its last round of those planned and the time left at the pace of its
     latest rounds (a resumption's clock restart ignored); silent for far longer than a round takes, probably killed."""
-    from fedrun.rundir.report import progress
+    from fedrun.rundir.progress import progress
 
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"fl": {"rounds": 100}}))
     elapsed = [5.0 + 2.0 * i for i in range(6)] + [3.0 + 2.0 * i for i in range(6)]  # resumed after round 6

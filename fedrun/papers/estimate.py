@@ -31,7 +31,7 @@ from typing import Callable
 from fedrun.config.overrides import override_key
 from fedrun.errors import FedrunError
 from fedrun.papers.artefacts import Artefact, grid, is_sweep, preset_config
-from fedrun.rundir.report import duration
+from fedrun.rundir.progress import duration
 
 PROBE_ROUNDS = 3
 BUSY_CORES = 0.5  # other processes' mean busy cores during a probe above which the estimate is warned about

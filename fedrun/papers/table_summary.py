@@ -18,7 +18,8 @@ import pandas as pd
 from fedrun.papers import claims
 from fedrun.papers import measures
 from fedrun.papers.artefacts import (PRESET, RESERVED, Artefact, Paper, grid, normalise, outline, preset_config)
-from fedrun.rundir.report import COMPLETE, SUMMARY_FILE, cell, find_runs, plot_curves, unfinished
+from fedrun.rundir.progress import find_runs
+from fedrun.rundir.report import COMPLETE, SUMMARY_FILE, cell, plot_curves, unfinished
 from fedrun.rundir.files import (METRICS_FILE, changes_results, commits_of, cpu_model, git_commit, machines_of,
                                  overridden, saved_config)
 

@@ -52,7 +52,7 @@ def sweep_progress(folder: Path, grid: dict[str, list[str]] | None, now: float |
     shrinks); otherwise a running run has its rounds left at its recent pace to go, and a run still to start takes as
     long as the running runs of its point, or all the runs so far. Without ``grid`` (a sweeper that does not list its
     jobs beforehand) it says what has started."""
-    from fedrun.rundir.report import duration, find_runs, pace  # pandas: not on the CLI's start-up path
+    from fedrun.rundir.progress import duration, find_runs, pace  # pandas: not on the CLI's start-up path
 
     point_keys = [k for k, values in (grid or {}).items() if k != SEED_KEY and len(values) > 1]
     complete, failed, interrupted, rounds = 0, 0, 0, []
