@@ -97,3 +97,14 @@ def test_each_readme_command_runs_the_method_its_comment_names():
         for method, (part, name) in NAMED_PARTS.items():
             if method in comment:
                 assert cfg.algo[part].name == name, (overrides, comment)
+
+
+def test_the_plug_points_examples_run():
+    """The runnable examples in the plug points' docstrings (a toy local rule, the mean aggregator, the server's SGD)
+    give what they show."""
+    import doctest
+
+    import fedrun.algorithms.base
+
+    result = doctest.testmod(fedrun.algorithms.base)
+    assert result.failed == 0 and result.attempted >= 15

@@ -70,6 +70,26 @@ class LocalRule:
     server, the client's new persistent state or None, extra uploads: a dict of tensors).
     Server side: ``server_init`` -> the rule's server state; ``broadcast`` -> ``ctx.extras`` for the clients;
     ``server_update`` may adjust the aggregated update and update the server state from what clients uploaded.
+
+    A rule is written for one client; the executors run it for a cohort (a loop, or vmapped). A toy rule that takes
+    half of plain SGD's step, on a model whose loss is ||w - x||^2 / 2 (its gradient w - x):
+
+    >>> import torch
+    >>> from fedrun.algorithms.base import ClientContext, LocalRule
+    >>> class HalfStep(LocalRule):
+    ...     def client_step(self, model, ctx, state, x, y):
+    ...         loss, grad = model.loss_and_grad(state["w"], state["buffers"], x, y)
+    ...         self.descend(ctx, state, 0.5 * grad)  # w <- w - lr * direction
+    ...         return state, loss
+    >>> class Square:
+    ...     def loss_and_grad(self, w, buffers, x, y):
+    ...         return 0.5 * (w - x).square().sum(), w - x
+    >>> rule, ctx = HalfStep(), ClientContext(round=1, params=torch.zeros(2), buffers={}, lr=1.0)
+    >>> state = rule.client_init(ctx, None)
+    >>> state, loss = rule.client_step(Square(), ctx, state, torch.tensor([2.0, 4.0]), None)
+    >>> update, client_state, uploads = rule.client_final(ctx, state, None)
+    >>> update, float(loss)
+    (tensor([1., 2.]), 10.0)
     """
 
     name = "rule"
@@ -144,6 +164,16 @@ class LocalRule:
 
 
 class Aggregator(Protocol):
+    """The aggregate of a round's updates: ``weights(sizes)`` gives p_i from the clients' sample counts, and the call
+    ``(updates (K, d), weights (K,), uploads) -> (d,)`` the update the server optimiser applies. The mean:
+
+    >>> import torch
+    >>> from fedrun.algorithms.schema import make
+    >>> mean = make("aggregator", "mean")
+    >>> mean(torch.tensor([[1.0, 0.0], [3.0, 2.0]]), torch.tensor([0.5, 0.5]), {})
+    tensor([2., 1.])
+    """
+
     name: str
 
     def __call__(self, updates: torch.Tensor, weights: torch.Tensor, uploads: dict[str, torch.Tensor]
@@ -151,6 +181,16 @@ class Aggregator(Protocol):
 
 
 class ServerOptimizer(Protocol):
+    """The server's step: ``init(params)`` -> its state (momenta, moments); ``apply(params, update, state)`` ->
+    (new params, new state), where the update is the aggregate of w_i - w_t (so SGD with lr 1 adds it: FedAvg).
+
+    >>> import torch
+    >>> from fedrun.algorithms.schema import make
+    >>> sgd = make("server_opt", "sgd", lr=0.5)
+    >>> sgd.apply(torch.tensor([1.0, 1.0]), torch.tensor([2.0, -2.0]), sgd.init(torch.zeros(2)))[0]
+    tensor([2., 0.])
+    """
+
     name: str
 
     def init(self, params: torch.Tensor) -> State: ...
