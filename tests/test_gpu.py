@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedrun.engine.simulation import Simulation
-from test_executor import BATCHNORM_ON_A_GPU, FAMILIES, tiny, two_rounds
+from executor_cases import BATCHNORM_ON_A_GPU, FAMILIES, tiny, two_rounds
 
 NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -107,7 +107,7 @@ def test_the_same_config_and_seed_give_the_same_model_on_a_gpu(cfg_factory, exec
 def test_captured_steps_equal_the_loops_and_replay_a_graph(monkeypatch, cfg_factory, family, model):
     """The graph executor on a GPU captures a local step as a CUDA graph and replays it for every later step of a
     ragged cohort: its rounds equal the loop's (float64), and each chunk replays its graph."""
-    from test_executor import EVERY_FAMILY, assert_close_tree
+    from executor_cases import EVERY_FAMILY, assert_close_tree
 
     replays = []
     original = torch.cuda.CUDAGraph.replay

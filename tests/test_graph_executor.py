@@ -9,7 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fedrun.engine.graph_executor import GraphExecutor
 from fedrun.engine.simulation import Simulation
-from tests.test_executor import EVERY_FAMILY, assert_close_tree
+from executor_cases import EVERY_FAMILY, assert_close_tree
 
 RAGGED = ["data=digits", "fl.clients_per_round=4", "fl.batch_size=16", "hardware.dtype=float64", "fl.momentum=0.5",
           "partition=dirichlet", "partition.alpha=0.3", "hardware=cpu"]
@@ -47,7 +47,7 @@ def test_batchnorm_statistics_of_clients_that_finish_early_are_the_loops(monkeyp
     """A BatchNorm model under the masked steps: a finished client's row keeps stepping, and its running statistics
     and step count must stay where its last real step left them, as its parameters do (the step updates buffers in
     place, so the mask needs the state from before the step, not the same tensors)."""
-    from tests.test_executor import COMMON, FAMILIES, tiny
+    from executor_cases import COMMON, FAMILIES, tiny
 
     tiny(monkeypatch, "image32")
     sims = {}
@@ -169,7 +169,7 @@ def test_a_captured_step_reads_nothing_on_the_host_draws_nothing_and_keeps_its_s
     scored shortcut reads the targets on the host on a CPU only (its check is skipped on a GPU): the probe takes the
     GPU's path, as a GPU run would."""
     from fedrun.model import zoo
-    from tests.test_executor import FAMILIES, tiny
+    from executor_cases import FAMILIES, tiny
 
     monkeypatch.setattr(zoo, "host_reads_targets", lambda y: False)
     if case in ("gru", "lstm"):

@@ -96,7 +96,7 @@ def test_rounds_with_the_kernel_equal_the_gathered_ones_and_the_loops_bit_for_bi
     lengths (the stack's lone last client takes its plain step): the vmap executor's with the kernel equal the
     loop's with it bit for bit (every sum in the same order), and those with ``hardware.native=false`` to float32
     rounding; the kernel takes every step."""
-    from tests.test_executor import assert_close_tree
+    from executor_cases import assert_close_tree
 
     calls = []
     step = indexed_rows.loss_and_grad

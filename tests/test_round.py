@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedrun.engine.simulation import Simulation
-from tests.test_executor import EVERY_FAMILY, assert_close_tree
+from executor_cases import EVERY_FAMILY, assert_close_tree
 
 
 def snapshot(state):
