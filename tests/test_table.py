@@ -1,165 +1,20 @@
-"""fedrun-table: the papers' artefacts as data, run as sweeps through any launcher, summarised beside the paper."""
+"""fedrun-table: the papers' artefacts run as sweeps through any launcher, collected and summarised beside the
+paper, and committed tables kept apart from runs made otherwise."""
 
 import json
-import math
 import re
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
 import fedrun.papers.table
-from fedrun.papers.artefacts import PRESET, artefacts, normalise
-from fedrun.papers.artefacts import grid, preset_config
+from fedrun.papers.artefacts import PRESET, artefacts
 from fedrun.papers.table import main
 from fedrun.papers.table_summary import collect, markdown, summarise
-
-
-@pytest.fixture(autouse=True)
-def _sweeps_in_this_process(monkeypatch):
-    """fedrun-table's sweeps (``python -m fedrun.cli -m ...``) run in the test process: tests/cli_runner.py."""
-    from cli_runner import fedrun_in_this_process
-
-    fedrun_in_this_process(monkeypatch, fedrun.papers.table)
-
-# each artefact's grid as the paper describes it: (presets, jobs per seed)
-EXPECTED = {
-    "bherd_table2": (3, 3 * 10 * 2),  # three models x ten algorithms x two cases
-    "bherd_fig5a": (1, 5 * 2),  # five alphas x two cases
-    "bherd_svm_controls": (1, 3 * 2),  # FedAvg, BHerd, its random-subset control x two cases
-    "bherd_fig8a": (1, 5 * 2),  # five E
-    "bherd_fig8b": (1, 5 * 2),  # five B
-    "bherd_fig8c": (1, 4 * 2),  # four N
-    # 3 settings of 3 image columns, 6 LEAF columns and 2 substitutes for LEAF's x 4 bases x FedGH or not
-    "fedgh_table2": (17, 17 * 4 * 2),
-    "fedgh_table3": (9, 9 * 4 * 2),  # each column's first setting
-    "fedgh_table4": (2, 2 * 4 * 2),  # CIFAR-10/100 x four K x FedGH or not
-    "fedgh_table5": (2, 2 * 4 * 2),  # four E
-    "fedgh_synthetic_controls": (1, 3 * 3 * 7),  # three bases x (alone, FedGH, its control) x seven server lrs
-    "fedgh_cnn_controls": (2, 2 * 3 * 3 * 3),  # CIFAR-10 and its substitute x three bases x three x three lrs
-    "gift_table1": (5, 5 * 2),  # five settings x (fixed tau = 100, GIFT)
-    "dgt_fig5": (3, 3 * 3 * 2),  # three datasets x three bases x DGT or not
-    "dgt_reduced": (1, 2),  # FedAvg without and with DGT
-    "gift_fig5": (5, 5 * 2),  # Table 1's runs
-    "gift_fig6": (3, 3 * 3),  # three settings x (GIFT, AFL, AdaComm)
-    "gift_fig7": (3, 3 * 2),  # with and without relaxation
-    "gift_controls": (2, 2 * 6),  # CIFAR-10 and its substitute x (GIFT, four fixed tau, AdaComm)
-    "gift_controls_time": (2, 2 * 7),  # the same and AFL, which needs the time budget
-    "fsvrg_figs_mnist": (3, (2 + 1 + 5) * 4),  # (MA, GA; FSVRG; five baselines) x four participation levels
-    "fsvrg_figs_cifar10": (3, (2 + 1 + 5) * 4),
-    "fsvrg_open_mnist": (1, 2 * 9),  # MA, GA x nine readings of the open points
-    **{f"fsvrg_fig{n}_mnist": (1, 2 * 4) for n in (8, 9, 10)},  # MA, GA x four thresholds, models or beta1
-}
-
-
-def test_every_artefact_composes_and_its_grid_holds_the_papers_cells():
-    known = artefacts()
-    assert set(EXPECTED) <= set(known)
-    for name, (paper, a) in known.items():
-        assert paper.title and a.values and bool(a.presets) != bool(a.measure), name
-        if a.measure:  # measured, not swept: its function exists and its paper numbers are keyed by what it returns
-            from fedrun.papers.measures import function
-
-            assert callable(function(a)), name
-            continue
-        axes = {p: grid(p) for p in a.presets}
-        for p in a.presets:
-            preset_config(p)  # composes, with its data and model
-        if name in EXPECTED:
-            assert (len(a.presets), sum(math.prod(map(len, g.values())) for g in axes.values())) == EXPECTED[name]
-        keys = [k for k in a.paper_numbers.columns if k not in {v.name for v in a.values}]
-        for _, row in a.paper_numbers.iterrows():  # every number the paper prints is at a point of the grid
-            presets = [row[PRESET]] if PRESET in keys else list(a.presets)
-            assert any(all(row[k] in map(normalise, axes[p][k]) for k in keys if k != PRESET) for p in presets), \
-                (name, dict(row))
-
-
-def _presets_refused(presets) -> dict:
-    from fedrun.config.compose import CONF_DIR
-    from fedrun.config.overrides import check_sweep_jobs
-
-    return {p: problems for p in presets if (problems := check_sweep_jobs(["-m", f"experiment={p}"], CONF_DIR))}
-
-
-def test_every_job_of_a_preset_that_sweeps_readings_passes_fedruns_checks():
-    """A reading may set any key (conf/reading/): each job of such a grid is checked as fedrun checks it before a
-    sweep starts (fsvrg_no_acceleration's alpha_g = 0 was refused once, so fsvrg_open_mnist could not run)."""
-    presets = {p for _, a in artefacts().values() for p in a.presets if "reading" in grid(p)}
-    assert presets and _presets_refused(sorted(presets)) == {}
-
-
-def test_fedghs_cnn_controls_are_table_2s_cifar10_cell_and_its_substitute_only_its_data():
-    """At server lr 1 each job of fedgh_cnn_controls_cifar10 is Table II's own (fedgh_table2_cifar10_a01_c20), and the
-    Fashion-MNIST substitute differs from it only in the data (AutoAugment's policy kept)."""
-    from omegaconf import OmegaConf
-
-    def plain(preset, *overrides):
-        cfg = OmegaConf.to_container(preset_config(preset, list(overrides)), resolve=True)
-        cfg.pop("hydra", None)
-        return cfg
-
-    for algo in ("fedavg", "fedprox", "fednova"):
-        for harmonizer in ("none", "fedgh"):
-            at = (f"algo={algo}", f"algo/harmonizer={harmonizer}")
-            assert plain("fedgh_cnn_controls_cifar10", *at, "algo.server_opt.lr=1") == \
-                plain("fedgh_table2_cifar10_a01_c20", *at)
-        at = (f"algo={algo}", "algo/harmonizer=fedgh_norm_only", "algo.server_opt.lr=2")
-        cifar, fashion = plain("fedgh_cnn_controls_cifar10", *at), plain("fedgh_cnn_controls_fashion_mnist", *at)
-        assert {k for k in cifar if cifar[k] != fashion[k]} == {"data"}
-        assert (fashion["data"]["name"], fashion["data"]["augment"], fashion["data"]["augment_policy"]) == \
-            ("fashion_mnist", cifar["data"]["augment"], cifar["data"]["augment_policy"])
-    assert _presets_refused(["fedgh_cnn_controls_fashion_mnist"]) == {}
-
-
-def test_gifts_controls_are_table_1s_setting_with_only_tau_or_the_stopping_rule_changed():
-    """The fixed-tau controls run Table 1's own setting (gift_table1's preset at its tau = 100, tau aside), and the
-    equal-time grid differs from the equal-synchronisations one only in how a run ends and how often it is
-    evaluated; every job of both grids passes fedrun's checks (AFL needs the time budget the second has)."""
-    from omegaconf import OmegaConf
-
-    def plain(preset, schedule):
-        cfg = OmegaConf.to_container(preset_config(preset, [f"algo/schedule={schedule}"]), resolve=True)
-        cfg.pop("hydra", None)
-        return cfg
-
-    for data in ("cifar10", "mnist"):
-        table1 = plain(f"gift_table1_lenet5_{data}", "fixed_tau100")
-        for tau in (100, 50, 25, 10):
-            control = plain(f"gift_controls_lenet5_{data}", f"fixed_tau{tau}")
-            timed = plain(f"gift_controls_time_lenet5_{data}", f"fixed_tau{tau}")
-            changed = {k for k in control if control[k] != timed[k]}
-            assert control["algo"]["schedule"] == {**table1["algo"]["schedule"], "tau": tau}
-            assert control == {**table1, "algo": {**table1["algo"], "schedule": control["algo"]["schedule"]}}
-            assert changed == {"fl", "timing", "eval"}
-            assert (timed["fl"] | {"rounds": 1000}, timed["timing"]["budget_s"]) == (control["fl"], 5616)
-    assert _presets_refused(["gift_controls_lenet5_mnist", "gift_controls_time_lenet5_mnist"]) == {}
-
-
-@pytest.mark.slow
-def test_every_job_of_every_artefact_passes_fedruns_checks():
-    assert _presets_refused(sorted({p for _, a in artefacts().values() for p in a.presets})) == {}
-
-
-TINY = ["data=digits", "fl.rounds=2", "fl.num_clients=2,3", "partition=case1"]  # 2 jobs of fig. 8c's preset
-
-
-def _write_paper(folder: Path) -> None:
-    folder.mkdir()
-    (folder / "tiny.yaml").write_text(yaml.safe_dump({
-        "cite": "Tiny et al.", "title": "A tiny paper", "venue": "nowhere", "artefacts": {"tiny_fig": {
-            "source": "Fig. 1", "what": "accuracy against N", "presets": ["bherd_fig8c"], "value": "final_test_acc",
-            "scale": 100, "rows": ["fl.num_clients"], "tolerance": 50,
-            "claims": [{"says": "more clients end more accurate", "method": {"fl.num_clients": 3},
-                        "versus": {"fl.num_clients": 2}}],
-            "paper": "fl.num_clients, value\n2, 80.0\n3, 81.5\n4, 90.0\n"}}}))
-
-
-def _ran(capsys) -> int:
-    return int(re.search(r"fedrun-table: (\d+) job\(s\) ran", capsys.readouterr().out).group(1))
-
+from table_cases import _made_at, _ran, _sweeps_in_this_process, _write_paper, TINY  # noqa: F401  (an autouse fixture)
 
 @pytest.mark.parametrize("launcher", [[], pytest.param(["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"],
                                                         marks=pytest.mark.slow)],
@@ -234,70 +89,6 @@ def test_collect_only_joins_the_paper_with_an_extra_seed_a_failed_job_and_a_miss
     text = (tmp_path / "c" / "tiny_fig.md").read_text()
     assert "| 3 | – | 81.50 | – | no finished run |" in text and "| 4 | – | 90.00 | – | no finished run |" in text
     assert "1 of 3 runs did not finish" in text and "RuntimeError: boom" in text and str(three) in text
-
-
-def test_a_claim_compares_grid_points_on_the_mean_over_seeds_at_each_point_of_the_other_keys():
-    from fedrun.papers.claims import check
-    from fedrun.papers.artefacts import Claim
-
-    table = pd.DataFrame({PRESET: ["m", "m", "m", "f", "f"],
-                          "algo": ["fedavg", "fedavg", "scaffold", "fedavg", "fedavg"],
-                          "dgt": ["none", "dgt", "none", "none", "dgt"], "runs": [2, 2, 1, 1, 1],
-                          "rounds": [10.0, 7.0, 8.0, 5.0, 4.0], "acc": [80.0, 80.4, 85.0, 70.0, 71.0],
-                          "fixture": ["", "", "", "a fixture", "a fixture"]})
-    keys = [PRESET, "algo", "dgt"]
-    faster = Claim("faster", "rounds", "dgt", ("dgt",), ("none",), better="lower")
-    out = check((faster,), table, keys)
-    assert out["where"].tolist() == [{PRESET: "m", "algo": "fedavg"}, {PRESET: "m", "algo": "scaffold"},
-                                     {PRESET: "f", "algo": "fedavg"}]
-    assert out["verdict"].tolist() == ["holds", "not checked: no finished run of ['dgt']", "not checked: fixture data"]
-    assert out["method"][0] == {"dgt": 7.0} and out["versus"][0] == {"none": 10.0}
-    higher = Claim("higher", "acc", "dgt", ("dgt",), ("none",))
-    assert check((higher,), table, keys)["verdict"][0] == "holds"
-    assert check((replace(higher, margin=0.5),), table, keys)["verdict"][0] == "does not hold"  # 0.4 < the margin
-    # several rivals: better than the best of them; a value never reached (NaN) is the worst
-    rivals = pd.DataFrame({"s": ["gift", "afl", "adacomm"], "runs": [1, 1, 1], "t": [40.0, float("nan"), 45.0],
-                           "fixture": ["", "", ""]})
-    first = Claim("first", "t", "s", ("gift",), ("afl", "adacomm"), better="lower")
-    assert check((first,), rivals, ["s"], reaching=frozenset({"t"}))["verdict"].tolist() == ["holds"]
-    assert check((replace(first, method=("adacomm",), versus=("gift", "afl")),), rivals, ["s"],
-                 reaching=frozenset({"t"}))["verdict"][0] == "does not hold"
-    # a value that is not a time to a level: missing is not the worst, the claim is not checked
-    assert check((first,), rivals, ["s"])["verdict"][0] == "not checked: no value for ['afl']"
-    assert check((replace(first, key="nothing"),), rivals, ["s"])["verdict"][0] == "not checked: no runs sweep nothing"
-    # sides in different presets of one grid: pooled across them
-    split = pd.DataFrame({PRESET: ["proposed", "baselines"], "algo": ["ga", "fedprox"], "runs": [1, 1],
-                          "acc": [90.0, 85.0], "fixture": ["", ""]})
-    above = Claim("above", "acc", "algo", ("ga",), ("fedprox",))
-    assert check((above,), split, [PRESET, "algo"])["verdict"].tolist() == [
-        "not checked: no finished run of ['fedprox']", "not checked: no finished run of ['ga']"]
-    assert check((replace(above, across=(PRESET,)),), split, [PRESET, "algo"])["verdict"].tolist() == ["holds"]
-    # a preset without any run is one point not checked, with why where the artefact's not_run says it
-    idle = pd.concat([table, pd.DataFrame({PRESET: ["g", "g", "r"], "algo": ["fedavg"] * 3,
-                                           "dgt": ["none", "dgt", "none"], "runs": [0, 0, 0]})])
-    out = check((faster,), idle, keys, not_run={"g": "too long here"})
-    assert out["verdict"].tolist()[:2] == ["not checked: too long here", "not checked: no finished run"]
-    assert out["where"].tolist()[:2] == [{PRESET: "g"}, {PRESET: "r"}] and len(out) == 5
-
-
-def test_a_papers_file_with_a_bad_claim_or_value_is_refused_naming_it(tmp_path, monkeypatch):
-    from fedrun.errors import ConfigError
-    from fedrun.papers.artefacts import read_paper
-
-    base = {"source": "Fig. 1", "presets": ["bherd_fig8c"], "value": "final_test_acc"}
-    bad = {"a": {**base, "value": "test_acc@best"},
-           "b": {**base, "claims": [{"method": {"algo": "x"}, "versus": {"partition": "y"}}]},
-           "c": {**base, "claims": [{"value": "accuracy", "method": {"algo": "x"}, "versus": {"algo": "y"}}]},
-           "d": {**base, "claims": [{"better": "more", "method": {"algo": "x"}, "versus": {"algo": "y"}}]},
-           "e": {**base, "values": {"rounds": {"of": "rounds_to_target"}}}}
-    said = {"a": "after '@' comes a round number", "b": "method and versus each name the same one grid key",
-            "c": "value 'accuracy' is not one of the artefact's values", "d": "better='more'; use higher or lower",
-            "e": "a value may not be named ['rounds']"}
-    for name, artefact in bad.items():
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump({"cite": "c", "title": "t", "artefacts": {name: artefact}}))
-        with pytest.raises(ConfigError, match=re.escape(said[name])):
-            read_paper(path)
 
 
 def test_rows_and_columns_pivot_with_the_paper_beside_fedrun_and_a_tolerance_note():
@@ -440,25 +231,6 @@ def test_a_sweep_that_fedrun_refuses_stops_the_table_with_its_message(tmp_path, 
     assert "fl.lr=-1" in err and "fedrun refused the sweep of bherd_fig8c" in err
 
 
-def test_the_listing_reads_each_presets_grid_and_data_as_hydra_composes_them():
-    """``--list`` reads the presets' YAML (a second for every artefact, where composing each took most of a minute):
-    what it reads is what Hydra composes, for every preset of every artefact."""
-    from fedrun.papers.artefacts import outline
-
-    presets = {p for _, a in artefacts().values() for p in a.presets}
-    assert len(presets) > 20
-    for preset in sorted(presets):
-        assert outline(preset) == (grid(preset), preset_config(preset).data.name), preset
-
-
-def _made_at(runs: Path, *commits: str) -> None:
-    """Record the runs under ``runs`` as made at ``commits`` (in turn), as their summary.json says."""
-    for i, summary in enumerate(sorted(runs.rglob("summary.json"))):
-        data = json.loads(summary.read_text())
-        data["git_commit"], data["git_commits"] = commits[i % len(commits)], [commits[i % len(commits)]]
-        summary.write_text(json.dumps(data))
-
-
 def test_a_table_goes_beside_its_runs_and_never_replaces_a_committed_one_made_otherwise(tmp_path, monkeypatch,
                                                                                        capsys):
     """By default a table is written beside its runs (<runs>/<artefact>/), not into results/. Into a folder that
@@ -497,14 +269,6 @@ def test_a_table_goes_beside_its_runs_and_never_replaces_a_committed_one_made_ot
     assert (committed / "tiny_fig.md").read_text() == paper_run
     assert main([*collect, "--replace"]) == 0
     assert "over seeds [0]" in (committed / "tiny_fig.md").read_text()
-
-
-def test_list_names_every_artefact_with_its_jobs_per_seed(capsys):
-    assert main(["--list"]) == 0
-    out = capsys.readouterr().out
-    for name, (presets, jobs) in EXPECTED.items():
-        assert re.search(rf"\| {name} \| [^|]+ \| [^|]+ \| {jobs}( \(the runs of \w+\))? \|", out), name
-    assert "| fedgh_table3 | Zhang et al. (FedGH) | Table III | 72 (the runs of fedgh_table2) |" in out
 
 
 def test_the_port_check_compares_an_old_scripts_cells_with_fedrun_tables(tmp_path):
@@ -584,31 +348,6 @@ def test_the_port_check_compares_an_old_scripts_cells_with_fedrun_tables(tmp_pat
         port.rerun(tmp_path / "old.csv", tmp_path / "other.csv")
 
 
-def test_every_reading_of_an_open_point_composes_over_its_preset_and_changes_what_it_names():
-    from omegaconf import OmegaConf
-
-    from fedrun.config.compose import compose_config
-
-    readings = sorted(p.stem for p in (Path(__file__).parent.parent / "conf" / "reading").glob("*.yaml"))
-    assert readings == sorted(grid("fsvrg_open_mnist")["reading"])  # the artefact sweeps every one
-    plain = OmegaConf.to_container(compose_config(["experiment=fsvrg_open_mnist", "reading=fsvrg_as_printed"]))
-    assert plain == OmegaConf.to_container(compose_config(["experiment=fsvrg_open_mnist"]))
-    for name in readings:
-        given = yaml.safe_load((Path(__file__).parent.parent / "conf" / "reading" / f"{name}.yaml").read_text()) or {}
-        cfg = OmegaConf.to_container(compose_config(["experiment=fsvrg_open_mnist", f"reading={name}"]))
-
-        def leaves(tree, prefix=""):
-            return [(prefix + k, v) for k, v in tree.items() if not isinstance(v, dict)] + [
-                x for k, v in tree.items() if isinstance(v, dict) for x in leaves(v, prefix + k + ".")]
-
-        for key, value in leaves(given):  # each setting the reading names is what the run gets
-            node = cfg
-            for part in key.split("."):
-                node = node[part]
-            assert node == value, (name, key)
-
-
-
 TINY_MEASURE = """
 def measure(scale: float = 1.0, repeats: int = 2):
     return [{"algo": algo, "seed": r, "q": scale * (r + 1) * (1 if algo == "a" else 2)}
@@ -681,98 +420,6 @@ def test_the_hog_ceiling_is_the_test_accuracy_of_a_softmax_regression_fitted_to_
     assert ceiling(x, y, x, flipped, l2=1e-4) == pytest.approx(10 / 60)
 
 
-def _paired_runs(diffs: dict[int, float], base: float = 80.0, status: dict | None = None) -> pd.DataFrame:
-    """Runs of a method and its rival at seeds 0..: the rival at ``base`` + a seed's shift, the method ``diffs[seed]``
-    above it; ``status`` marks a (side, seed) run failed or absent (None)."""
-    rows = []
-    for seed, d in diffs.items():
-        for side, value in (("dgt", base + seed + d), ("none", base + seed)):
-            state = (status or {}).get((side, seed), "finished")
-            if state is None:
-                continue
-            rows.append({"dgt": side, "seed": seed, "status": state,
-                         "acc": value if state in ("finished", "diverged") else float("nan")})
-    return pd.DataFrame(rows)
-
-
-def test_a_preregistered_claim_is_decided_by_the_paired_rule_written_before_its_runs():
-    """The rule: seed-paired differences in the claimed direction, their Student-t 95% interval, at least ``seeds``
-    pairs; it holds when the interval excludes 0 and the mean reaches ``share`` of the paper's effect."""
-    from fedrun.papers.artefacts import Claim
-    from fedrun.papers.claims import check
-
-    claim = Claim("DGT ends more accurate", "acc", "dgt", ("dgt",), ("none",), effect=2.0)  # the paper: +2 points
-    table = pd.DataFrame({"dgt": ["dgt", "none"], "runs": [5, 5], "acc": [81.5, 80.0], "fixture": ["", ""]})
-
-    def verdict(runs, c=claim):
-        return check((c,), table, ["dgt"], runs=runs).iloc[0]
-
-    clear = verdict(_paired_runs({s: 1.5 + 0.1 * s for s in range(5)}))  # +1.5..+1.9: above the margin of 1.0
-    assert clear["verdict"] == "holds" and clear["pairs"] == 5 and clear["interval"][0] > 0
-    assert clear["difference"] == pytest.approx(1.7) and clear["needs"] == pytest.approx(1.0)
-    small = verdict(_paired_runs({s: 0.5 + 0.05 * s for s in range(5)}))  # consistent, but under half the effect
-    assert small["verdict"] == "does not hold" and small["interval"][0] > 0
-    noisy = verdict(_paired_runs({0: 4.0, 1: -3.0, 2: 3.5, 3: -2.5, 4: 4.0}))  # a mean of 1.2 whose interval has 0
-    assert noisy["verdict"] == "does not hold" and noisy["interval"][0] < 0 < noisy["interval"][1]
-    lower = verdict(_paired_runs({s: -1.5 for s in range(5)}), replace(claim, better="lower"))  # lower is better
-    assert lower["verdict"] == "holds" and lower["difference"] == pytest.approx(1.5)
-    failed = verdict(_paired_runs({s: 1.5 for s in range(5)}, status={("dgt", 3): "failed"}))
-    assert failed["verdict"] == "not decided: 4 of the 5 seed pairs it needs (seed 3: method failed)"
-    missing = verdict(_paired_runs({s: 1.5 for s in range(5)}, status={("none", 4): None}))
-    assert missing["verdict"] == "not decided: 4 of the 5 seed pairs it needs (seed 4: versus not run)"
-    diverged = verdict(_paired_runs({s: 1.5 for s in range(5)}, status={("dgt", 2): "diverged"}))  # an outcome
-    assert diverged["pairs"] == 5
-    assert verdict(_paired_runs({s: 1.5 for s in range(3)}), replace(claim, seeds=3))["verdict"] == "holds"
-    by_point = replace(claim, effect=None, effects=((((PRESET, "p"),), 2.0),))  # the paper's effect at a preset
-    running = pd.DataFrame({PRESET: ["p"], "dgt": [float("nan")], "runs": [2], "acc": [float("nan")]})
-    still = _paired_runs({0: 1.0}, status={("dgt", 0): "running", ("none", 0): "running"}).assign(**{PRESET: "p"})
-    unfinished = check((by_point,), running, [PRESET, "dgt"], runs=still)  # no side has finished a run
-    assert unfinished["verdict"].tolist() == ["not checked: no finished run of ['dgt', 'none']"]
-    legacy = check((replace(claim, effect=None),), table, ["dgt"], runs=_paired_runs({0: 1.0})).iloc[0]
-    assert legacy["verdict"] == "holds" and pd.isna(legacy["pairs"])  # without an effect: the means, as before
-    from fedrun.papers.claims import markdown as claims_markdown
-
-    text = claims_markdown(check((claim,), table, ["dgt"], runs=_paired_runs({s: 1.5 for s in range(5)})))
-    assert ("paired difference 1.5 (95% t-interval 1.5 to 1.5, 5 seeds; needs > 0 and >= 1; one-sided p 0 (t-test, "
-            "decides), 0.0312 (sign-flip); power at the paper's effect 100%) -> **holds**") in text
-
-
-def test_a_preregistered_claim_names_its_rule_in_the_papers_file(tmp_path, monkeypatch):
-    """effect > 0, seeds >= 2, share in [0, 1], and one value a side: else the paper's file is refused naming it."""
-    from fedrun.errors import ConfigError
-    from fedrun.papers import artefacts
-
-    base = {"says": "x", "value": "accuracy", "method": {"algo": "dgt"}, "versus": {"algo": "fedavg"}}
-    for bad, says in (({"effect": -1}, "effect=-1"), ({"effect": 1, "seeds": 1}, "seeds=1"),
-                      ({"effect": 1, "share": 2}, "share=2"),
-                      ({"effect": 1, "method": {"algo": ["dgt", "gift"]}}, "pairs one method value")):
-        with pytest.raises(ConfigError, match=re.escape(says)):
-            artefacts._claims([base | bad], (artefacts.Value("accuracy", "final_test_acc"),), "paper/x.yaml")
-    accuracy = (artefacts.Value("accuracy", "final_test_acc"),)
-    (claim,) = artefacts._claims([base | {"effect": 0.9, "seeds": 10}], accuracy, "p")
-    assert (claim.effect, claim.seeds, claim.share) == (0.9, 10, 0.5)
-    rivals = base | {"effect": 1, "versus": {"algo": ["fedavg", "fedprox"]}}
-    with pytest.raises(ConfigError, match=re.escape("write {versus} in its says")):  # both would read the same
-        artefacts._claims([rivals], accuracy, "p")
-    each = artefacts._claims([rivals | {"says": "dgt beats {versus}"}], accuracy, "p")
-    assert [(c.says, c.versus, c.effect) for c in each] == [("dgt beats fedavg", ("fedavg",), 1.0),
-                                                          ("dgt beats fedprox", ("fedprox",), 1.0)]
-    (means,) = artefacts._claims([base | {"versus": {"algo": ["fedavg", "fedprox"]}}], accuracy, "p")
-    assert means.versus == ("fedavg", "fedprox")  # without an effect: one claim on the means, beating each
-
-
-def test_gift_controls_registers_one_paired_claim_per_smaller_fixed_tau():
-    """The fixed-tau rule is stated once in paper/gift.yaml and composes into one paired claim per tau: equal
-    synchronisations leave tau = 100 to Table 1 (the paper's own gain), equal time takes every tau."""
-    from fedrun.papers.artefacts import artefacts
-
-    for name, taus in (("gift_controls", (50, 25, 10)), ("gift_controls_time", (100, 50, 25, 10))):
-        paired = [c for c in artefacts()[name][1].claims if c.effect is not None]
-        assert [(c.method, c.versus, c.effect, c.seeds, c.share) for c in paired] == \
-            [(("gift",), (f"fixed_tau{t}",), 1.0, 5, 0.5) for t in taus]
-        assert all(f"fixed_tau{t}" in c.says and "{" not in c.says for c, t in zip(paired, taus))
-
-
 def test_a_committed_table_is_made_from_runs_of_one_clean_commit(tmp_path, monkeypatch, capsys):
     """Into a folder of committed tables, runs of several commits or with uncommitted changes are refused, naming
     them, unless --mixed-commits; beside the runs (not tracked) any runs make a table."""
@@ -802,134 +449,6 @@ def test_a_committed_table_is_made_from_runs_of_one_clean_commit(tmp_path, monke
     assert main([*collect, "--replace"]) == 0  # one clean commit (replacing the table written above)
 
 
-def test_a_preregistered_effect_may_differ_by_a_grid_keys_value():
-    """DGT states its gain per dataset: effect {preset: {...}} gives each point its own margin; a point the paper
-    states nothing of is not checked."""
-    from fedrun.papers import artefacts
-    from fedrun.papers.claims import check
-
-    (claim,) = artefacts._claims([{"says": "x", "value": "acc", "method": {"dgt": "dgt"}, "versus": {"dgt": "none"},
-                                   "effect": {PRESET: {"mnist": 2, "fmnist": 10}}}],
-                                 (artefacts.Value("acc", "final_test_acc"),), "p")
-    runs = pd.concat([_paired_runs({s: 1.5 for s in range(5)}).assign(**{PRESET: p}) for p in ("mnist", "fmnist",
-                                                                                                  "cifar")])
-    table = pd.DataFrame({PRESET: ["mnist", "mnist", "fmnist", "fmnist", "cifar", "cifar"],
-                          "dgt": ["dgt", "none"] * 3, "runs": [5] * 6, "acc": [81.5, 80.0] * 3,
-                          "fixture": [""] * 6})
-    out = check((claim,), table, [PRESET, "dgt"], runs=runs)
-    assert out["verdict"].tolist() == ["holds", "does not hold", f"not checked: the paper states no effect at "
-                                                                 f"{PRESET}=cifar"]
-    assert out["needs"].tolist()[:2] == [1.0, 5.0]
-    # where the paper states no effect, the paired difference is reported, not decided
-    assert (out["pairs"].iloc[2], out["difference"].iloc[2]) == (5, pytest.approx(1.5))
-    assert math.isnan(out["needs"].iloc[2]) and out["interval"].iloc[2] == (pytest.approx(1.5), pytest.approx(1.5))
-    from fedrun.papers.claims import markdown
-
-    assert f"x ({PRESET}=cifar): dgt: 81.5; none: 80 (acc); paired difference 1.5 (95% t-interval 1.5 to 1.5, 5 " \
-        "seeds; reported, not decided; one-sided p 0 (t-test, decides), 0.0312 (sign-flip)) -> **not checked: the " \
-        f"paper states no effect at {PRESET}=cifar**" in markdown(out)
-
-
-def test_a_preregistered_effect_may_be_the_papers_own_difference_at_each_point():
-    """effect: paper takes each point's effect from the paper's printed numbers (method minus versus there); a point
-    where the paper's own numbers show no gain is not checked, and a point it prints nothing of neither."""
-    from fedrun.papers import artefacts
-    from fedrun.papers.claims import check
-
-    values = (artefacts.Value("acc", "final_test_acc"),)
-    numbers = artefacts._numbers("preset, algo, h, acc\nmnist, fedavg, none, 80.0\nmnist, fedavg, gh, 82.0\n"
-                                 "mnist, prox, none, 70.0\nmnist, prox, gh, 69.5\n", values, "p")
-    (claim,) = artefacts._claims([{"says": "x", "value": "acc", "method": {"h": "gh"}, "versus": {"h": "none"},
-                                   "effect": "paper"}], values, "p", numbers)
-    assert claim.paper_effect({"preset": "mnist", "algo": "fedavg"}) == pytest.approx(2.0)
-    assert claim.paper_effect({"preset": "mnist", "algo": "prox"}) == pytest.approx(-0.5)
-    runs = pd.concat([_paired_runs({s: 1.5 for s in range(5)}).rename(columns={"dgt": "h"}).replace(
-        {"h": {"dgt": "gh"}}).assign(preset="mnist", algo=a) for a in ("fedavg", "prox", "nova")])
-    table = pd.DataFrame({"preset": ["mnist"] * 6, "algo": ["fedavg", "fedavg", "prox", "prox", "nova", "nova"],
-                          "h": ["gh", "none"] * 3, "runs": [5] * 6, "acc": [81.5, 80.0] * 3, "fixture": [""] * 6})
-    out = check((claim,), table, ["preset", "algo", "h"], runs=runs)
-    assert out["verdict"].tolist() == [
-        "holds", "not checked: the paper's own numbers show no gain at algo=prox, preset=mnist (-0.5)",
-        "not checked: the paper states no effect at algo=nova, preset=mnist"]
-    assert out["needs"].iloc[0] == pytest.approx(1.0)
-    with pytest.raises(Exception, match="effect=paper, but the paper's numbers have no 'acc'"):
-        artefacts._claims([{"says": "x", "value": "acc", "method": {"h": "gh"}, "versus": {"h": "other"},
-                            "effect": "paper"}], values, "p", numbers)
-
-
-def test_a_tuned_claim_compares_each_side_at_its_own_best_value_of_the_tuned_key():
-    """tuned: each side takes the value of the key (a server lr) with its best mean over seeds; the paired rule then
-    pairs the runs at those two values. Untuned, the same runs compare at each lr."""
-    from fedrun.papers import artefacts
-    from fedrun.papers.claims import check, markdown as claims_markdown
-
-    values = (artefacts.Value("acc", "final_test_acc"),)
-    (claim,) = artefacts._claims([{"says": "gh beats its base", "value": "acc", "method": {"h": "gh"},
-                                   "versus": {"h": "none"}, "effect": 2, "tuned": "lr"}], values, "p")
-    assert claim.tuned == "lr"
-    # the base is best at lr 2 (84), gh at lr 1 (83): gh beats the base at lr 1 but not at the base's best
-    means = {("none", "1"): 80.0, ("none", "2"): 84.0, ("gh", "1"): 83.0, ("gh", "2"): 82.0}
-    runs = pd.DataFrame([{"h": h, "lr": lr, "seed": s, "status": "finished", "acc": m + 0.1 * s}
-                         for (h, lr), m in means.items() for s in range(5)])
-    table = pd.DataFrame([{"h": h, "lr": lr, "runs": 5, "acc": m + 0.2, "fixture": ""} for (h, lr), m in means.items()])
-    row = check((claim,), table, ["h", "lr"], runs=runs).iloc[0]
-    assert row["tuned"] == "lr: gh 1 (the grid's end), none 2 (the grid's end)"  # the best may lie beyond the grid
-    wider = pd.concat([table, pd.DataFrame([{"h": h, "lr": "4", "runs": 5, "acc": 70.0, "fixture": ""}
-                                            for h in ("gh", "none")]),
-                       pd.DataFrame([{"h": h, "lr": "0.5", "runs": 5, "acc": 70.0, "fixture": ""}
-                                     for h in ("gh", "none")])], ignore_index=True)
-    row = check((claim,), wider, ["h", "lr"], runs=runs).iloc[0]
-    assert row["tuned"] == "lr: gh 1, none 2"
-    assert row["method"] == {"gh": pytest.approx(83.2)} and row["versus"] == {"none": pytest.approx(84.2)}
-    assert row["difference"] == pytest.approx(-1.0) and row["verdict"] == "does not hold"
-    assert "each at its best lr: gh 1, none 2" in claims_markdown(check((claim,), wider, ["h", "lr"], runs=runs))
-    untuned = check((replace(claim, tuned=None),), table, ["h", "lr"], runs=runs)
-    assert untuned["verdict"].tolist() == ["holds", "does not hold"]  # +3 at lr 1, -2 at lr 2
-    assert untuned["where"].tolist() == [{"lr": "1"}, {"lr": "2"}]
-    # the base better at lr 1 too: then gh's gain at its best counts
-    better = table.assign(acc=[85.2, 84.2, 83.2, 82.2])
-    shifted = runs.assign(acc=runs["acc"] + ((runs["h"] == "none") & (runs["lr"] == "1")) * 5.0)
-    row = check((claim,), better, ["h", "lr"], runs=shifted).iloc[0]
-    assert row["tuned"].startswith("lr: gh 1 (") and row["difference"] == pytest.approx(-2.0)
-    lower = check((replace(claim, better="lower", effect=1.0),), table, ["h", "lr"], runs=runs).iloc[0]
-    assert lower["tuned"].replace(" (the grid's end)", "") == "lr: gh 2, none 1"  # lower: the lowest mean
-    assert check((replace(claim, tuned="momentum"),), table, ["h", "lr"], runs=runs)["verdict"].tolist() == [
-        "not checked: no runs sweep momentum, the key it is tuned over"]
-    # the paper's numbers at its own lr: the effect holds wherever each side's best lr is
-    numbers = artefacts._numbers("h, lr, acc\nnone, 1, 78.0\ngh, 1, 82.0\n", values, "p")
-    (paper,) = artefacts._claims([{"says": "x", "value": "acc", "method": {"h": "gh"}, "versus": {"h": "none"},
-                                   "effect": "paper", "tuned": "lr"}], values, "p", numbers)
-    assert paper.paper_effect({}) == pytest.approx(4.0)
-    with pytest.raises(Exception, match="tuned=3"):
-        artefacts._claims([{"says": "x", "value": "acc", "method": {"h": "gh"}, "versus": {"h": "none"},
-                            "tuned": 3}], values, "p")
-
-
-def test_a_point_the_artefact_names_not_checked_is_not_counted_with_why(tmp_path):
-    """A base that is another base on this model (FedDecorr on a perceptron is FedAvg) is named in the artefact's
-    not_checked and left out of the verdicts with why, so one result is not counted twice."""
-    from fedrun.errors import ConfigError
-    from fedrun.papers import artefacts
-    from fedrun.papers.claims import check
-
-    paper = tmp_path / "p.yaml"
-    entry = {"presets": ["syn", "img"], "source": "Table 1", "claims": [
-        {"says": "gh helps", "method": {"h": "gh"}, "versus": {"h": "none"}}]}
-    bad = {"cite": "c", "title": "t", "artefacts": {"t1": entry | {"not_checked": [{"algo": "decorr"}]}}}
-    paper.write_text(yaml.safe_dump(bad))
-    with pytest.raises(ConfigError, match=r"not_checked\[0\]"):
-        artefacts.read_paper(paper)
-    good = {"cite": "c", "title": "t", "artefacts": {"t1": entry | {"not_checked": [
-        {"at": {PRESET: "syn", "algo": "decorr"}, "why": "FedDecorr is FedAvg on a perceptron"}]}}}
-    paper.write_text(yaml.safe_dump(good))
-    art = artefacts.read_paper(paper).artefacts["t1"]
-    table = pd.DataFrame([{PRESET: p, "algo": a, "h": h, "runs": 1, "value": 80.0 + (h == "gh"), "fixture": ""}
-                          for p in ("syn", "img") for a in ("avg", "decorr") for h in ("gh", "none")])
-    out = check(art.claims, table, [PRESET, "algo", "h"], not_checked=art.not_checked)
-    assert out["verdict"].tolist() == ["holds", "not checked: FedDecorr is FedAvg on a perceptron", "holds", "holds"]
-    assert out["where"][1] == {PRESET: "syn", "algo": "decorr"}
-
-
 def test_ctrl_c_waits_for_the_sweeps_checkpoints_and_says_how_to_go_on(tmp_path, monkeypatch, capsys):
     """The sweep (a stand-in process here) runs past one watch period (a progress line), then Ctrl-C: fedrun-table
     waits for the sweep to exit (its runs write their checkpoints) rather than killing it, and says how to go on."""
@@ -955,4 +474,3 @@ def test_ctrl_c_waits_for_the_sweeps_checkpoints_and_says_how_to_go_on(tmp_path,
     said = capsys.readouterr()
     assert "fedrun-table: bherd_fig8c: 0 of 2 runs complete, 2 to start" in said.out
     assert "the same command with resume=true continues each unfinished run" in said.err
-
