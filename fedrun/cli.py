@@ -43,8 +43,8 @@ log = logging.getLogger("fedrun")
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _main(cfg: DictConfig) -> float | None:
-    from fedrun.engine.experiment import run_experiment  # torch and the engine: not for --help or a refused override
-    from fedrun.engine.ranks import start
+    from fedrun.engine.run.experiment import run_experiment  # torch and the engine: not for --help or a refused one
+    from fedrun.engine.execution.ranks import start
 
     hold_collector()  # a sweep's next job starts again
     hc = HydraConfig.get()

@@ -111,7 +111,7 @@ def best_lr(grid: dict, reading: str, lrs) -> float:
 def subset_spread(pairs: list[tuple[str, str]]) -> dict:
     """For pairs of runs (same seed, two methods): the full-test-set difference of their final accuracies and, over
     DRAWS seeded SUBSET-sample subsets, the spread of one model's accuracy and of the pair's difference."""
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     single, diffs, full = [], [], []
     sims: dict[str, Simulation] = {}

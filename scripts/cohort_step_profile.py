@@ -52,8 +52,8 @@ def lenet5_step(k: int, fused: bool = True):
     from fedrun.algorithms.base import ClientContext
     from fedrun.algorithms.schema import make
     from fedrun.config.compose import compose_config
-    from fedrun.engine import tree
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.execution import tree
+    from fedrun.engine.run.simulation import Simulation
 
     sim = Simulation(compose_config(["progress=false", "logger=none", f"hardware.native={str(fused).lower()}"]))
     model, rule = sim.model, make("local", "sgd")
@@ -75,7 +75,7 @@ def profile(k: int, steps: int, fused: bool = True) -> tuple[float, list[tuple[s
     by time."""
     from torch.profiler import profile as torch_profile
 
-    from fedrun.engine.host_memory import keep_freed_memory
+    from fedrun.engine.execution.host_memory import keep_freed_memory
 
     keep_freed_memory()
     step = lenet5_step(k, fused)

@@ -30,7 +30,7 @@ def timed(work) -> tuple[float, object]:
 def measure(preset: str, cfg, steps: int, repeats: int) -> dict:
     """``cfg``'s model on client 0's first ``steps`` minibatches: each mode's step and evaluation times, and the
     largest difference of the two modes' gradients relative to the largest gradient entry."""
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     sim = Simulation(cfg)
     torch.set_num_threads(1)

@@ -38,7 +38,7 @@ def time_shape(name, model_name, shape, classes, clients, samples, batch, repeat
 
     from fedrun.algorithms.schema import make
     from fedrun.bench.workloads import Workload, setup, time_rounds
-    from fedrun.engine.executor import VmapExecutor
+    from fedrun.engine.execution.executor import VmapExecutor
     from fedrun.model.functional import FunctionalModel
 
     w = Workload(name, "", model_name, "vector" if len(shape) == 1 else "image", shape, classes, clients, samples,

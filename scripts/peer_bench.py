@@ -110,8 +110,8 @@ def flbench_worker(argv: list[str]) -> None:
 def fedrun_worker(argv: list[str]) -> None:
     """Run ``fedrun <argv>`` with the same timers as FL-bench's worker."""
     from fedrun import cli
-    from fedrun.engine.evaluation import Evaluation
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.evaluation import Evaluation
+    from fedrun.engine.run.simulation import Simulation
 
     times = {"train": [], "eval": []}
     _timed(Simulation, "run_round", times, "train")
@@ -167,7 +167,7 @@ def warm_cache(root: Path, features: int, classes: int) -> None:
 
 def sampling_stream(clients: int, rounds: int, seed: int) -> list[list[int]]:
     """fedrun's client-sampling sequence (rounds 1..R), which FL-bench is handed."""
-    from fedrun.engine.sampling import sample_clients
+    from fedrun.engine.run.sampling import sample_clients
 
     per_round = max(1, int(clients * FRACTION))
     return [sample_clients(clients, per_round, seed, r).tolist() for r in range(1, rounds + 1)]

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from fedrun.config.compose import compose_config
-from fedrun.engine.experiment import run_experiment
+from fedrun.engine.run.experiment import run_experiment
 from fedrun.rundir.files import device_name, git_commit
 
 SETTINGS = {  # name: (what it is, its overrides)

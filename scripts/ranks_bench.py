@@ -59,7 +59,7 @@ def modelled_mb(run_dir: Path, ranks: int) -> float:
     step) besides."""
     import yaml
 
-    from fedrun.engine.ranks import Ranks
+    from fedrun.engine.execution.ranks import Ranks
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -97,7 +97,7 @@ def worker(mode: str) -> dict[str, float]:
 
     torch.set_num_threads(1)
     if mode == "keep":
-        from fedrun.engine.host_memory import keep_freed_memory
+        from fedrun.engine.execution.host_memory import keep_freed_memory
 
         assert keep_freed_memory(), "glibc's mallopt is needed for host_memory=keep"
     from fedrun.config.compose import option

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import register_tiny, with_values
 
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 
 COMMON = ["partition=dirichlet", "partition.alpha=0.5", "fl.num_clients=8", "fl.clients_per_round=5",
           "fl.batch_size=16", "fl.local_epochs=1", "hardware=cpu", "seed=3"]

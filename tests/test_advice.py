@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from fedrun.config.advice import preset_steps, selected_step_note
-from fedrun.engine.experiment import run_experiment
+from fedrun.engine.run.experiment import run_experiment
 
 
 def test_bherds_step_is_said_at_start_for_lenet5_at_the_default_lr_and_not_for_the_papers_settings(cfg_factory):
@@ -61,7 +61,7 @@ def test_the_last_line_repeats_the_reason_for_a_diverged_run_and_not_for_a_good_
 
 
 def test_a_run_that_ends_far_below_its_best_says_by_how_much():
-    from fedrun.engine.experiment import ending_note
+    from fedrun.engine.run.experiment import ending_note
 
     fell = {"status": "finished", "final_test_acc": 0.6052, "best_test_acc": 0.9811, "best_round": 6}
     assert ending_note(fell, None) == "; it ended 0.3759 below its best (round 6)"

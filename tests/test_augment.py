@@ -75,7 +75,7 @@ def test_hashed_draws_are_uniform_like_autoaugments_own():
 
 
 def test_fedgh_image_presets_train_with_autoaugment_and_non_pixel_data_is_refused(tmp_path, cfg_factory):
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     write_cifar(tmp_path / "data", "cifar10", per_file=4)
     cfg = cfg_factory("experiment=fedgh_cifar10", f"data.root={tmp_path / 'data'}", "fl.rounds=1",

@@ -11,7 +11,7 @@ from fedrun.algorithms.local.sgd import decorrelation_loss
 from fedrun.algorithms.schema import make
 from fedrun.config.compose import option
 from fedrun.config.checks import validate
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 from fedrun.errors import ConfigError
 from fedrun.model.functional import FunctionalModel
 from fedrun.model.zoo import build_model

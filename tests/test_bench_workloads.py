@@ -136,7 +136,7 @@ def test_the_bench_times_a_dense_cohort_whole_beside_its_cache_sized_chunks(tmp_
     import json
 
     from fedrun.bench.workloads import main
-    from fedrun.engine import executor as ex
+    from fedrun.engine.execution import executor as ex
 
     monkeypatch.setattr(ex, "last_level_cache_bytes", lambda: 2**23)  # half of 8 MiB: a few 2NN clients a chunk
     assert main(["--quick", "--only", "mlp_synthetic_100,svm_mnist_5", "--repeats", "1", "--device", "cpu",
@@ -154,7 +154,7 @@ def test_the_bench_keeps_host_memory_as_runs_do_unless_told_and_records_which(tm
     import json
 
     from fedrun.bench.workloads import main
-    from fedrun.engine import host_memory
+    from fedrun.engine.execution import host_memory
 
     monkeypatch.setattr(host_memory, "_kept", False)
     monkeypatch.setattr(host_memory, "keep_freed_memory", lambda: setattr(host_memory, "_kept", True) or True)

@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 from fedrun.algorithms.step_selector.grab import grab_order
 from fedrun.algorithms.step_selector.herd import centred_gram, herd_order, num_selected
 from fedrun.data.fixtures import write_cifar, write_imdb
-from fedrun.engine.experiment import run_experiment
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.experiment import run_experiment
+from fedrun.engine.run.simulation import Simulation
 
 
 def direct_algorithm2(z: np.ndarray, k: int) -> list[int]:

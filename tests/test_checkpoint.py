@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 import torch
 
-import fedrun.engine.experiment
+import fedrun.engine.run.experiment
 import fedrun.rundir.files
 from fedrun.algorithms import PARTS
 from fedrun.rundir.checkpoint import checkpoints, load_latest, save_checkpoint
-from fedrun.engine.experiment import run_experiment
+from fedrun.engine.run.experiment import run_experiment
 from fedrun.errors import ConfigError
 from fedrun.papers.table_summary import provenance
 from fedrun.rundir.files import cpu_model, finished_summary
@@ -172,7 +172,7 @@ def test_a_resumed_runs_summary_names_every_commit_that_computed_it_and_their_ti
     from the run's summary.json."""
     def run(commit: str, rounds: int, run_dir: Path, *extra: str) -> dict:
         monkeypatch.setattr(fedrun.rundir.files, "git_commit", lambda: commit)
-        monkeypatch.setattr(fedrun.engine.experiment, "device_name", lambda device: f"box-{commit}")
+        monkeypatch.setattr(fedrun.engine.run.experiment, "device_name", lambda device: f"box-{commit}")
         return run_experiment(cfg_factory(*BASE, f"fl.rounds={rounds}", *extra), run_dir)
 
     first = run("aaa", 5, tmp_path / "new")
@@ -320,7 +320,7 @@ def test_rounds_change_a_parts_state_never_its_settings_and_a_checkpoint_restore
     built; the state a checkpoint saves, loaded into a fresh simulation, is the state it was; and the checkpoint
     format before ServerState (``server_state``, ``rule_state``, ``client_states``, ``parts``) and one written before
     ``selector`` was renamed ``step_selector`` load to the same."""
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     cfg = cfg_factory(*BASE[:-1], *STATEFUL[case])
     sim = Simulation(cfg)
@@ -346,7 +346,7 @@ def test_rounds_change_a_parts_state_never_its_settings_and_a_checkpoint_restore
 
 
 def test_a_checkpoint_of_an_unknown_format_is_refused_with_a_message(cfg_factory):
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     sim = Simulation(cfg_factory(*BASE[:-1]))
     with pytest.raises(ConfigError, match="start the run in a new directory"):
@@ -354,7 +354,7 @@ def test_a_checkpoint_of_an_unknown_format_is_refused_with_a_message(cfg_factory
 
 
 def test_a_resumed_run_takes_execution_settings_from_its_config_not_the_checkpoint(cfg_factory):
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     base = [*BASE[:-1], "algo=bherd", "hardware.step_store=host"]
     first = Simulation(cfg_factory(*base, "hardware.gram_block=7"))

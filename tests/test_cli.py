@@ -11,7 +11,7 @@ import pytest
 import wandb_reader
 from conftest import REPO, run_cli
 
-from fedrun.engine.experiment import run_experiment
+from fedrun.engine.run.experiment import run_experiment
 from fedrun.rundir.files import BASE_COLUMNS
 
 SMALL = ["data=digits", "model=logreg", "fl.rounds=3", "progress=false"]
@@ -272,7 +272,7 @@ def test_run_goes_on_when_wandb_cannot_start(tmp_path, cfg_factory, monkeypatch,
 
 
 def test_failed_run_keeps_its_rows_and_says_failed(tmp_path, cfg_factory, monkeypatch):
-    from fedrun.engine import simulation
+    from fedrun.engine.run import simulation
 
     calls = {"n": 0}
     original = simulation.Simulation.run_round
@@ -304,7 +304,7 @@ def test_the_cli_does_not_import_torchvision_unless_a_run_needs_it():
     import subprocess
     import sys
 
-    code = "import sys, fedrun.cli, fedrun.engine.experiment; assert 'torchvision' not in sys.modules, 'imported'"
+    code = "import sys, fedrun.cli, fedrun.engine.run.experiment; assert 'torchvision' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from fedrun.config.checks import validate
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 from fedrun.errors import ConfigError
 
 
@@ -49,7 +49,7 @@ def test_config_errors_come_before_any_data_is_loaded(cfg_factory, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("data was loaded before the config was checked")
 
-    monkeypatch.setattr("fedrun.engine.simulation.load_dataset", fail)
+    monkeypatch.setattr("fedrun.engine.run.simulation.load_dataset", fail)
     with pytest.raises(ConfigError, match="partition.alpha"):
         Simulation(cfg_factory("data=cifar10", "model=cnn_fedgh", "partition.alpha=0"))
 
@@ -204,7 +204,7 @@ def test_every_ranged_key_of_the_runs_sections_refuses_a_value_out_of_range(cfg_
     of range is named with its key before any data is loaded."""
     from conftest import with_values
 
-    monkeypatch.setattr("fedrun.engine.simulation.load_dataset", lambda *a, **k: pytest.fail("data loaded"))
+    monkeypatch.setattr("fedrun.engine.run.simulation.load_dataset", lambda *a, **k: pytest.fail("data loaded"))
     with pytest.raises(ConfigError) as refused:
         Simulation(with_values(cfg_factory(*choice), f"{key}={bad}"))
     assert any(p.startswith(f"{key}=") and "Fix: " in p for p in refused.value.problems), refused.value.problems
@@ -226,8 +226,8 @@ def test_the_range_checks_cover_every_numeric_field_of_the_parts_and_sections(ca
 def test_a_run_checks_its_config_once(cfg_factory, tmp_path, monkeypatch):
     """run_experiment validates before the run directory gets files; the Simulation it builds does not again (a
     Simulation built on its own still does)."""
-    import fedrun.engine.experiment as experiment
-    import fedrun.engine.simulation as simulation
+    import fedrun.engine.run.experiment as experiment
+    import fedrun.engine.run.simulation as simulation
     from fedrun.config import checks
 
     calls = []

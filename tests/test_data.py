@@ -310,7 +310,7 @@ def test_leaf_synthetic_reads_leafs_json_when_asked(tmp_path):
 
 
 def test_a_leaf_task_runs_with_its_users_as_clients(tmp_path, cfg_factory):
-    from fedrun.engine.experiment import run_experiment
+    from fedrun.engine.run.experiment import run_experiment
 
     write_leaf(tmp_path / "data", "femnist", users=4, per_user=6)
     summary = run_experiment(cfg_factory("data=leaf_femnist", f"data.root={tmp_path / 'data'}", "partition=natural",
@@ -432,7 +432,7 @@ def test_cache_built_by_two_jobs_at_once_is_written_by_both(tmp_path, monkeypatc
 
 
 def test_a_test_subset_is_seeded_fixed_and_of_the_asked_size(cfg_factory):
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     full = DATASETS["digits"].load(None, settings("digits"))
     a, b = full.test_subset(100, seed=3), full.test_subset(100, seed=3)

@@ -174,7 +174,7 @@ def test_leaf_reddit_sequences_targets_vocabulary_and_a_natural_run(tmp_path, cf
     from collections import Counter
 
     from fedrun.config.checks import validate
-    from fedrun.engine.experiment import run_experiment
+    from fedrun.engine.run.experiment import run_experiment
     from fedrun.model.zoo import IGNORE, SEQUENCE_CROSS_ENTROPY
 
     write_leaf(tmp_path / "data", "reddit", users=3, per_user=4)

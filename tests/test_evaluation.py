@@ -5,10 +5,10 @@ import pytest
 import torch
 from conftest import register_tiny
 
-from fedrun.engine.sampling import ClientPlan
-from fedrun.engine.executor import CohortResult
+from fedrun.engine.run.sampling import ClientPlan
+from fedrun.engine.execution.executor import CohortResult
 from fedrun.algorithms.round import RoundOutput
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 
 
 def two_users(monkeypatch, cfg_factory, order=(0, 1, 2, 3)):
@@ -62,7 +62,7 @@ def test_each_acc_l_reading_on_a_hand_made_two_user_case(monkeypatch, cfg_factor
 def test_a_natural_run_logs_every_reading(monkeypatch, cfg_factory, tmp_path):
     import csv
 
-    from fedrun.engine.experiment import run_experiment
+    from fedrun.engine.run.experiment import run_experiment
 
     two_users(monkeypatch, cfg_factory)
     run_experiment(config(cfg_factory, "fl.rounds=2", "fl.batch_size=2"), tmp_path / "run")

@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import with_values
 
-from fedrun.engine.executor import VmapExecutor
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.execution.executor import VmapExecutor
+from fedrun.engine.run.simulation import Simulation
 from executor_cases import (BATCHNORM_ON_A_GPU, COMMON, EVERY_FAMILY, FAMILIES, assert_close_tree, tiny,
                             two_rounds)
 
@@ -143,7 +143,7 @@ def test_a_batchable_rule_on_a_stacking_model_steps_without_vmap_and_gives_the_l
     several lengths dropping out of the stack, the stack's w updated in place (ctx.in_place; the loop's steps make
     new tensors). A rule built on it that adds its own terms (SCAFFOLD, FedDecorr) is not stacked."""
     from fedrun.algorithms.base import LocalRule
-    from fedrun.engine.executor import steps_natively
+    from fedrun.engine.execution.executor import steps_natively
 
     common = ["data=digits", f"model={model}", f"algo={algo}", *more, "fl.clients_per_round=4", "fl.batch_size=16",
               "hardware.dtype=float64", "partition=dirichlet", "partition.alpha=0.3", "hardware.device=cpu"]
@@ -212,7 +212,7 @@ def test_local_sgd_on_a_one_layer_model_in_blocks_of_steps_gives_the_loops_round
     """Small minibatches on a one-layer model step in blocks (engine/blocked.py: the rule's own step on coefficient
     vectors, outputs from the block's Gram matrix): the rounds (model, client states, FedNova's a_i, losses) equal
     the loop's to float64 rounding, with clients of unequal lengths finishing inside blocks."""
-    from fedrun.engine import blocked
+    from fedrun.engine.execution import blocked
 
     # lr 0.01: at 0.1, momentum 0.9 on single samples is chaotic and grows float64 rounding to 0.1 in two rounds
     common = ["data=digits", f"model={model}", f"algo={algo}", *more, "fl.clients_per_round=4", "fl.lr=0.01",
@@ -243,7 +243,7 @@ def test_local_sgd_runs_in_blocks_of_steps_on_a_cpu_only(cfg_factory, monkeypatc
 
     from fedrun.bench import workloads as bench
     from fedrun.config.compose import option
-    from fedrun.engine.executor_choice import make_executor
+    from fedrun.engine.execution.executor_choice import make_executor
 
     sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.batch_size=1", "hardware.executor=vmap"))
     assert sim.executor.blocks
@@ -267,8 +267,8 @@ def test_clients_without_a_state_of_their_own_start_from_one_init_stacked_as_eac
     round's steps write the stack in place); with any client state (SCAFFOLD's c_i after a round), each client's
     own init."""
     from fedrun.algorithms.base import ClientContext
-    from fedrun.engine import tree
-    from fedrun.engine.executor import initial_states
+    from fedrun.engine.execution import tree
+    from fedrun.engine.execution.executor import initial_states
 
     sim = Simulation(cfg_factory("data=digits", "model=mlp", f"algo={algo}", "fl.momentum=0.9"))
     rule, ctx = sim.algo.local, ClientContext(1, sim.state.params, sim.state.buffers, 0.1, 0.9, 0.0)
@@ -364,7 +364,7 @@ def test_the_step_flop_count_equals_torchs_flop_counter(name):
 
     from fedrun.config.compose import option
 
-    from fedrun.engine.executor import flops_per_step
+    from fedrun.engine.execution.executor import flops_per_step
     from fedrun.model.functional import FunctionalModel
     from fedrun.model.zoo import MODELS, build_model
 
@@ -408,7 +408,7 @@ def test_threads_take_the_longest_clients_first(cfg_factory, monkeypatch):
     """The round ends with its last client: threads claim clients by tau, longest first, so a long one is not left
     to train alone at the end. Each thread claims one client before it trains, so the first clients to start are the
     longest ones, whichever thread runs them."""
-    import fedrun.engine.executor as executor
+    import fedrun.engine.execution.executor as executor
 
     started, train = [], executor._train_client
     monkeypatch.setattr(executor, "_train_client", lambda rule, model, ctx, plan, *rest: started.append(plan.tau)

@@ -6,7 +6,7 @@ import logging
 import pytest
 import torch
 
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 
 
 THREADS = torch.get_num_threads() > 1
@@ -35,7 +35,7 @@ def test_auto_resolves_to_a_concrete_executor_and_logs_it(cfg_factory, caplog, d
 
 
 def test_compile_without_a_cpp_compiler_is_refused_before_any_work(cfg_factory, monkeypatch):
-    from fedrun.engine import executor_choice
+    from fedrun.engine.execution import executor_choice
     from fedrun.errors import ConfigError
 
     monkeypatch.setattr(executor_choice.shutil, "which", lambda name: None)

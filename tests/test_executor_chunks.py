@@ -5,7 +5,7 @@ cohort order."""
 import pytest
 import torch
 
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 from executor_cases import (COMMON, EVERY_FAMILY, assert_close_tree, two_rounds)
 
 
@@ -24,7 +24,7 @@ def test_chunked_equals_unchunked(cfg_factory):
 
 
 def test_chunk_size_follows_free_memory(cfg_factory, monkeypatch):
-    from fedrun.engine import executor as ex
+    from fedrun.engine.execution import executor as ex
 
     sim, _ = two_rounds(cfg_factory, ["data=digits", "model=mlp"], "vmap")
     plan = sim.run_round(3).plans[0]
@@ -51,7 +51,7 @@ def test_chunk_size_follows_free_memory(cfg_factory, monkeypatch):
 def test_a_dense_chains_stacked_clients_are_chunked_to_fit_half_the_last_level_cache(cfg_factory, monkeypatch,
                                                                                       overrides, limited):
     from fedrun.algorithms.base import ClientContext
-    from fedrun.engine import executor as ex
+    from fedrun.engine.execution import executor as ex
 
     sim = Simulation(cfg_factory(*COMMON, "data=digits", *overrides, "hardware.executor=vmap"))
     plan = sim.run_round(1).plans[0]
@@ -72,7 +72,7 @@ def test_a_dense_chains_stacked_clients_are_chunked_to_fit_half_the_last_level_c
 
 
 def test_cohorts_chunked_by_the_cache_equal_whole_ones(cfg_factory, monkeypatch):
-    from fedrun.engine import executor as ex
+    from fedrun.engine.execution import executor as ex
 
     monkeypatch.setattr(ex, "last_level_cache_bytes", lambda: 2**20)  # half a MiB: the 2NN's clients one by one
     chunks = []
@@ -85,7 +85,7 @@ def test_cohorts_chunked_by_the_cache_equal_whole_ones(cfg_factory, monkeypatch)
 
 
 def test_the_last_level_cache_is_read_from_sysfs(tmp_path):
-    from fedrun.engine.executor import last_level_cache_bytes
+    from fedrun.engine.execution.executor import last_level_cache_bytes
 
     for index, size in (("index0", "48K"), ("index2", "1024K"), ("index3", "32768K")):
         (tmp_path / index).mkdir()
@@ -100,8 +100,8 @@ def test_a_chunks_clients_finish_in_one_stacked_call_as_each_by_itself(cfg_facto
     row, bit for bit, whether no client, every client or some (the per-client way) bring a state of their own
     (after a round: SCAFFOLD's c_i, FedDyn's g_i, MimeSVRG's h, FSVRG's statics)."""
     from fedrun.algorithms.base import ClientContext
-    from fedrun.engine import tree
-    from fedrun.engine.executor import stacked_final
+    from fedrun.engine.execution import tree
+    from fedrun.engine.execution.executor import stacked_final
 
     overrides = ["data=digits", "model=logreg", "fl.num_clients=6", "fl.clients_per_round=6",
                  *EVERY_FAMILY.get(family, [f"algo={family}"])]
@@ -129,7 +129,7 @@ def test_a_chunks_clients_finish_in_one_stacked_call_as_each_by_itself(cfg_facto
 def test_chunks_results_come_back_in_cohort_order():
     """``in_cohort_order``: chunks run in another order (by minibatch width, then longest first) give each client's
     rows, lists and uploads at its place in the cohort."""
-    from fedrun.engine.executor import CohortResult, in_cohort_order
+    from fedrun.engine.execution.executor import CohortResult, in_cohort_order
 
     def part(ids):
         t = torch.tensor(ids, dtype=torch.float64)

@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 from executor_cases import (COMMON, tiny)
 
 

@@ -8,8 +8,8 @@ import torch
 from conftest import register_tiny
 
 from fedrun.algorithms.schema import make
-from fedrun.engine.sampling import plan_client, plan_cohort, sample_clients
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.sampling import plan_client, plan_cohort, sample_clients
+from fedrun.engine.run.simulation import Simulation
 
 FIXED = make("schedule", "fixed")
 
@@ -183,7 +183,7 @@ def test_local_accuracy_is_the_mean_over_users_of_their_own_test_accuracy(monkey
 
 
 def test_a_run_that_diverges_stops_with_its_metrics_and_status(tmp_path, cfg_factory):
-    from fedrun.engine.experiment import run_experiment
+    from fedrun.engine.run.experiment import run_experiment
 
     summary = run_experiment(cfg_factory("data=digits", "model=logreg", "fl.rounds=6", "fl.clients_per_round=4",
                                          "fl.lr=1e38", "eval.every=3"), tmp_path)

@@ -16,10 +16,10 @@ from fedrun.algorithms.local.fsvrg import feature_scalings
 from fedrun.model.zoo import affine_parameter_features
 from fedrun.algorithms.schema import make
 from fedrun.data.hog import hog
-from fedrun.engine.experiment import run_experiment
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.experiment import run_experiment
+from fedrun.engine.run.simulation import Simulation
 from fedrun.errors import ConfigError
-from fedrun.engine.metrics import classification_metrics
+from fedrun.engine.run.metrics import classification_metrics
 
 SPARSE = np.array([[1, 0, 2], [0, 0, 1],  # client 0
                    [3, 0, 0], [1, 1, 0], [0, 2, 0]], dtype=np.float32)  # client 1

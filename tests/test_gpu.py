@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 from executor_cases import BATCHNORM_ON_A_GPU, FAMILIES, tiny, two_rounds
 
 NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -16,8 +16,8 @@ def test_the_gpu_settings_follow_the_config_and_a_cpu_run_leaves_them(cfg_factor
     """A GPU run computes float32 in float32 outside its local steps, and TF32 (hardware.precision=tf32) inside them
     alone; deterministic sets cuDNN's, torch's and cuBLAS's settings, and says when cuBLAS may have read its own
     before the run (CUDA in use already: a mocked state here)."""
-    from fedrun.engine.cuda_math import configure_cuda
-    from fedrun.engine.precision import local_steps
+    from fedrun.engine.execution.cuda_math import configure_cuda
+    from fedrun.engine.execution.precision import local_steps
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     tf32 = lambda: (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)  # noqa: E731
@@ -50,7 +50,7 @@ def test_the_gpu_settings_follow_the_config_and_a_cpu_run_leaves_them(cfg_factor
 def test_the_simulated_clock_times_the_steps_after_the_device_finished_them(cfg_factory, monkeypatch, timing, waits):
     """A measured step time (timing=simulated, step_time_s null) waits for the device before the clock stops, since a
     GPU's steps are queued (otherwise it measures their launches); no other run waits."""
-    from fedrun.engine import simulation
+    from fedrun.engine.run import simulation
 
     order = []
     sim = Simulation(cfg_factory("data=digits", "model=logreg", "hardware=cpu", *timing))
@@ -144,7 +144,7 @@ def test_a_memory_share_caps_what_a_job_takes_of_a_shared_gpu(monkeypatch):
     """hardware.memory_share (jobs sharing a GPU, hydra/launcher=gpu_shared): torch's allocator is capped at the
     share, and the executors size their chunks within the share less what this process holds, not within all that
     the device has free (tested with the CUDA calls stood in for)."""
-    from fedrun.engine import cuda_math
+    from fedrun.engine.execution import cuda_math
 
     fractions = []
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, i: fractions.append((f, i)))

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fedrun.engine.graph_executor import GraphExecutor
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.execution.graph_executor import GraphExecutor
+from fedrun.engine.run.simulation import Simulation
 from executor_cases import EVERY_FAMILY, assert_close_tree
 
 RAGGED = ["data=digits", "fl.clients_per_round=4", "fl.batch_size=16", "hardware.dtype=float64", "fl.momentum=0.5",
@@ -119,7 +119,7 @@ def test_the_capture_control_flow_replays_the_captured_step_or_falls_back_and_sa
 
 def test_a_runs_summary_says_whether_its_graph_steps_were_captured(cfg_factory, tmp_path):
     """summary.json carries the graph executor's record: here, a CPU, every step eager and none captured."""
-    from fedrun.engine.experiment import run_experiment
+    from fedrun.engine.run.experiment import run_experiment
 
     summary = run_experiment(cfg_factory(*RAGGED, "model=mlp", "fl.rounds=1", "hardware.executor=graph"), tmp_path)
     assert summary["graphs_captured"] == summary["graph_replays"] == 0 < summary["eager_steps"]
@@ -199,7 +199,7 @@ def test_captured_steps_get_half_the_chunk_an_eager_step_gets(cfg_factory, monke
     """A captured step holds its intermediates in the graph's own memory pool beside the warm-up's cached ones: its
     chunks are sized from half the memory (hardware.memory_share's budget is not overrun); eager steps, as vmap's."""
     from fedrun.algorithms.base import ClientContext
-    from fedrun.engine import executor as ex
+    from fedrun.engine.execution import executor as ex
 
     sim = Simulation(cfg_factory(*RAGGED, "model=mlp", "hardware.executor=graph"))
     plan = sim.run_round(1).plans[0]

@@ -141,7 +141,7 @@ def test_conflict_statistics_on_constructed_updates():
 
 
 def test_harmonizers_plug_into_any_base_algorithm_and_log_conflicts(tmp_path, cfg_factory):
-    from fedrun.engine.experiment import run_experiment
+    from fedrun.engine.run.experiment import run_experiment
 
     common = ["data=digits", "model=logreg", "fl.rounds=2", "partition.alpha=0.1", "fl.clients_per_round=6",
               "diagnostics.conflicts=true", "diagnostics.similarity_every=2"]
@@ -156,7 +156,7 @@ def test_harmonizers_plug_into_any_base_algorithm_and_log_conflicts(tmp_path, cf
 
 
 def test_fedgh_removes_every_conflict_it_projects(cfg_factory):
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     sim = Simulation(cfg_factory("data=digits", "model=logreg", "partition.alpha=0.05", "fl.clients_per_round=8",
                                  "algo/harmonizer=fedgh", "diagnostics.conflicts=true"))

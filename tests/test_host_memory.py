@@ -1,16 +1,16 @@
-"""hardware.host_memory: freed host blocks stay in the process (fedrun/engine/host_memory.py)."""
+"""hardware.host_memory: freed host blocks stay in the process (fedrun/engine/execution/host_memory.py)."""
 
 import platform
 
 import pytest
 
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 
 def test_keep_raises_glibcs_thresholds_once_and_only_when_asked(cfg_factory, monkeypatch):
     """host_memory=keep sets mallopt's mmap threshold to its 64-bit maximum and the trim threshold far above it
     (glibc's defaults move with the blocks freed, and a step's working set is handed back and page-faulted in
     again: results/bench); =system leaves the C library alone."""
-    from fedrun.engine import host_memory
+    from fedrun.engine.execution import host_memory
 
     calls = []
 
@@ -33,6 +33,6 @@ def test_keep_raises_glibcs_thresholds_once_and_only_when_asked(cfg_factory, mon
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt only")
 def test_glibc_takes_the_thresholds():
-    from fedrun.engine.host_memory import keep_freed_memory
+    from fedrun.engine.execution.host_memory import keep_freed_memory
 
     assert keep_freed_memory()

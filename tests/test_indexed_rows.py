@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from fedrun.model.native import indexed_rows
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 from fedrun.model.functional import FunctionalModel
 from fedrun.model.zoo import CROSS_ENTROPY, SQUARED_HINGE_PARITY, SEQUENCE_CROSS_ENTROPY
 
@@ -146,7 +146,7 @@ def test_a_blocks_products_and_steps_in_place_equal_torchs_on_the_gathered_rows(
     matrix, the steps at the outputs (clients stopping inside the block) and the gradient terms added to the
     weights equal torch's on the gathered rows in float64, to float32 rounding; a lone client's are its row of a
     cohort's, bit for bit."""
-    from fedrun.engine import blocked
+    from fedrun.engine.execution import blocked
 
     torch.manual_seed(0)
     module, objective = one_layer(inputs, outputs, bias, loss)
@@ -193,7 +193,7 @@ def test_rounds_in_blocks_with_rows_in_place_equal_the_gathered_blocks(cfg_facto
     """Single samples (and minibatches of three) on a one-layer model step in blocks, here with the block's products
     and steps in the kernel: the rounds equal the blocks gathered by torch (``hardware.native=false``) to float32
     rounding, clients of unequal lengths finishing inside blocks."""
-    from fedrun.engine import blocked
+    from fedrun.engine.execution import blocked
 
     calls = []
     steps = blocked._InPlace.steps

@@ -271,7 +271,7 @@ def test_a_dense_chains_large_products_without_a_graph_go_through_onednn(monkeyp
 
 
 def test_a_runs_model_takes_hardware_onednn(cfg_factory):
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     assert Simulation(cfg_factory("model=mlp", "fl.rounds=1")).model.onednn  # the default
     assert not Simulation(cfg_factory("model=mlp", "fl.rounds=1", "hardware.onednn=false")).model.onednn

@@ -128,7 +128,7 @@ def test_the_fused_convolution_is_on_by_default_only_where_the_cpu_has_avx512(mo
     every kernel on, false none; a run on an AVX2 CPU builds no convolution kernel."""
     from omegaconf import OmegaConf
 
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     cnn_on_digits = ["data=digits", "model=cnn3", "fl.rounds=1", "hardware.device=cpu"]
     for flags, avx512 in (("fpu sse avx2 fma", False), ("fpu sse avx2 avx512f avx512bw", True)):
@@ -161,7 +161,7 @@ NATIVE_FAMILIES = {  # every family, on a model whose steps a kernel takes (svm:
 def test_without_native_kernels_every_family_runs_and_equals_the_native_path(cfg_factory, monkeypatch, family):
     """hardware.native=false: no kernel is built, loaded or called (the loader is made to fail), and the rounds equal
     those with every kernel on (hardware.native=true) to float32 rounding."""
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     def run(*more):
         sim = Simulation(cfg_factory("data=digits", "fl.num_clients=6", "fl.clients_per_round=4", "fl.batch_size=8",

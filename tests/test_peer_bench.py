@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from conftest import load_script
 
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 
 
 def test_fedrun_trains_on_flbenchs_clients_in_its_order_and_samples_as_flbench_is_told(tmp_path, cfg_factory):

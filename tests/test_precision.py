@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedrun.config.compose import CONF_DIR
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 from fedrun.errors import ConfigError
 from fedrun.rundir.files import config_differences, saved_config
 

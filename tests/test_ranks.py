@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from fedrun.config.compose import compose_config
-from fedrun.engine.ranks import Ranks, check_ranks
+from fedrun.engine.execution.ranks import Ranks, check_ranks
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["data=digits", "model=mlp", "fl.num_clients=8", "fl.clients_per_round=5", "fl.batch_size=16", "fl.lr=0.05",
@@ -37,8 +37,8 @@ WORKER = """
 import json, sys
 import torch
 from fedrun.config.compose import compose_config
-from fedrun.engine.experiment import run_experiment
-from fedrun.engine.ranks import start
+from fedrun.engine.run.experiment import run_experiment
+from fedrun.engine.execution.ranks import start
 
 for name, overrides in json.loads(sys.argv[1]).items():
     cfg = compose_config(overrides)
@@ -245,7 +245,7 @@ def test_what_a_rank_sends_holds_only_its_own_values():
 
     import torch
 
-    from fedrun.engine.ranks import _sendable
+    from fedrun.engine.execution.ranks import _sendable
 
     store = torch.randn(8, 5, 100)
     sent = _sendable({"steps": [store[i, :3] for i in range(8)], "updates": store[:, 0]})
@@ -281,7 +281,7 @@ def test_the_ranks_own_collectives_use_a_tensor_on_the_groups_device(monkeypatch
     import torch
     import torch.distributed as dist
 
-    from fedrun.engine import ranks as ranks_module
+    from fedrun.engine.execution import ranks as ranks_module
 
     # rank 0: another rank would set the fedrun logger to warnings for the rest of this process
     for name, value in {"is_initialized": True, "get_rank": 0, "get_world_size": 2, "get_backend": "nccl"}.items():

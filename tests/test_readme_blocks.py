@@ -7,7 +7,7 @@ import json
 
 from conftest import REPO, load_script
 
-from fedrun.engine.experiment import run_experiment
+from fedrun.engine.run.experiment import run_experiment
 
 
 def test_the_generated_blocks_are_up_to_date():

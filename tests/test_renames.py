@@ -10,7 +10,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from fedrun.config.renames import renamed_overrides, upgraded
-from fedrun.engine.experiment import run_experiment
+from fedrun.engine.run.experiment import run_experiment
 from fedrun.errors import StaleRunError
 from fedrun.rundir.checkpoint import checkpoints, config_fingerprint
 from fedrun.rundir.files import CONFIG_FILE, OVERRIDES_FILE, finished_summary

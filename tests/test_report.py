@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedrun.engine.experiment import run_experiment
+from fedrun.engine.run.experiment import run_experiment
 from fedrun.rundir.report import main as report_main, zoom
 
 

@@ -1,6 +1,6 @@
 """Resuming as a new user does it: the interrupt message's command resumes the run; ``resume=true`` without a
 directory finds the run; nothing to resume is said, and unreadable checkpoints are refused (fedrun/rundir/resume.py,
-fedrun/engine/experiment.py, fedrun/cli.py)."""
+fedrun/engine/run/experiment.py, fedrun/cli.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from conftest import run_cli
 from test_checkpoint import BASE, metrics, wait_for_rows
 
 from fedrun.rundir.checkpoint import checkpoints
-from fedrun.engine.experiment import run_experiment
+from fedrun.engine.run.experiment import run_experiment
 from fedrun.errors import ConfigError
 from fedrun.rundir.resume import resume_command, resumable_runs, run_dir_root
 

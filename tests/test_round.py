@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.simulation import Simulation
 from executor_cases import EVERY_FAMILY, assert_close_tree
 
 

@@ -13,7 +13,7 @@ from fedrun.algorithms.schedule.feedback import RoundFeedback
 from fedrun.algorithms.schedule.gift import gradient_consistency
 from fedrun.algorithms.schema import make
 from fedrun.config.checks import validate
-from fedrun.engine.experiment import run_experiment
+from fedrun.engine.run.experiment import run_experiment
 from fedrun.errors import ConfigError
 
 
@@ -132,7 +132,7 @@ def test_gift_runs_from_config_and_logs_its_tau_and_consistency(tmp_path, cfg_fa
 
 
 def test_earliest_reporters_keep_exactly_the_ceiling_of_the_fraction_reproducibly():
-    from fedrun.engine.sampling import earliest_reporters, report_delays
+    from fedrun.engine.run.sampling import earliest_reporters, report_delays
 
     for n in (10, 25, 100, 7):
         delays = report_delays(n, seed=3, round_=5)
@@ -145,7 +145,7 @@ def test_earliest_reporters_keep_exactly_the_ceiling_of_the_fraction_reproducibl
 
 
 def test_simulated_time_is_parallel_compute_plus_last_report_plus_transfer(tmp_path, cfg_factory):
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     cfg = cfg_factory("data=digits", "model=logreg", "fl.num_clients=10", "participation=earliest",
                       "participation.fraction=0.3", "timing=simulated", "timing.step_time_s=0.5",
@@ -312,7 +312,7 @@ def test_afl_and_adacomm_run_from_config_within_a_time_budget(tmp_path, cfg_fact
 
 
 def test_fixed_schedule_with_tau_gives_every_client_that_many_steps(cfg_factory):
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     assert stepping("fixed", tau=100).local_steps(600, 1.0, 32) == 100
     sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=4",
@@ -339,7 +339,7 @@ def test_the_kws_lstm_presets_run_on_a_speech_commands_fixture(tmp_path, cfg_fac
 
 
 def test_fixed_schedule_switches_tau_from_its_round_on(cfg_factory):
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
 
     sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=2", "fl.clients_per_round=2",
                                  "algo.schedule.tau=5", "algo.schedule.switch_round=3", "algo.schedule.switch_tau=1"))

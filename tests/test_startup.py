@@ -3,8 +3,8 @@
 import gc
 
 from fedrun.process import startup
-from fedrun.engine.experiment import run_experiment
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.run.experiment import run_experiment
+from fedrun.engine.run.simulation import Simulation
 
 
 def test_the_collector_is_held_while_the_run_is_built_and_given_back_for_its_rounds(cfg_factory, tmp_path,

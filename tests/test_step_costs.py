@@ -4,7 +4,7 @@ import torch
 from conftest import load_script
 from torch.utils.flop_counter import FlopCounterMode
 
-from fedrun.engine.executor import flops_per_step
+from fedrun.engine.execution.executor import flops_per_step
 
 
 def test_the_matrix_products_alone_are_the_flops_fedrun_counts_for_the_2nn_step():

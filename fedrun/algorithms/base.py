@@ -50,10 +50,10 @@ class StatefulPart:
     models), in the manner of FedJAX's ``init``/``apply``: its settings are attributes fixed at construction, and what
     rounds change is a state that ``init`` makes and its round functions take and return, never changing the one
     they are given. A state holds tensors, numbers, strings, None and dicts or lists of them: the engine keeps it in
-    its :class:`~fedrun.engine.state.ServerState` and a checkpoint saves it as it is."""
+    its :class:`~fedrun.engine.run.state.ServerState` and a checkpoint saves it as it is."""
 
     # Whether its round reads a single client's update (a row of the (K, d) stack), not only weighted sums of them: a
-    # run over several ranks then gives every rank every update instead of all-reducing its sums (engine/ranks.py).
+    # run over several ranks then gives every rank every update instead of all-reducing its sums (engine/execution/ranks.py).
     reads_each_update = False
 
     def init(self, params: torch.Tensor | None = None, num_clients: int = 0) -> State:

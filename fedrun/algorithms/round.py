@@ -23,9 +23,9 @@ from fedrun.algorithms.harmonizer.gram import conflict_statistics, cosine_matrix
 from fedrun.algorithms.schedule.feedback import RoundFeedback
 
 if TYPE_CHECKING:
-    from fedrun.engine.executor import CohortResult
-    from fedrun.engine.sampling import ClientPlan
-    from fedrun.engine.state import ServerState
+    from fedrun.engine.execution.executor import CohortResult
+    from fedrun.engine.run.sampling import ClientPlan
+    from fedrun.engine.run.state import ServerState
 
 
 @dataclass
@@ -46,7 +46,7 @@ class RoundOutput:
 
 
 class RoundTools(Protocol):
-    """What a round may use of the engine (``fedrun.engine.simulation.EngineTools``). Settings: ``num_clients``,
+    """What a round may use of the engine (``fedrun.engine.run.simulation.EngineTools``). Settings: ``num_clients``,
     ``model_bytes`` (a model's parameters and buffers), ``momentum``, ``weight_decay``, ``device``, ``gram_block``
     (the step selector's Gram matrix in column blocks, or None), ``conflicts`` and ``similarity_every`` (the
     diagnostics asked for), ``simulated`` (whether the simulated clock runs) and ``budget_s`` (its budget), ``tracked``

@@ -32,11 +32,11 @@ import torch
 from fedrun.algorithms.schema import make
 from fedrun.bench.workloads import (SCALE_WORKLOADS, WORKLOADS, flops_per_round, machine, matmul_peak_gflops, quick,
                                     seconds, setup, time_rounds)
-from fedrun.engine import tree
-from fedrun.engine.cuda_math import configure_cuda
-from fedrun.engine.executor import VmapExecutor, activation_bytes_per_sample
-from fedrun.engine.graph_executor import GraphExecutor
-from fedrun.engine.precision import InPrecision, tf32_units
+from fedrun.engine.execution import tree
+from fedrun.engine.execution.cuda_math import configure_cuda
+from fedrun.engine.execution.executor import VmapExecutor, activation_bytes_per_sample
+from fedrun.engine.execution.graph_executor import GraphExecutor
+from fedrun.engine.execution.precision import InPrecision, tf32_units
 from fedrun.model.functional import FunctionalModel
 from fedrun.rundir.files import device_name
 

@@ -35,13 +35,13 @@ from fedrun.algorithms.base import ClientContext
 from fedrun.algorithms.schedule.feedback import RoundFeedback
 from fedrun.algorithms.schema import make
 from fedrun.config.compose import option
-from fedrun.engine.sampling import plan_client
-from fedrun.engine.executor import (LoopExecutor, VmapExecutor, blocks_pay, flops_per_step, loop_threads,
+from fedrun.engine.run.sampling import plan_client
+from fedrun.engine.execution.executor import (LoopExecutor, VmapExecutor, blocks_pay, flops_per_step, loop_threads,
                                     resolve_auto)
-from fedrun.engine.executor_choice import make_executor
-from fedrun.engine.accounting import simulated_times
-from fedrun.engine import host_memory
-from fedrun.engine.blocked import block_length
+from fedrun.engine.execution.executor_choice import make_executor
+from fedrun.engine.run.accounting import simulated_times
+from fedrun.engine.execution import host_memory
+from fedrun.engine.execution.blocked import block_length
 from fedrun.model.functional import FunctionalModel, prefers_channels_last
 from fedrun.model.native.fused_conv import applies as kernel_applies
 from fedrun.model.zoo import build_model
@@ -428,7 +428,8 @@ def markdown(records: list[dict], info: dict, command: str, addons: list[dict] =
         lambda r: [r["workload"], r["batch"], r["block_steps"], f"{r['stepwise_s']:.3f}", f"{r['blocks_s']:.3f}",
                    f"{r['blocks_speedup']:.2f}x"],
         "vmap in blocks = the vmap executor as it runs local SGD on a one-layer model with small minibatches "
-        "(hardware.blocks=true, the default, on a CPU only: fedrun/engine/blocked.py); the vmap column above is "
+        "(hardware.blocks=true, the default, on a CPU only: fedrun/engine/execution/blocked.py); the vmap column above "
+        "is "
         "its time on a CPU and step by step's on a GPU.")
     compiled += side_table(
         records, "func_s", ["workload", "minibatch", "vmap, torch.func s", "vmap, one network s", "speed-up"],

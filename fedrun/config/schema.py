@@ -228,11 +228,11 @@ class RunConfig:
 
 # the allowed values of the groups' string settings, owned here (the modules that act on them import them from here), so
 # that checking a config imports neither torch nor the engine
-EXECUTOR_NAMES = ("loop", "vmap", "graph")  # hardware.executor, besides auto (fedrun/engine/executor.py)
-PRECISIONS = ("float32", "tf32", "bfloat16")  # hardware.precision (fedrun/engine/precision.py)
-BACKENDS = ("auto", "gloo", "nccl")  # hardware.backend: torchrun's ranks (fedrun/engine/ranks.py)
-EXCHANGES = ("sums", "rows")  # hardware.exchange: how the ranks share the updates (fedrun/engine/ranks.py)
-DELAYS = ("exponential", "uniform", "lognormal")  # participation.delay (fedrun/engine/sampling.py)
+EXECUTOR_NAMES = ("loop", "vmap", "graph")  # hardware.executor, besides auto (fedrun/engine/execution/executor.py)
+PRECISIONS = ("float32", "tf32", "bfloat16")  # hardware.precision (fedrun/engine/execution/precision.py)
+BACKENDS = ("auto", "gloo", "nccl")  # hardware.backend: torchrun's ranks (fedrun/engine/execution/ranks.py)
+EXCHANGES = ("sums", "rows")  # hardware.exchange: how the ranks share the updates (fedrun/engine/execution/ranks.py)
+DELAYS = ("exponential", "uniform", "lognormal")  # participation.delay (fedrun/engine/run/sampling.py)
 PARTITIONS = ("iid", "dirichlet", "dirichlet_resample", "classes", "case1", "case2", "case3", "natural")
 NORMALIZATIONS = ("standardize", "unit", "raw")  # data.normalize (fedrun/data/base.py)
 HOG_NORMALIZATIONS = ("l2", "none")  # data.hog_normalize (fedrun/data/hog.py)

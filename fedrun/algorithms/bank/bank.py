@@ -202,7 +202,7 @@ class ModelBank(StatefulPart):
     def apply(self, algo, server, tools, rnd: int) -> tuple:
         """The algorithm's round ``rnd`` (``fedrun.algorithms.round``): up to the threshold, the composed one-model
         round of FSVRG; after it, a round of MA-/GA-FSVRG (Procedures 1-4) from the run's ``server`` state (a
-        :class:`~fedrun.engine.state.ServerState`, read only) with the local rule ``algo.local`` (FSVRG's steps and
+        :class:`~fedrun.engine.run.state.ServerState`, read only) with the local rule ``algo.local`` (FSVRG's steps and
         A_r), the round's clients, plans, training and full-batch passes from ``tools``. Returns the new server state
         (the bank's first model is its global model) and the round's output."""
         if rnd <= self.threshold:

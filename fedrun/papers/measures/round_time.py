@@ -16,7 +16,7 @@ def measure(repeats: int = 5, algos: tuple[str, ...] = ("fsvrg", "mafsvrg", "gaf
     """One row per (algorithm, executor, repeat): the seconds of one round. The first two rounds (the first bank
     round's start-up, and compilation where it applies) are not timed."""
     from fedrun.config.compose import compose_config
-    from fedrun.engine.simulation import Simulation
+    from fedrun.engine.run.simulation import Simulation
     from fedrun.errors import ConfigError
 
     if unknown := [e for e in executors if e not in EXECUTORS]:

@@ -27,8 +27,8 @@ from datetime import timedelta
 import torch
 
 from fedrun.algorithms.base import Selection
-from fedrun.engine.executor import CohortResult
-from fedrun.engine.state import to_device
+from fedrun.engine.execution.executor import CohortResult
+from fedrun.engine.run.state import to_device
 from fedrun.errors import ConfigError, FedrunError
 
 @dataclass

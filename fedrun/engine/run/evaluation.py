@@ -13,10 +13,10 @@ import torch
 from fedrun.algorithms.base import ClientContext
 from fedrun.algorithms.base import LocalRule
 from fedrun.data import FedDataset
-from fedrun.engine.full_batch import full_losses_and_gradients
-from fedrun.engine.metrics import classification_metrics
-from fedrun.engine.sampling import plan_client
-from fedrun.engine.state import ServerState
+from fedrun.engine.execution.full_batch import full_losses_and_gradients
+from fedrun.engine.run.metrics import classification_metrics
+from fedrun.engine.run.sampling import plan_client
+from fedrun.engine.run.state import ServerState
 from fedrun.model.functional import FunctionalModel
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class TestUsers:
 
 
 class Evaluation:
-    """A run's evaluations of a :class:`~fedrun.engine.state.ServerState`: the model, the data, the clients' samples
+    """A run's evaluations of a :class:`~fedrun.engine.run.state.ServerState`: the model, the data, the clients' samples
     and the evaluation settings are fixed for the run; the state is given to each call."""
 
     def __init__(self, model: FunctionalModel, data: FedDataset, client_indices: list, holdout: list | None,

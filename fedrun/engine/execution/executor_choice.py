@@ -9,8 +9,9 @@ import shutil
 import torch
 
 from fedrun.algorithms.base import LocalRule
-from fedrun.engine.executor import LoopExecutor, VmapExecutor, blocks_pay, loop_threads, resolve_auto, vmap_tail
-from fedrun.engine.graph_executor import GraphExecutor
+from fedrun.engine.execution.executor import (LoopExecutor, VmapExecutor, blocks_pay, loop_threads, resolve_auto,
+                                              vmap_tail)
+from fedrun.engine.execution.graph_executor import GraphExecutor
 from fedrun.errors import ConfigError
 from fedrun.model.functional import FunctionalModel
 

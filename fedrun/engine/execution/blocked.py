@@ -37,7 +37,7 @@ from fedrun.data.augment import minibatch, rows
 from fedrun.model.functional import FunctionalModel
 from fedrun.model.zoo import Objective
 from fedrun.model.native import indexed_rows as in_place
-from fedrun.engine.sampling import ClientPlan
+from fedrun.engine.run.sampling import ClientPlan
 
 BLOCK_SAMPLES = 16  # samples per block (T = BLOCK_SAMPLES // minibatch width steps): the Gram matrix grows as T^2
 WIDEST = 4  # wider minibatches are matrix products already: no block

@@ -11,7 +11,7 @@ after another with the plain step: on a CPU vmap's per-call overhead exceeds wha
 a few small clients saves, and a natural partition's largest client can step alone for hundreds of steps.
 
 On a CPU, local SGD on a one-layer model with minibatches of a few samples runs a block of steps at a time instead
-(``blocks``, fedrun/engine/blocked.py): the same steps, with each client's weights written once per block.
+(``blocks``, fedrun/engine/execution/blocked.py): the same steps, with each client's weights written once per block.
 
 ``compile=True`` hands the vmapped step to ``torch.compile``, which fuses its many small operations (on a CPU into
 one C++ loop nest; a C++ compiler is needed). Compiled graphs are specialised to shapes, so there every step runs
@@ -40,10 +40,10 @@ from fedrun.data.augment import minibatch, rows
 from fedrun.errors import ConfigError
 from fedrun.model.functional import FunctionalModel
 from fedrun.model.native.indexed_rows import of as rows_in_place
-from fedrun.engine import blocked, tree
-from fedrun.engine.cuda_math import free_bytes
-from fedrun.engine.precision import carried_to_threads
-from fedrun.engine.sampling import ClientPlan
+from fedrun.engine.execution import blocked, tree
+from fedrun.engine.execution.cuda_math import free_bytes
+from fedrun.engine.execution.precision import carried_to_threads
+from fedrun.engine.run.sampling import ClientPlan
 
 log = logging.getLogger("fedrun")
 

@@ -3,8 +3,8 @@ aggregate and step the server.
 
 :class:`Simulation` holds what a run fixes (data, partition, model, algorithm, executor) and the run's current
 :class:`ServerState`; a round is a function of a state, ``round(state, r) -> (new state, output)``, which leaves the
-state it is given as it was. :mod:`~fedrun.engine.evaluation` scores a state and
-:func:`fedrun.engine.experiment.run_experiment` drives the rounds and writes the run directory.
+state it is given as it was. :mod:`~fedrun.engine.run.evaluation` scores a state and
+:func:`fedrun.engine.run.experiment.run_experiment` drives the rounds and writes the run directory.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ from fedrun.model.functional import FunctionalModel, prefers_channels_last
 from fedrun.model.zoo import MODELS, build_model
 from fedrun.model.native.build import FUSED_CONV, INDEXED_ROWS, has_avx512, kernels_on
 from fedrun.data.partition import Partition, held_out, make_partition, refuse_single_sample_batches
-from fedrun.engine.accounting import simulated_times, tracked_values
-from fedrun.engine.sampling import ClientPlan, earliest_reporters, plan_cohort, report_delays, sample_clients
-from fedrun.engine.cuda_math import configure_cuda, free_bytes, share_memory, synchronize
-from fedrun.engine.evaluation import Evaluation
-from fedrun.engine.executor import CohortResult
-from fedrun.engine.executor_choice import make_executor
-from fedrun.engine.full_batch import full_losses_and_gradients
-from fedrun.engine.host_memory import keep_freed_memory
-from fedrun.engine.precision import InPrecision, check_device
-from fedrun.engine.ranks import Ranked, Ranks
-from fedrun.engine.state import ServerState
+from fedrun.engine.run.accounting import simulated_times, tracked_values
+from fedrun.engine.run.sampling import ClientPlan, earliest_reporters, plan_cohort, report_delays, sample_clients
+from fedrun.engine.execution.cuda_math import configure_cuda, free_bytes, share_memory, synchronize
+from fedrun.engine.run.evaluation import Evaluation
+from fedrun.engine.execution.executor import CohortResult
+from fedrun.engine.execution.executor_choice import make_executor
+from fedrun.engine.execution.full_batch import full_losses_and_gradients
+from fedrun.engine.execution.host_memory import keep_freed_memory
+from fedrun.engine.execution.precision import InPrecision, check_device
+from fedrun.engine.execution.ranks import Ranked, Ranks
+from fedrun.engine.run.state import ServerState
 
 log = logging.getLogger("fedrun")
 
@@ -49,7 +49,7 @@ def resolve_device(name: str) -> torch.device:
 
 class Simulation:
     """The state of a run and one step of it: ``run_round(r)``. Config is validated before anything is loaded, unless
-    the caller did already (``checked``: :func:`~fedrun.engine.experiment.run_experiment`, before the run directory
+    the caller did already (``checked``: :func:`~fedrun.engine.run.experiment.run_experiment`, before the run directory
     gets files)."""
 
     def __init__(self, cfg, data: FedDataset | None = None, checked: bool = False, ranks: Ranks | None = None):
@@ -198,7 +198,8 @@ class Simulation:
     def full_losses_and_gradients(self, state: ServerState, points: torch.Tensor, clients, own: bool = False
                                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each of ``clients``' mean loss over its whole local dataset and its gradient at each of ``points``
-        (:func:`~fedrun.engine.full_batch.full_losses_and_gradients`, in calls of ``eval.batch_size`` samples)."""
+        (:func:`~fedrun.engine.execution.full_batch.full_losses_and_gradients`, in calls of ``eval.batch_size``
+        samples)."""
         indices = [torch.as_tensor(self.partition.indices[int(c)], device=self.device) for c in clients]
         return full_losses_and_gradients(self.model, state.buffers, self.data.x_train, self.data.y_train,
                                          indices, points, int(self.cfg.eval.batch_size), own)

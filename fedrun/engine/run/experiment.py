@@ -1,5 +1,5 @@
 """The experiment driver: a run directory, its checkpoints and resume, evaluation on a grid of rounds or simulated
-seconds, W&B, signals, and the summary; :class:`~fedrun.engine.simulation.Simulation` does the rounds."""
+seconds, W&B, signals, and the summary; :class:`~fedrun.engine.run.simulation.Simulation` does the rounds."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from fedrun.rundir.loggers import ProgressBar, WandbLogger
 from fedrun.rundir.resume import resume_command
 from fedrun.rundir.files import RunDirectory, base_summary, device_name, move_aside
 from fedrun.process.startup import release_collector
-from fedrun.engine.ranks import Ranks
-from fedrun.engine.simulation import Simulation
+from fedrun.engine.execution.ranks import Ranks
+from fedrun.engine.run.simulation import Simulation
 
 log = logging.getLogger("fedrun")
 

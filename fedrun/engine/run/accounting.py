@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedrun.engine.sampling import ClientPlan
+from fedrun.engine.run.sampling import ClientPlan
 
 
 def simulated_times(taus: list[int], train_s: float, last_report: float, model_bytes: int, timing

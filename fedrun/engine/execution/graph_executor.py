@@ -27,8 +27,9 @@ import torch
 
 from fedrun.algorithms.base import LocalRule
 from fedrun.data.augment import AugmentedImages, minibatch, rows
-from fedrun.engine import tree
-from fedrun.engine.executor import (VmapExecutor, client_results, initial_states, random_layers, steps_natively)
+from fedrun.engine.execution import tree
+from fedrun.engine.execution.executor import (VmapExecutor, client_results, initial_states, random_layers,
+                                              steps_natively)
 from fedrun.model.functional import FunctionalModel
 
 log = logging.getLogger("fedrun")
