@@ -50,7 +50,16 @@ class StatefulPart:
     models), in the manner of FedJAX's ``init``/``apply``: its settings are attributes fixed at construction, and what
     rounds change is a state that ``init`` makes and its round functions take and return, never changing the one
     they are given. A state holds tensors, numbers, strings, None and dicts or lists of them: the engine keeps it in
-    its :class:`~fedrun.engine.run.state.ServerState` and a checkpoint saves it as it is."""
+    its :class:`~fedrun.engine.run.state.ServerState` and a checkpoint saves it as it is. The fixed schedule (its
+    state: the rounds observed and the tau in force, None for E n_i / B) and the local steps it gives a client of 100
+    samples at E = 1, B = 10:
+
+    >>> from fedrun.algorithms.schema import make
+    >>> fixed = make("schedule", "fixed")
+    >>> state = fixed.init()
+    >>> fixed.local_steps(state, 100, 1.0, 10)
+    10
+    """
 
     # Whether its round reads a single client's update (a row of the (K, d) stack), not only weighted sums of them: a
     # run over several ranks then gives every rank every update instead of all-reducing its sums (engine/execution/ranks.py).
