@@ -62,7 +62,8 @@ class StatefulPart:
     """
 
     # Whether its round reads a single client's update (a row of the (K, d) stack), not only weighted sums of them: a
-    # run over several ranks then gives every rank every update instead of all-reducing its sums (engine/execution/ranks.py).
+    # run over several ranks then gives every rank every update instead of all-reducing its sums
+    # (engine/execution/ranks.py).
     reads_each_update = False
 
     def init(self, params: torch.Tensor | None = None, num_clients: int = 0) -> State:
