@@ -20,11 +20,8 @@ from fedrun.algorithms.stateful import STATEFUL_PARTS
 
 if TYPE_CHECKING:  # the parts themselves import torch; checking a config (fedrun --help, a typo) needs none of them
     from fedrun.algorithms.bank.bank import ModelBank
-    from fedrun.algorithms.base import Aggregator, LocalRule, ServerOptimizer
-    from fedrun.algorithms.harmonizer.dgt import DGT
-    from fedrun.algorithms.harmonizer.fedgh import FedGH
+    from fedrun.algorithms.base import Aggregator, Harmonizer, LocalRule, ServerOptimizer
     from fedrun.algorithms.step_selector.all_steps import AllSteps
-    from fedrun.algorithms.harmonizer.none import NoHarmonizer
     from fedrun.algorithms.schedule.adacomm import AdaComm
     from fedrun.algorithms.schedule.afl import AFL
     from fedrun.algorithms.schedule.fixed import FixedSchedule
@@ -41,7 +38,7 @@ class Algorithm:
     name: str
     local: LocalRule
     step_selector: AllSteps | Herd | GraB | RandomSubset
-    harmonizer: NoHarmonizer | FedGH | DGT
+    harmonizer: Harmonizer  # none, FedGH or DGT
     aggregator: Aggregator
     server_opt: ServerOptimizer
     schedule: FixedSchedule | GIFT | AdaComm | AFL

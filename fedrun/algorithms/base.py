@@ -173,6 +173,27 @@ class LocalRule:
         return aggregated, server_state
 
 
+class Harmonizer(Protocol):
+    """A server-side harmoniser (``algo/harmonizer``, a :class:`StatefulPart`): called on the round's stacked updates
+    before aggregation, ``(state, updates (K, d), weights (K,), client ids, round) -> (new state, harmonised updates
+    (K, d), what it logs)``. FedGH on two conflicting updates projects each off the other:
+
+    >>> import torch
+    >>> from fedrun.algorithms.schema import make
+    >>> fedgh = make("harmonizer", "fedgh", seed=0)
+    >>> state, sent, logged = fedgh(fedgh.init(), torch.tensor([[1.0, 0.0], [-1.0, 1.0]]), torch.tensor([0.5, 0.5]),
+    ...                             [0, 1], 1)
+    >>> sent
+    tensor([[0.5000, 0.5000],
+            [0.0000, 1.0000]])
+    """
+
+    name: str
+
+    def __call__(self, state: State, updates: torch.Tensor, weights: torch.Tensor, clients: list[int], rnd: int
+                 ) -> tuple[State, torch.Tensor, dict[str, float]]: ...
+
+
 class Aggregator(Protocol):
     """The aggregate of a round's updates: ``weights(sizes)`` gives p_i from the clients' sample counts, and the call
     ``(updates (K, d), weights (K,), uploads) -> (d,)`` the update the server optimiser applies. The mean:
