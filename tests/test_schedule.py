@@ -158,7 +158,7 @@ def test_simulated_time_is_parallel_compute_plus_last_report_plus_transfer(tmp_p
     transfer = 2 * 3 * sim.model_bytes * 8 / 16e6
     assert out.diagnostics["sim_round_s"] == pytest.approx(max(p.tau for p in out.plans) * 0.5 + last + transfer)
     sim.cfg.timing.server_bandwidth_mbps = 1e6  # a fast server: the client's link decides
-    step, sync = sim.simulated_times(out.plans, 1.0, last)
+    step, sync = sim.tools.simulated_times(out.plans, 1.0, last)
     assert (step, sync) == (0.5, pytest.approx(last + 2 * sim.model_bytes * 8 / 8e6))
     run_experiment(cfg_factory("data=digits", "model=logreg", "fl.rounds=3", "timing=simulated",
                                "timing.step_time_s=0.5"), tmp_path)

@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from fedrun.bench.limits import graphs  # the limits table's own cell for a form's captures
+
 
 def steps(work: Path) -> list[tuple[str, str, str]]:
     table = work / "steps.tsv"
@@ -41,12 +43,8 @@ def limits_rows(work: Path) -> list[str]:
     rows = []
     for path in sorted(work.glob("limits-*.json")):
         for r in json.loads(path.read_text()):
-            graphs = ""
-            if "graphs_captured" in r:
-                graphs = (f"fell back: {r['capture_fallback']}" if r["capture_fallback"] else
-                          f"{r['graphs_captured']} / {r['graph_replays']} / {r['eager_steps']}")
             rows.append(f"| {r['workload']} | {r['form']} | {r['precision']} | {r['round_s'] * 1e3:.1f} | "
-                        f"{r['first_round_s']:.2f} | {r['peak_mem_mb']:.0f} | {graphs} |")
+                        f"{r['first_round_s']:.2f} | {r['peak_mem_mb']:.0f} | {graphs(r)} |")
     return rows
 
 

@@ -238,15 +238,6 @@ class Simulation:
         per_round = min(self.cfg.fl.clients_per_round, self.num_clients)
         return sample_clients(self.num_clients, per_round, self.cfg.seed, rnd), 0.0
 
-    @property
-    def measures_step_time(self) -> bool:
-        """Whether the simulated clock reads the round's measured training time (``timing.step_time_s`` null)."""
-        return self.cfg.timing.name == "simulated" and self.cfg.timing.step_time_s is None
-
-    def simulated_times(self, plans: list[ClientPlan], train_s: float, last_report: float) -> tuple[float, float]:
-        return simulated_times([p.tau for p in plans], train_s, last_report, self.model_bytes,
-                               self.cfg.timing)
-
     def probe_last_batches(self, state: ServerState, plans: list[ClientPlan], points: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each client's training objective (minibatch loss + (weight_decay / 2) ||w||^2) and its gradient on its last
@@ -274,7 +265,10 @@ class EngineTools:
         self.num_clients, self.model_bytes, self.device = sim.num_clients, sim.model_bytes, sim.device
         self.momentum, self.weight_decay = float(cfg.fl.momentum), float(cfg.fl.weight_decay)
         self.conflicts, self.similarity_every = bool(cfg.diagnostics.conflicts), cfg.diagnostics.similarity_every
+        self._timing = cfg.timing
         self.simulated, self.budget_s = cfg.timing.name == "simulated", cfg.timing.budget_s
+        # the simulated clock reads the round's measured training time (timing.step_time_s null)
+        self.measures_step_time = self.simulated and cfg.timing.step_time_s is None
         self.tracked = sim.tracked
 
     @property
@@ -294,7 +288,7 @@ class EngineTools:
               ) -> tuple[CohortResult, float]:
         started = time.perf_counter()
         result = self._sim.train(rule, ctx, plans, client_states, select)
-        if self._sim.measures_step_time:  # the steps' time on a GPU, not their launches'
+        if self.measures_step_time:  # the steps' time on a GPU, not their launches'
             synchronize(self.device)
         return result, time.perf_counter() - started
 
@@ -307,7 +301,7 @@ class EngineTools:
         return self._sim.probe_last_batches(state, plans, points)
 
     def simulated_times(self, plans: list[ClientPlan], train_s: float, last_report: float) -> tuple[float, float]:
-        return self._sim.simulated_times(plans, train_s, last_report)
+        return simulated_times([p.tau for p in plans], train_s, last_report, self.model_bytes, self._timing)
 
     def tracked_values(self, params: torch.Tensor, updates: torch.Tensor, plans: list[ClientPlan]
                        ) -> dict[str, float]:
