@@ -257,6 +257,12 @@ REQUIREMENT_BROKEN_BY = {  # a config that breaks each cross-group requirement (
     "model_fits_the_inputs": ["data=digits", "model=lenet5"],
     "afl_needs_the_time_model_and_a_budget": ["algo/schedule=afl"],
     "adacomm_interval_needs_simulated_time": ["algo/schedule=adacomm", "algo.schedule.interval_s=10"],
+    "devices_run_on_the_simulated_clock": ["devices=lognormal"],
+    "participation_options_fit_its_sampling": ["participation=poisson", "participation.over_selection=0.5"],
+    "the_time_model_of_a_schedule_has_one_device": ["algo/schedule=afl", "devices=lognormal", "timing=simulated"],
+    "a_bank_needs_every_sampled_client": ["algo=mafsvrg", "participation.dropout=0.1"],
+    "an_asynchronous_server_samples_uniformly": ["algo/asynchrony=fedbuff", "participation=poisson"],
+    "privacy_is_accounted_for_the_sampling": ["algo=dp_fedavg", "participation=earliest"],
     "a_cuda_device_is_visible": ["hardware.device=cuda"],
     "reuse_names_a_folder": ["reuse=/nonexistent/runs"],
 }

@@ -45,5 +45,5 @@ def test_fedrun_trains_on_flbenchs_clients_in_its_order_and_samples_as_flbench_i
     stream = peer.sampling_stream(40, 3, seed=7)  # FL-bench's join ratio: 10% of the clients
     ten_percent = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=40", "fl.clients_per_round=4",
                                          "seed=7"))
-    assert stream == [sorted(ten_percent.participants(r)[0].tolist()) for r in (1, 2, 3)]
+    assert stream == [sorted(ten_percent.participants(ten_percent.state, r).ids.tolist()) for r in (1, 2, 3)]
     assert all(len(set(c)) == 4 for c in stream)

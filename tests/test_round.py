@@ -57,7 +57,7 @@ def test_a_new_kind_of_round_is_a_new_apply_with_no_engine_change(cfg_factory):
     from fedrun.algorithms.round import RoundOutput, with_client_states
 
     def plain_fedavg(algo, state, tools, rnd):
-        cohort, _ = tools.participants(rnd)
+        cohort = tools.participants(state, rnd).ids
         plans = tools.plans(state, cohort, rnd)
         ctx = ClientContext(rnd, state.params, state.buffers, tools.lr(rnd), tools.momentum, tools.weight_decay)
         result, _ = tools.train(algo.local, ctx, plans, [None] * len(plans))

@@ -152,13 +152,14 @@ def test_simulated_time_is_parallel_compute_plus_last_report_plus_transfer(tmp_p
                       "timing.bandwidth_mbps=8", "timing.server_bandwidth_mbps=16")
     sim = Simulation(cfg)
     out = sim.run_round(1)
-    cohort, last = sim.participants(1)
+    who = sim.participants(sim.state, 1)
+    cohort, last = who.ids, who.last_report
     assert [p.id for p in out.plans] == list(cohort) and len(cohort) == 3
     # each way: 3 copies share the 16 Mbps server link (1.5 x a copy at 8 Mbps), slower than one client's link
     transfer = 2 * 3 * sim.model_bytes * 8 / 16e6
     assert out.diagnostics["sim_round_s"] == pytest.approx(max(p.tau for p in out.plans) * 0.5 + last + transfer)
     sim.cfg.timing.server_bandwidth_mbps = 1e6  # a fast server: the client's link decides
-    step, sync = sim.tools.simulated_times(out.plans, 1.0, last)
+    step, sync, _ = sim.tools.simulated_times(out.plans, 1.0, who)
     assert (step, sync) == (0.5, pytest.approx(last + 2 * sim.model_bytes * 8 / 8e6))
     run_experiment(cfg_factory("data=digits", "model=logreg", "fl.rounds=3", "timing=simulated",
                                "timing.step_time_s=0.5"), tmp_path)

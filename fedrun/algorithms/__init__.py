@@ -19,7 +19,11 @@ from fedrun.algorithms.schema import SCHEMAS, parse
 from fedrun.algorithms.stateful import STATEFUL_PARTS
 
 if TYPE_CHECKING:  # the parts themselves import torch; checking a config (fedrun --help, a typo) needs none of them
+    from fedrun.algorithms.asynchrony.none import NoAsynchrony
+    from fedrun.algorithms.asynchrony.server import AsyncServer
     from fedrun.algorithms.bank.bank import ModelBank
+    from fedrun.algorithms.privacy.dp_fedavg import DPFedAvg
+    from fedrun.algorithms.privacy.none import NoPrivacy
     from fedrun.algorithms.base import Aggregator, Harmonizer, LocalRule, ServerOptimizer
     from fedrun.algorithms.step_selector.all_steps import AllSteps
     from fedrun.algorithms.schedule.adacomm import AdaComm
@@ -40,19 +44,28 @@ class Algorithm:
     step_selector: AllSteps | Herd | GraB | RandomSubset
     harmonizer: Harmonizer  # none, FedGH or DGT
     aggregator: Aggregator
+    privacy: NoPrivacy | DPFedAvg  # what the server may learn of the updates: all, or their clipped noised sum
     server_opt: ServerOptimizer
     schedule: FixedSchedule | GIFT | AdaComm | AFL
     bank: ModelBank
+    asynchrony: NoAsynchrony | AsyncServer  # synchronous rounds, or FedBuff / FedAsync on the simulated clock
     pooled: bool  # one client holding all training data (centralized SGD)
 
     def apply(self, state, tools, rnd: int):
         """Round ``rnd`` from the server ``state`` with the engine's ``tools`` (:mod:`fedrun.algorithms.round`):
         (new state, round output). A bank's algorithm runs the bank's rounds (``ModelBank.apply``); every other
-        algorithm, the composed round of its parts."""
+        algorithm, the composed round of its parts; an asynchronous one, its server's steps (``AsyncServer.apply``)."""
         from fedrun.algorithms.round import composed_round
 
+        if self.asynchrony.name != "none":
+            return self.asynchrony.apply(self, state, tools, rnd)
         run = composed_round if self.bank.name == "none" else self.bank.apply
         return run(self, state, tools, rnd)
+
+    def report(self, state) -> dict[str, float]:
+        """What an evaluated round's metrics.csv row says of the run so far beyond the round itself: the privacy
+        spent (``epsilon`` under DP-FedAvg)."""
+        return self.privacy.spent(state.privacy)
 
 
 def rule_class(local_name: str) -> type[LocalRule]:
@@ -92,9 +105,71 @@ def check_parts(algo_cfg) -> list[str]:
             problems.append(f"algo/bank={algo_cfg.bank.name} with {', '.join(others)}: a bank round (Zhao et al. "
                             "Procedures 1-4) has no plug point for them. Fix: use algo/step_selector=all, "
                             "algo/harmonizer=none and algo/schedule=fixed")
+    if algo_cfg.privacy.name != "none":
+        problems += privacy_problems(algo_cfg, rule)
+    if algo_cfg.asynchrony.name != "none":
+        problems += asynchrony_problems(algo_cfg, rule)
     if algo_cfg.pooled and rule.pooling_removes_its_correction:
         problems.append(f"algo=centralized with algo/local={local}: a single client holding all data makes the "
                         f"{local} correction vanish. Fix: use algo/local=sgd")
+    return problems
+
+
+def privacy_problems(algo_cfg, rule: type[LocalRule]) -> list[str]:
+    """Parts whose combination with client-level DP would release more than the clipped, noised sum (each refused with
+    the reason; the order is: the client's steps and their selection, its update clipped, the sum noised, then the
+    server optimiser, which only post-processes the release)."""
+    privacy, local = f"algo/privacy={algo_cfg.privacy.name}", algo_cfg.local.name
+    problems = []
+    if rule.releases_more is not None:
+        problems.append(f"{privacy} with algo/local={local}: {rule.releases_more}, which the clipped, noised sum "
+                        "does not cover. Fix: algo/local=sgd (FedAvg, FedProx with algo.local.mu)")
+    aggregator = algo_cfg.aggregator
+    if aggregator.name != "mean" or aggregator.get("weighting") != "uniform":
+        problems.append(f"{privacy} with algo/aggregator={aggregator.name} (weighting "
+                        f"{aggregator.get('weighting')}): DP-FedAvg's fixed-denominator estimator weighs each clipped "
+                        "update alike, so one client moves the sum by at most C. Fix: algo/aggregator=mean "
+                        "algo.aggregator.weighting=uniform (algo=dp_fedavg sets both)")
+    if algo_cfg.harmonizer.name != "none":
+        problems.append(f"{privacy} with algo/harmonizer={algo_cfg.harmonizer.name}: a harmoniser changes each update "
+                        "by the others', so one client's data moves every update and the sum's sensitivity is no "
+                        "longer C; after the noise no single update is left to harmonise. Fix: algo/harmonizer=none")
+    if algo_cfg.step_selector.name == "grab":
+        problems.append(f"{privacy} with algo/step_selector=grab: GraB's server keeps each client's mean step, "
+                        "unclipped and unnoised. Fix: algo/step_selector=herd (BHerd selects on the client)")
+    if algo_cfg.schedule.name != "fixed":
+        problems.append(f"{privacy} with algo/schedule={algo_cfg.schedule.name}: the schedule sets tau from each "
+                        "client's update or loss, which the server does not see under DP. Fix: algo/schedule=fixed")
+    if algo_cfg.pooled:
+        problems.append(f"{privacy} with algo=centralized: client-level DP needs clients. Fix: a federated algo")
+    return problems
+
+
+def asynchrony_problems(algo_cfg, rule: type[LocalRule]) -> list[str]:
+    """Parts not defined under an asynchronous server (each refused with the reason)."""
+    server, local = f"algo/asynchrony={algo_cfg.asynchrony.name}", algo_cfg.local.name
+    problems = []
+    if rule.releases_more is not None or rule.needs_full_gradients or local in ("scaffold", "feddyn"):
+        problems.append(f"{server} with algo/local={local}: its server state (control variates, FedDyn's h, full "
+                        "gradients) is defined over a synchronous cohort, not over updates of different model "
+                        "versions. Fix: algo/local=sgd (FedAvg, FedProx)")
+    if algo_cfg.aggregator.name != "mean":
+        problems.append(f"{server} with algo/aggregator={algo_cfg.aggregator.name}: FedNova's normalisation of a "
+                        "synchronous cohort is not defined over stale updates. Fix: algo/aggregator=mean")
+    for part, default, why in (("harmonizer", "none", "harmonises a synchronous cohort's updates"),
+                               ("step_selector", "all", "is not yet run by the asynchronous server"),
+                               ("schedule", "fixed", "changes tau from a synchronous round's updates"),
+                               ("privacy", "none", "is accounted for synchronous rounds"),
+                               ("bank", "none", "groups a synchronous cohort's models")):
+        if algo_cfg[part].name != default:
+            problems.append(f"{server} with algo/{part}={algo_cfg[part].name}: it {why}. Fix: algo/{part}={default}")
+    opt = algo_cfg.server_opt
+    if algo_cfg.asynchrony.name == "fedasync" and (opt.name != "sgd" or opt.get("lr") != 1.0):
+        problems.append(f"{server} with algo/server_opt={opt.name} (lr {opt.get('lr')}): FedAsync mixes each model "
+                        "in (its alpha) instead of a server optimiser's step. Fix: algo/server_opt=sgd "
+                        "algo.server_opt.lr=1")
+    if algo_cfg.pooled:
+        problems.append(f"{server} with algo=centralized: asynchrony needs clients. Fix: a federated algo")
     return problems
 
 
@@ -113,6 +188,10 @@ def method_name(algo_cfg) -> str:
         parts.append(harmonizer.name + ("-norm" if harmonizer.get("mode") == "norm_only" else ""))
     if algo_cfg.schedule.name != "fixed":
         parts.append(algo_cfg.schedule.name)
+    if algo_cfg.privacy.name != "none" and algo_cfg.privacy.name not in name:
+        parts.append(algo_cfg.privacy.name)
+    if algo_cfg.asynchrony.name != "none" and algo_cfg.asynchrony.name not in name:
+        parts.append(algo_cfg.asynchrony.name)
     if algo_cfg.bank.name != "none" and not name.startswith(algo_cfg.bank.name):
         parts.append(f"{algo_cfg.bank.name}-bank")
     return "+".join([name, *parts])

@@ -113,6 +113,7 @@ class LocalRule:
     trains_a_bank = False  # its clients can start from a preferred model of MA-/GA-FSVRG's bank with its anchor
     pooling_removes_its_correction = False  # with one client holding all data (centralized) it reduces to SGD
     reads_each_update = False  # server_update reads a single client's update, not only sums (StatefulPart's)
+    releases_more: str | None = None  # what else of a client's data the server reads (refused under DP), or None
     # client_step on a (K, ...) stack of step states computes each row as it computes one client's (its operations
     # are elementwise over clients, with context scalars): the vmap executor then steps a model whose gradient is
     # by hand (FunctionalModel.chain) without vmap. Read from the class that declares it, never inherited, so a

@@ -2,7 +2,8 @@
 
 The composed round calls the plug points in the order below, top to bottom: who takes part and their plans, what the
 server broadcasts, the clients' training (and their step selection, where they trained), the aggregation weights, the
-step selector's finish, the harmoniser, the aggregator, the local rule's server update, the server optimiser, the
+step selector's finish, the harmoniser, the aggregator (inside the privacy mechanism's release: DP-FedAvg clips each
+update first and noises the sum), the local rule's server update, the server optimiser, the
 simulated clock and the schedule. The engine's part is :class:`RoundTools`: the run's clients, plans, training
 through its executor, full-batch passes and clock, given as functions of a state, so that an algorithm that owns
 another kind of round (the MA-/GA-FSVRG bank after its threshold: ``ModelBank.apply``) uses the same tools and the
@@ -24,7 +25,7 @@ from fedrun.algorithms.schedule.feedback import RoundFeedback
 
 if TYPE_CHECKING:
     from fedrun.engine.execution.executor import CohortResult
-    from fedrun.engine.run.sampling import ClientPlan
+    from fedrun.engine.run.sampling import ClientPlan, Participants
     from fedrun.engine.run.state import ServerState
 
 
@@ -42,6 +43,9 @@ class RoundOutput:
 
     @property
     def train_loss(self) -> float:
+        """The clients' mean minibatch loss, weighted as aggregated (nan in a round no client joined)."""
+        if not self.plans:
+            return float("nan")
         return float(self.weights.to(self.result.mean_loss.dtype) @ self.result.mean_loss)
 
 
@@ -50,7 +54,8 @@ class RoundTools(Protocol):
     ``model_bytes`` (a model's parameters and buffers), ``momentum``, ``weight_decay``, ``device``, ``gram_block``
     (the step selector's Gram matrix in column blocks, or None), ``conflicts`` and ``similarity_every`` (the
     diagnostics asked for), ``simulated`` (whether the simulated clock runs) and ``budget_s`` (its budget), ``tracked``
-    (coordinates whose values are logged, or None)."""
+    (coordinates whose values are logged, or None), ``clients_per_round`` (K, or an asynchronous server's
+    concurrency)."""
 
     num_clients: int
     model_bytes: int
@@ -63,9 +68,11 @@ class RoundTools(Protocol):
     simulated: bool
     budget_s: float | None
     tracked: np.ndarray | None
+    clients_per_round: int
 
-    def participants(self, rnd: int) -> tuple[np.ndarray, float]:
-        """The round's clients (sorted ids) and when the last of them reported (simulated seconds; 0 without)."""
+    def participants(self, state: ServerState, rnd: int) -> Participants:
+        """The round's reporting clients (sorted ids), when the last of them reported and what the devices did
+        (``fedrun.engine.run.sampling.Participants``)."""
 
     def plans(self, state: ServerState, cohort, rnd: int) -> list[ClientPlan]:
         """Each of ``cohort``'s local steps and minibatches this round, under the schedule as it is in ``state``."""
@@ -82,12 +89,30 @@ class RoundTools(Protocol):
                                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each of ``clients``' mean loss over its whole local dataset and its gradient at each of ``points``."""
 
+    def online(self, t: float) -> np.ndarray:
+        """The clients online at simulated time ``t`` (sorted ids)."""
+
+    def until_offline(self, ids, t: float) -> np.ndarray:
+        """Seconds from ``t`` until each of the (online) clients ``ids`` goes offline (inf: never)."""
+
+    def next_online(self, t: float) -> float:
+        """When the first client offline at ``t`` comes online."""
+
+    def sample(self, count: int, round_: int, among: np.ndarray) -> np.ndarray:
+        """``count`` of the clients ``among`` drawn without replacement (sorted), a function of (seed, ``round_``)."""
+
+    def durations(self, plans: list[ClientPlan], concurrent: int) -> np.ndarray:
+        """Each client's seconds on the simulated clock for its plan: the model down, its steps on its device, the
+        update up (``concurrent`` copies sharing the server's link)."""
+
     def probe_last_batches(self, state: ServerState, plans: list[ClientPlan], points: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each client's training objective and its gradient on its last minibatch of the round, at ``points``."""
 
-    def simulated_times(self, plans: list[ClientPlan], train_s: float, last_report: float) -> tuple[float, float]:
-        """The time model's (seconds per local step, seconds of the round outside the local steps)."""
+    def simulated_times(self, plans: list[ClientPlan], train_s: float, who: Participants
+                        ) -> tuple[float, float, float]:
+        """The time model's (the base device's seconds per local step, its seconds of the round outside the local
+        steps, the round's seconds: until its slowest client is done)."""
 
     def tracked_values(self, params: torch.Tensor, updates: torch.Tensor, plans: list[ClientPlan]
                        ) -> dict[str, float]:
@@ -109,7 +134,10 @@ def composed_round(algo, state: ServerState, tools: RoundTools, rnd: int) -> tup
     what the round did. ``state`` is left as it was (every part returns its new state; the clients' states are a new
     dict)."""
     new = replace(state)
-    cohort, last_report = tools.participants(rnd)
+    who = tools.participants(state, rnd)
+    cohort = who.ids
+    if not len(cohort):
+        return empty_round(algo, state, tools, rnd, who)
     plans = tools.plans(state, cohort, rnd)
     extras = algo.local.broadcast(state.local)
     up = 0
@@ -143,15 +171,15 @@ def composed_round(algo, state: ServerState, tools: RoundTools, rnd: int) -> tup
     similarity = None
     if tools.similarity_every and rnd % tools.similarity_every == 0:
         similarity = {"clients": clients, "before": cosine_matrix(updates), "after": cosine_matrix(harmonized)}
-    update = algo.aggregator(harmonized, weights, uploads)
+    new.privacy, update, info = algo.privacy.release(state.privacy, harmonized, weights, uploads, algo.aggregator, rnd)
+    diagnostics |= info
     update, new.local = algo.local.server_update(new.local, update, harmonized, uploads, weights, tools.num_clients)
     old_params = state.params
     new.params, new.server_opt = algo.server_opt.apply(state.params, update, state.server_opt)
     new.buffers = aggregate_buffers(result.buffers, weights)
     step_s = sync_s = None
     if tools.simulated:
-        step_s, sync_s = tools.simulated_times(plans, train_s, last_report)
-        diagnostics["sim_round_s"] = max(p.tau for p in plans) * step_s + sync_s
+        step_s, sync_s, diagnostics["sim_round_s"] = tools.simulated_times(plans, train_s, who)
         new.sim_time = state.sim_time + diagnostics["sim_round_s"]
     wanted = algo.schedule.probes(state.schedule)  # the points whose client objectives it reads (AFL, AdaComm)
     points = {"old": old_params, "new": new.params,
@@ -167,7 +195,31 @@ def composed_round(algo, state: ServerState, tools: RoundTools, rnd: int) -> tup
     k = len(plans)
     down = k * (tools.model_bytes + sum(nbytes(v) for v in extras.values()))
     up += k * tools.model_bytes + sum(nbytes(v) for v in result.uploads.values())
-    diagnostics |= selection
+    diagnostics |= selection | who.logged
     if tools.tracked is not None:
         diagnostics |= tools.tracked_values(new.params, sent, plans)
     return new, RoundOutput(rnd, plans, weights, result, down, up, diagnostics, similarity, old_params)
+
+
+def empty_round(algo, state: ServerState, tools: RoundTools, rnd: int, who: Participants
+                ) -> tuple[ServerState, RoundOutput]:
+    """A round in which no client reported (Poisson sampling drew none, none was online, or all dropped out): a
+    privacy mechanism that releases every round (DP-FedAvg: its noise alone) has its release applied by the server
+    optimiser; otherwise the model stays. The schedule observes nothing; the simulated clock moves on by the time the
+    server waited."""
+    from fedrun.engine.execution.executor import CohortResult
+
+    new = replace(state)
+    none = state.params.new_zeros((0, state.params.numel()))
+    weights = state.params.new_zeros(0)
+    diagnostics = {}
+    if algo.privacy.releases_without_clients:
+        new.privacy, update, diagnostics = algo.privacy.release(state.privacy, none, weights, {}, algo.aggregator,
+                                                                rnd)
+        new.params, new.server_opt = algo.server_opt.apply(state.params, update, state.server_opt)
+    if tools.simulated:
+        diagnostics["sim_round_s"] = who.wait_s
+        new.sim_time = state.sim_time + who.wait_s
+    diagnostics |= who.logged
+    result = CohortResult(none, [], state.params.new_zeros(0), [], {}, None)
+    return new, RoundOutput(rnd, [], weights, result, 0, 0, diagnostics, None, state.params)

@@ -41,7 +41,7 @@ def is_unit(v) -> bool:
 class PartConfig(Section):
     """A part's settings. ``rules`` states the range of each (refused on construction); ``build`` makes the part."""
 
-    part: ClassVar[str]  # the plug point: local, step_selector, harmonizer, aggregator, server_opt, schedule, bank
+    part: ClassVar[str]  # the plug point: local, step_selector, ..., bank (SCHEMAS' keys)
     target: ClassVar[str]  # the class this config builds, as a dotted path
     options: ClassVar[tuple[str, ...]]  # the YAML options (conf/algo/<part>/<option>.yaml) this config is the schema of
     name: str
@@ -89,9 +89,11 @@ from fedrun.algorithms.local import schema as _local  # noqa: E402,F401
 from fedrun.algorithms.step_selector import schema as _selector  # noqa: E402,F401
 from fedrun.algorithms.harmonizer import schema as _harmonizer  # noqa: E402,F401
 from fedrun.algorithms.aggregator import schema as _aggregator  # noqa: E402,F401
+from fedrun.algorithms.privacy import schema as _privacy  # noqa: E402,F401
 from fedrun.algorithms.server_opt import schema as _server_opt  # noqa: E402,F401
 from fedrun.algorithms.schedule import schema as _schedule  # noqa: E402,F401
 from fedrun.algorithms.bank import schema as _bank  # noqa: E402,F401
+from fedrun.algorithms.asynchrony import schema as _asynchrony  # noqa: E402,F401
 
 
 def parse(part: str, node) -> PartConfig:

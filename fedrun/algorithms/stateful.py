@@ -2,4 +2,4 @@
 local rule and the server optimiser have states of their own shapes (``server_init``, ``init``). A module of its own:
 the server state (``fedrun.engine.run.state``) and the config checks read it without importing a part or torch."""
 
-STATEFUL_PARTS = ("step_selector", "harmonizer", "schedule", "bank")
+STATEFUL_PARTS = ("step_selector", "harmonizer", "privacy", "schedule", "bank", "asynchrony")

@@ -349,7 +349,8 @@ def run_addons(w: Workload, addons: tuple[str, ...], device: torch.device, repea
            "gift": lambda r: (gift.observe(gift.init(), RoundFeedback(r.updates, ctx.params, ctx.params, weights,
                                                                       ctx.lr, ctx.lr)),
                               simulated_times([p.tau for p in plans], 1.0, 0.5, 4 * len(ctx.params),
-                                              option("timing", "simulated")))}
+                                              option("timing", "simulated"), np.ones(len(plans)),
+                                              np.full(len(plans), 25.0), len(plans)))}
 
     def timed(fn):
         sync(device)

@@ -149,6 +149,88 @@ def adacomm_interval_needs_simulated_time(cfg, spec: DatasetSpec | None) -> str 
                     "simulated time (with timing=simulated)", "algo.schedule.interval_s=null, or timing=simulated")
 
 
+def devices_run_on_the_simulated_clock(cfg, spec: DatasetSpec | None) -> str | None:
+    """Unequal devices and availability are times on the simulated clock; availability and over-selection decide who
+    reports before training, so they need the step time given, not measured after."""
+    timing, part = cfg.timing, cfg.participation
+    if cfg.devices.name != "same" and timing.name != "simulated":
+        return _problem("devices", cfg.devices.name, "gives each client a speed on the simulated clock",
+                        "timing=simulated (with timing.step_time_s, the base device's seconds per step)")
+    needs_step = [f"availability={cfg.availability.name}"] if cfg.availability.name != "always" else []
+    if cfg.algo.asynchrony.name != "none":
+        needs_step.append(f"algo/asynchrony={cfg.algo.asynchrony.name}")
+    if part.name != "earliest" and part.over_selection:
+        needs_step.append(f"participation.over_selection={part.over_selection}")
+    if needs_step and (timing.name != "simulated" or timing.step_time_s is None):
+        return (f"{' and '.join(needs_step)}: decides who reports by each client's simulated time before the round "
+                "trains, so the step time must be given, not measured. Fix: timing=simulated "
+                "timing.step_time_s=<seconds per local step>")
+    return None
+
+
+def participation_options_fit_its_sampling(cfg, spec: DatasetSpec | None) -> str | None:
+    part = cfg.participation
+    if part.name == "poisson" and part.over_selection:
+        return _problem("participation.over_selection", part.over_selection, "must be 0 with participation=poisson "
+                        "(over-selection keeps the first K of ceil((1 + beta) K): Poisson sampling has no K)",
+                        "participation=uniform, or participation.over_selection=0")
+    if part.name == "earliest" and cfg.availability.name != "always":
+        return _problem("availability", cfg.availability.name, "cannot combine with participation=earliest (GIFT's "
+                        "earliest reporters are drawn from every client by report delays)",
+                        "participation=uniform, or availability=always")
+    return None
+
+
+def an_asynchronous_server_samples_uniformly(cfg, spec: DatasetSpec | None) -> str | None:
+    part = cfg.participation
+    if cfg.algo.asynchrony.name == "none" or (part.name == "uniform" and not part.dropout and not part.over_selection):
+        return None
+    return _problem("participation", part.name, f"must be uniform, with no dropout or over-selection, under "
+                    f"algo/asynchrony={cfg.algo.asynchrony.name} (a client starts whenever one arrives, drawn among "
+                    "the online idle clients; dropouts are not yet defined for it)",
+                    "participation=uniform participation.dropout=0 participation.over_selection=0")
+
+
+def the_time_model_of_a_schedule_has_one_device(cfg, spec: DatasetSpec | None) -> str | None:
+    if cfg.algo.schedule.name != "afl" or cfg.devices.name == "same":
+        return None
+    return _problem("devices", cfg.devices.name, "cannot combine with algo/schedule=afl (AFL's time model has one "
+                    "step time for every client)", "devices=same")
+
+
+def a_bank_needs_every_sampled_client(cfg, spec: DatasetSpec | None) -> str | None:
+    part = cfg.participation
+    partial = part.name == "poisson" or cfg.availability.name != "always" or (
+        part.name != "earliest" and (part.dropout or part.over_selection))
+    if cfg.algo.bank.name == "none" or not partial:
+        return None
+    return _problem("algo/bank", cfg.algo.bank.name, "needs a fixed cohort that all report (its rounds group the "
+                    "sampled clients' models)", "participation=uniform with no dropout or over-selection, "
+                    "availability=always")
+
+
+def privacy_is_accounted_for_the_sampling(cfg, spec: DatasetSpec | None) -> str | None:
+    """DP-FedAvg's accountant bounds a uniformly random cohort: Poisson (RDP or PLD) or fixed-size without
+    replacement (RDP); GIFT's earliest reporters are chosen by the clients' delays, not by a sampler it accounts."""
+    privacy = cfg.algo.privacy
+    if privacy.name == "none":
+        return None
+    if cfg.participation.name == "earliest":
+        return _problem("participation", "earliest", f"cannot be accounted under algo/privacy={privacy.name} (the "
+                        "server keeps the first reporters, which the accountant's sampling does not describe)",
+                        "participation=poisson participation.rate=<q>, or participation=uniform")
+    if cfg.availability.name != "always" or cfg.participation.over_selection:
+        return _problem("algo/privacy", privacy.name, "is accounted for uniformly random cohorts; availability and "
+                        "over-selection choose clients by their devices, which the accountant does not describe",
+                        "availability=always and participation.over_selection=0 (dropouts are allowed: they are "
+                        "independent of the data, and the accounting at the sampling rate bounds them)")
+    if privacy.accountant == "pld" and cfg.participation.name != "poisson":
+        return _problem("algo.privacy.accountant", "pld", f"has no bound for participation={cfg.participation.name} "
+                        "(a fixed-size cohort drawn without replacement; dp-accounting's PLD covers Poisson sampling)",
+                        "participation=poisson participation.rate=<q>, or algo.privacy.accountant=rdp")
+    return None
+
+
 def a_cuda_device_is_visible(cfg, spec: DatasetSpec | None) -> str | None:
     if cfg.hardware.device != "cuda" or torch.cuda.is_available():
         return None
@@ -174,6 +256,12 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     Requirement(model_fits_the_inputs),
     Requirement(afl_needs_the_time_model_and_a_budget, needs_data=False),
     Requirement(adacomm_interval_needs_simulated_time, needs_data=False),
+    Requirement(devices_run_on_the_simulated_clock, needs_data=False),
+    Requirement(participation_options_fit_its_sampling, needs_data=False),
+    Requirement(an_asynchronous_server_samples_uniformly, needs_data=False),
+    Requirement(the_time_model_of_a_schedule_has_one_device, needs_data=False),
+    Requirement(a_bank_needs_every_sampled_client, needs_data=False),
+    Requirement(privacy_is_accounted_for_the_sampling, needs_data=False),
     Requirement(a_cuda_device_is_visible, needs_data=False),
     Requirement(reuse_names_a_folder, needs_data=False),
 )

@@ -24,8 +24,9 @@ from fedrun.config.schema import conf_node
 
 # What each algorithm part is called when its option is asked for in the wrong group
 PART_WORDS = {"local": "local rule", "step_selector": "step selector", "harmonizer": "harmonizer",
-              "aggregator": "aggregator", "server_opt": "server optimiser", "schedule": "schedule",
-              "bank": "model bank"}
+              "aggregator": "aggregator", "privacy": "privacy mechanism",
+              "server_opt": "server optimiser", "schedule": "schedule",
+              "bank": "model bank", "asynchrony": "asynchronous server"}
 
 
 @cache

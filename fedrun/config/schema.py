@@ -220,6 +220,8 @@ class RunConfig:
     partition: Any = MISSING
     participation: Any = MISSING
     timing: Any = MISSING
+    devices: Any = MISSING
+    availability: Any = MISSING
     model: Any = MISSING
     algo: Any = MISSING
     hardware: Any = MISSING
@@ -232,6 +234,7 @@ EXECUTOR_NAMES = ("loop", "vmap", "graph")  # hardware.executor, besides auto (f
 PRECISIONS = ("float32", "tf32", "bfloat16")  # hardware.precision (fedrun/engine/execution/precision.py)
 BACKENDS = ("auto", "gloo", "nccl")  # hardware.backend: torchrun's ranks (fedrun/engine/execution/ranks.py)
 EXCHANGES = ("sums", "rows")  # hardware.exchange: how the ranks share the updates (fedrun/engine/execution/ranks.py)
+PARTICIPATIONS = ("uniform", "poisson", "earliest")
 DELAYS = ("exponential", "uniform", "lognormal")  # participation.delay (fedrun/engine/run/sampling.py)
 PARTITIONS = ("iid", "dirichlet", "dirichlet_resample", "classes", "case1", "case2", "case3", "natural")
 NORMALIZATIONS = ("standardize", "unit", "raw")  # data.normalize (fedrun/data/base.py)
@@ -310,8 +313,9 @@ class HardwareConfig(Section):
 
 @dataclass
 class ParticipationConfig(Section):
-    """Who reports each round: ``uniform`` (fl.clients_per_round drawn) or ``earliest`` (GIFT Sec. 6.1: the server
-    keeps the earliest ``fraction`` of all clients' reports). A key the chosen option does not read may be set (a
+    """Who reports each round: ``uniform`` (fl.clients_per_round drawn), ``poisson`` (each client independently with
+    probability ``rate``) or ``earliest`` (GIFT Sec. 6.1: the server keeps the earliest ``fraction`` of all clients'
+    reports). A key the chosen option does not read may be set (a
     preset's, under another option) and is ignored, as in every group below."""
 
     prefix = "participation"
@@ -319,13 +323,69 @@ class ParticipationConfig(Section):
     fraction: Optional[float] = None
     delay: Optional[str] = None
     delay_scale: Optional[float] = None
+    rate: Optional[float] = None
+    dropout: Optional[float] = None
+    over_selection: Optional[float] = None
 
     def rules(self) -> Iterator[Rule]:
-        yield self.name in ("uniform", "earliest"), "name", "must be uniform or earliest", DEFAULT
+        yield self.name in PARTICIPATIONS, "name", f"must be one of {PARTICIPATIONS}", DEFAULT
+        if self.name == "poisson":
+            yield _positive(self.rate) and self.rate <= 1, "rate", "must be in (0, 1]", "0.1"
+        if self.name != "earliest":
+            yield self.dropout is not None and 0 <= self.dropout < 1, "dropout", "must be in [0, 1)", "0.0"
+            yield self.over_selection is not None and self.over_selection >= 0, "over_selection", "must be >= 0", \
+                "0.0"
         if self.name == "earliest":
             yield _positive(self.fraction) and self.fraction <= 1, "fraction", "must be in (0, 1]", "0.4"
             yield self.delay in DELAYS, "delay", f"must be one of {DELAYS}", "exponential"
             yield _positive(self.delay_scale), "delay_scale", "must be > 0", "1.0"
+
+
+DEVICES = ("same", "lognormal", "trace")
+AVAILABILITIES = ("always", "markov", "trace")
+
+
+@dataclass
+class DevicesConfig(Section):
+    """Each client's compute speed and link on the simulated clock: the timing's base device for every client
+    (``same``), spread lognormally around it (``lognormal``), or read from a trace file (``trace``)."""
+
+    prefix = "devices"
+    name: str = MISSING
+    speed_sigma: Optional[float] = None
+    link_sigma: Optional[float] = None
+    trace: Optional[str] = None
+
+    def rules(self) -> Iterator[Rule]:
+        yield self.name in DEVICES, "name", f"must be one of {DEVICES}", DEFAULT
+        if self.name == "lognormal":
+            yield self.speed_sigma is not None and self.speed_sigma >= 0, "speed_sigma", "must be >= 0", "1.0"
+            yield self.link_sigma is not None and self.link_sigma >= 0, "link_sigma", "must be >= 0", "1.0"
+        if self.name == "trace":
+            yield bool(self.trace) and Path(self.trace).is_file(), "trace", "must name a trace file that exists", \
+                "/path/to/devices.csv"
+
+
+@dataclass
+class AvailabilityConfig(Section):
+    """When each client is online on the simulated clock: ``always``, on/off periods of exponential lengths
+    (``markov``), or windows read from a trace file (``trace``). Only online clients are sampled; one that goes
+    offline before its update arrives drops out."""
+
+    prefix = "availability"
+    name: str = MISSING
+    mean_online_s: Optional[float] = None
+    mean_offline_s: Optional[float] = None
+    trace: Optional[str] = None
+
+    def rules(self) -> Iterator[Rule]:
+        yield self.name in AVAILABILITIES, "name", f"must be one of {AVAILABILITIES}", DEFAULT
+        if self.name == "markov":
+            yield _positive(self.mean_online_s), "mean_online_s", "must be > 0", "3600"
+            yield _positive(self.mean_offline_s), "mean_offline_s", "must be > 0", "3600"
+        if self.name == "trace":
+            yield bool(self.trace) and Path(self.trace).is_file(), "trace", "must name a trace file that exists", \
+                "/path/to/availability.csv"
 
 
 @dataclass
@@ -507,8 +567,9 @@ def _positive(v) -> bool:
 
 
 GROUPS: dict[str, type[Section]] = {"hardware": HardwareConfig, "participation": ParticipationConfig,
-                                    "timing": TimingConfig, "logger": LoggerConfig, "partition": PartitionConfig,
-                                    "model": ModelConfig, "data": DataConfig}
+                                    "timing": TimingConfig, "devices": DevicesConfig,
+                                    "availability": AvailabilityConfig, "logger": LoggerConfig,
+                                    "partition": PartitionConfig, "model": ModelConfig, "data": DataConfig}
 for _group, _cls in GROUPS.items():
     ConfigStore.instance().store(group=_group, name=f"{_group}_schema", node=_cls)
 

@@ -218,7 +218,7 @@ class ModelBank(StatefulPart):
         if state["models"] is None:
             state = self.start(server.params, tools.num_clients)
         models = state["models"]
-        cohort = tools.participants(rnd)[0]
+        cohort = tools.participants(server, rnd).ids
         plans = tools.plans(server, cohort, rnd)
         wd = tools.weight_decay
         sizes = torch.tensor([float(p.num_samples) for p in plans], device=models.device, dtype=models.dtype)

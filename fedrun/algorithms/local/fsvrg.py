@@ -51,6 +51,7 @@ class FSVRG(LocalRule):
     """Konečný et al.'s FSVRG local steps (Zhao et al. eqs. 20-23) and the server's A_r scaling (eqs. 59-60)."""
 
     name = "fsvrg"
+    releases_more = "each client's full local gradient (and feature counts) go to the server"
     trains_a_bank = True
     pooling_removes_its_correction = True
     needs_full_gradients = True

@@ -101,6 +101,7 @@ class Scaffold(LocalSGD):
     """
 
     name = "scaffold"
+    releases_more = "each client's control-variate change dc_i goes to the server in the clear"
     pooling_removes_its_correction = True
 
     def server_init(self, params, num_clients):
@@ -140,6 +141,7 @@ class FedDyn(LocalSGD):
     """
 
     name = "feddyn"
+    releases_more = "the server's h sums the clients' unclipped updates"
     pooling_removes_its_correction = True
 
     def __init__(self, alpha: float, mu: float):

@@ -21,6 +21,7 @@ class MimeSVRG(LocalRule):
     """
 
     name = "mime"
+    releases_more = "each client's full local gradient goes to the server"
     pooling_removes_its_correction = True
     needs_full_gradients = True
 
@@ -65,6 +66,7 @@ class LoSAC(LocalRule):
     """
 
     name = "losac"
+    releases_more = "each client's full local gradient and its change go to the server"
     pooling_removes_its_correction = True
 
     def server_init(self, params, num_clients):

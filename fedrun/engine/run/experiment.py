@@ -120,7 +120,9 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
         for rnd in range(first + 1, rounds + 1):
             clock = sim.state.sim_time
             step = sim.run_round(rnd)
-            diverged = not (math.isfinite(step.train_loss) and bool(torch.isfinite(sim.state.params).all()))
+            # a round no client joined (Poisson sampling) has no training loss; its model is still checked
+            diverged = not ((not step.plans or math.isfinite(step.train_loss))
+                            and bool(torch.isfinite(sim.state.params).all()))
             if step.similarity is not None and ranks.writer:  # FedGH Fig. 2, DGT Figs. 3-4
                 (out.path / "similarity").mkdir(exist_ok=True)
                 np.savez(out.path / "similarity" / f"round_{rnd:05d}.npz", **step.similarity)
@@ -132,10 +134,10 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
             row = None
             if grid.due(rnd, clock, sim.state.sim_time) or rnd == rounds or diverged or spent:
                 row = {"round": rnd, **sim.evaluation.evaluate(sim.state, step), "train_loss": step.train_loss,
-                       "tau": float(np.mean([p.tau for p in step.plans])), "num_clients": k,
+                       "tau": float(np.mean([p.tau for p in step.plans])) if k else float("nan"), "num_clients": k,
                        "elapsed_s": round(time.perf_counter() - started, 3), "bytes_up": bytes_up,
                        "bytes_down": bytes_down}
-                row |= step.diagnostics
+                row |= step.diagnostics | sim.algo.report(sim.state)
                 if "sim_round_s" in step.diagnostics:
                     row["sim_time_s"] = sim.state.sim_time
                 if sim.evaluation.personalized:

@@ -8,7 +8,7 @@ different algorithms with the same seed sample the same clients and, where they 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -28,12 +28,35 @@ class ClientPlan:
     batches: torch.Tensor  # (tau, b) int64
 
 
-def sample_clients(num_clients: int, per_round: int, seed: int, round_: int) -> np.ndarray:
-    """C of N clients without replacement, sorted; all clients when C == N."""
-    if per_round >= num_clients:
-        return np.arange(num_clients)
+@dataclass
+class Participants:
+    """A round's reporting clients ``ids`` (sorted); when the last of GIFT's earliest reporters reported
+    (``last_report``, 0 otherwise); how many were sampled (``sampled``: their model copies share the server's link;
+    None: as many as report); how long the server waited in a round none reported (``wait_s``); and what
+    metrics.csv logs of the round's devices (nothing unless availability, dropouts or over-selection are on)."""
+
+    ids: np.ndarray
+    last_report: float = 0.0
+    sampled: int | None = None
+    wait_s: float = 0.0
+    logged: dict[str, float] = field(default_factory=dict)
+
+
+def sample_clients(num_clients: int, per_round: int, seed: int, round_: int, among: np.ndarray | None = None
+                   ) -> np.ndarray:
+    """C of the N clients (or of the sorted ids ``among``, the online ones) without replacement, sorted; all of
+    them when C reaches their number."""
+    pool = np.arange(num_clients) if among is None else among
+    if per_round >= len(pool):
+        return pool.copy()
     rng = np.random.default_rng([seed, _SAMPLE, round_])
-    return np.sort(rng.choice(num_clients, size=per_round, replace=False))
+    return np.sort(pool[rng.choice(len(pool), size=per_round, replace=False)])
+
+
+def poisson_clients(num_clients: int, rate: float, seed: int, round_: int) -> np.ndarray:
+    """Each client independently with probability ``rate`` (Poisson sampling; possibly none), sorted."""
+    rng = np.random.default_rng([seed, _SAMPLE, round_])
+    return np.flatnonzero(rng.random(num_clients) < rate)
 
 
 def report_delays(num_clients: int, seed: int, round_: int, dist: str = "exponential", scale: float = 1.0

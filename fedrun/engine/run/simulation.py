@@ -10,6 +10,7 @@ state it is given as it was. :mod:`~fedrun.engine.run.evaluation` scores a state
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import numpy as np
@@ -27,7 +28,9 @@ from fedrun.model.zoo import MODELS, build_model
 from fedrun.model.native.build import FUSED_CONV, INDEXED_ROWS, has_avx512, kernels_on
 from fedrun.data.partition import Partition, held_out, make_partition, refuse_single_sample_batches
 from fedrun.engine.run.accounting import simulated_times, tracked_values
-from fedrun.engine.run.sampling import ClientPlan, earliest_reporters, plan_cohort, report_delays, sample_clients
+from fedrun.engine.run.devices import Availability, Devices, arrivals, failures
+from fedrun.engine.run.sampling import (ClientPlan, Participants, earliest_reporters, plan_cohort, poisson_clients,
+                                       report_delays, sample_clients)
 from fedrun.engine.execution.cuda_math import configure_cuda, free_bytes, share_memory, synchronize
 from fedrun.engine.run.evaluation import Evaluation
 from fedrun.engine.execution.executor import CohortResult
@@ -101,6 +104,8 @@ class Simulation:
         partition, self.holdout = held_out(partition, float(cfg.eval.holdout), cfg.seed)
         self.partition = partition
         self.num_clients = len(partition.indices)
+        self.devices = Devices.build(cfg.devices, cfg.timing, self.num_clients, cfg.fl.batch_size, cfg.seed)
+        self.availability = Availability.build(cfg.availability, self.num_clients, cfg.seed)
         refuse_single_sample_batches(self.model, params, buffers, self.data.x_train, partition, cfg.model.name)
         features = MODELS[cfg.model.name].parameter_features
         local, clients = self.algo.local.setup(self.algo.local.server_init(params, self.num_clients), TrainingSet(
@@ -111,7 +116,7 @@ class Simulation:
                                     for part in STATEFUL_PARTS}, clients=clients)
         b = min(cfg.fl.batch_size, len(self.labels))
         self.executor = make_executor(cfg.hardware, self.model, self.device, self.data.x_train[:b],
-                                      self.data.y_train[:b], min(cfg.fl.clients_per_round, self.num_clients),
+                                      self.data.y_train[:b], self.typical_cohort(),
                                       self.algo.local)
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.state.buffers)
         self.gram_block = None  # the step selector's Gram matrix in column blocks of this many coordinates (host steps)
@@ -226,17 +231,53 @@ class Simulation:
         new :class:`ServerState` and what the round did; ``state`` is left as it was."""
         return self.algo.apply(state, self.tools, rnd)
 
-    def participants(self, rnd: int) -> tuple[np.ndarray, float]:
-        """The round's clients (sorted ids) and when the last of them reported (seconds; 0 without delays):
-        ``participation=uniform`` draws fl.clients_per_round, ``earliest`` keeps the first reporters (GIFT 6.1)."""
+    def typical_cohort(self) -> int:
+        """The clients a round trains (fl.clients_per_round), or their expected number under Poisson sampling: what
+        the executor is chosen for."""
         part = self.cfg.participation
+        if part.name == "poisson":
+            return max(1, round(part.rate * self.num_clients))
+        return min(self.cfg.fl.clients_per_round, self.num_clients)
+
+    def participants(self, state: ServerState, rnd: int) -> Participants:
+        """The round's reporting clients: ``participation=uniform`` draws fl.clients_per_round (ceil((1 + beta) K)
+        with over-selection) of the clients online when the round starts, ``poisson`` takes each online client with
+        probability ``rate`` (possibly none), ``earliest`` keeps the first reporters of all (GIFT 6.1). With
+        availability, dropouts or over-selection the sampled clients then run on the simulated clock
+        (:func:`~fedrun.engine.run.devices.arrivals`): those that fail or go offline before their update arrives drop
+        out, and over-selection keeps the first K to arrive."""
+        part, seed, n = self.cfg.participation, self.cfg.seed, self.num_clients
         if part["name"] == "earliest":
-            delays = report_delays(self.num_clients, self.cfg.seed, rnd, part.delay,
-                                   part.delay_scale)
+            delays = report_delays(n, seed, rnd, part.delay, part.delay_scale)
             cohort = earliest_reporters(delays, part.fraction)
-            return cohort, float(delays[cohort].max())
-        per_round = min(self.cfg.fl.clients_per_round, self.num_clients)
-        return sample_clients(self.num_clients, per_round, self.cfg.seed, rnd), 0.0
+            return Participants(cohort, float(delays[cohort].max()))
+        start = state.sim_time
+        online = self.availability.online(start)
+        if part.name == "poisson":
+            sampled = np.intersect1d(poisson_clients(n, part.rate, seed, rnd), online)
+        else:
+            per_round = min(self.cfg.fl.clients_per_round, n)
+            sampled = sample_clients(n, math.ceil((1 + part.over_selection) * per_round - 1e-9), seed, rnd, online)
+        if self.availability.kind == "always" and not part.dropout and not part.over_selection:
+            return Participants(sampled)
+        taus = np.array(self.local_steps(state, sampled), dtype=np.float64)
+        timed = self.cfg.timing.name == "simulated" and self.cfg.timing.step_time_s is not None
+        failed = failures(sampled, float(part.dropout), seed, rnd, n)
+        if timed:  # each client's compute and transfer on its device; when it goes offline
+            compute = taus * float(self.cfg.timing.step_time_s) * self.devices.step_factor[sampled]
+            bits = self.model_bytes * 8
+            transfer = np.maximum(len(sampled) * bits / (float(self.cfg.timing.server_bandwidth_mbps) * 1e6),
+                                  bits / (self.devices.link_mbps[sampled] * 1e6))
+            offline_in = np.array([self.availability.window(int(c), start)[1] - start for c in sampled])
+        else:  # dropouts alone: the lost compute in local steps
+            compute, transfer, offline_in = taus, np.zeros(len(sampled)), np.full(len(sampled), np.inf)
+        keep = min(self.cfg.fl.clients_per_round, n) if part.over_selection else None
+        done = arrivals(sampled, compute, transfer, offline_in, failed, keep)
+        if not timed:
+            done.logged["wasted_steps"] = done.logged.pop("wasted_compute_s")
+        wait = done.wait_s if len(sampled) else self.availability.next_online(start) - start  # no one online: wait
+        return Participants(done.kept, sampled=len(sampled), wait_s=wait if math.isfinite(wait) else 0.0,
+                            logged=done.logged)
 
     def probe_last_batches(self, state: ServerState, plans: list[ClientPlan], points: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -270,13 +311,14 @@ class EngineTools:
         # the simulated clock reads the round's measured training time (timing.step_time_s null)
         self.measures_step_time = self.simulated and cfg.timing.step_time_s is None
         self.tracked = sim.tracked
+        self.clients_per_round = min(int(cfg.fl.clients_per_round), sim.num_clients)
 
     @property
     def gram_block(self) -> int | None:
         return self._sim.gram_block
 
-    def participants(self, rnd: int) -> tuple[np.ndarray, float]:
-        return self._sim.participants(rnd)
+    def participants(self, state: ServerState, rnd: int) -> Participants:
+        return self._sim.participants(state, rnd)
 
     def plans(self, state: ServerState, cohort, rnd: int) -> list[ClientPlan]:
         return self._sim.plans(state, cohort, rnd)
@@ -296,12 +338,38 @@ class EngineTools:
                                   ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sim.full_losses_and_gradients(state, points, clients, own)
 
+    def online(self, t: float) -> np.ndarray:
+        return self._sim.availability.online(t)
+
+    def until_offline(self, ids, t: float) -> np.ndarray:
+        return np.array([self._sim.availability.window(int(c), t)[1] - t for c in ids])
+
+    def next_online(self, t: float) -> float:
+        return self._sim.availability.next_online(t)
+
+    def sample(self, count: int, round_: int, among: np.ndarray) -> np.ndarray:
+        return sample_clients(self.num_clients, count, self._sim.cfg.seed, round_, among)
+
+    def durations(self, plans: list[ClientPlan], concurrent: int) -> np.ndarray:
+        ids = [p.id for p in plans]
+        devices, timing = self._sim.devices, self._timing
+        bits = self.model_bytes * 8
+        transfer = np.maximum(concurrent * bits / (float(timing.server_bandwidth_mbps) * 1e6),
+                              bits / (devices.link_mbps[ids] * 1e6))
+        compute = np.array([p.tau for p in plans]) * float(timing.step_time_s) * devices.step_factor[ids]
+        return transfer + compute + transfer
+
     def probe_last_batches(self, state: ServerState, plans: list[ClientPlan], points: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sim.probe_last_batches(state, plans, points)
 
-    def simulated_times(self, plans: list[ClientPlan], train_s: float, last_report: float) -> tuple[float, float]:
-        return simulated_times([p.tau for p in plans], train_s, last_report, self.model_bytes, self._timing)
+    def simulated_times(self, plans: list[ClientPlan], train_s: float, who: Participants
+                        ) -> tuple[float, float, float]:
+        ids = [p.id for p in plans]
+        devices = self._sim.devices
+        return simulated_times([p.tau for p in plans], train_s, who.last_report, self.model_bytes, self._timing,
+                               devices.step_factor[ids], devices.link_mbps[ids],
+                               len(plans) if who.sampled is None else who.sampled)
 
     def tracked_values(self, params: torch.Tensor, updates: torch.Tensor, plans: list[ClientPlan]
                        ) -> dict[str, float]:

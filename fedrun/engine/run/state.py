@@ -17,13 +17,18 @@ from fedrun.config.renames import upgraded_state
 from fedrun.errors import ConfigError
 
 
+# what a checkpoint of an earlier fedrun may lack (they take their initial values)
+ADDED_SINCE = {"clients", "sim_time", "privacy", "asynchrony"}
+
+
 @dataclass
 class ServerState:
     """The global model w_t and its buffers, then each part's state under the part's name: the server optimiser's
-    (momentum, Adam's moments), the local rule's server side (SCAFFOLD's c, FedDyn's h, FSVRG's omega), the
-    step selector's (GraB's stale means), the harmoniser's (DGT's baselines), the schedule's (GIFT's EMAs and tau), the
-    bank's (MA-/GA-FSVRG's models); ``clients``, each client's persistent state by id (SCAFFOLD's c_i, FSVRG's
-    statics); ``sim_time``, the simulated seconds so far (``timing=simulated``)."""
+    (momentum, Adam's moments), the local rule's server side (SCAFFOLD's c, FedDyn's h, FSVRG's omega), the step
+    selector's (GraB's stale means), the harmoniser's (DGT's baselines), the privacy mechanism's (DP-FedAvg's clip
+    norm and rounds released), the schedule's (GIFT's EMAs and tau), the bank's (MA-/GA-FSVRG's models), the
+    asynchronous server's (the clients in flight and their models); ``clients``, each client's persistent state by id
+    (SCAFFOLD's c_i, FSVRG's statics); ``sim_time``, the simulated seconds so far (``timing=simulated``)."""
 
     params: torch.Tensor
     buffers: dict[str, torch.Tensor]
@@ -31,8 +36,10 @@ class ServerState:
     local: State
     step_selector: State
     harmonizer: State
+    privacy: State
     schedule: State
     bank: State
+    asynchrony: State
     clients: dict[int, State] = field(default_factory=dict)
     sim_time: float = 0.0
 
@@ -53,7 +60,7 @@ class ServerState:
         dropped and those it gained keep ``initial``'s values."""
         saved = upgraded_state(saved if "server_opt" in saved else _from_before_server_state(saved))
         names = {f.name for f in fields(cls)}
-        missing = names - saved.keys() - {"clients", "sim_time"}
+        missing = names - saved.keys() - ADDED_SINCE
         if missing:
             raise ConfigError([f"resume=true: the checkpoint has no {sorted(missing)}: it was not written by fedrun. "
                                "Fix: start the run in a new directory"])

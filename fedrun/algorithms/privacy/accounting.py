@@ -1,0 +1,79 @@
+"""The privacy a run spends, computed by Google's dp-accounting (a maintained library; chosen over Opacus's accountants
+because it has both RDP and PLD accountants and an RDP bound for sampling without replacement, the other sampling
+fedrun runs).
+
+Each round releases one subsampled Gaussian: the clipped sum of the cohort's updates with noise of standard deviation
+z C (z: the whole release's noise multiplier, update and count together under adaptive clipping). Poisson sampling at
+rate q is accounted under add/remove-one-client adjacency (RDP or PLD); a fixed-size cohort of K out of N drawn
+without replacement under replace-one adjacency (RDP only: dp-accounting's PLD has no bound for it).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+
+from absl import logging as absl_logging  # dp-accounting's logging
+
+from fedrun.algorithms.privacy.schema import Sampling
+
+# the RDP accountant warns through absl when a fractional order's series does not converge and drops that order
+# (epsilon is then taken over the others, still a valid bound): not the user's to act on
+logging.getLogger("absl").setLevel(logging.ERROR)
+# absl's handler keeps the sys.stderr of its import and closes it when logging is configured again (Hydra does, per
+# run) if sys.stderr has been replaced since: a run in a process whose stderr is redirected (a notebook's cell, a test)
+# would close the stream its caller owns. The process's own stderr it never closes.
+absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
+def round_event(sampling: Sampling, population: int, noise_multiplier: float):
+    """The dp-accounting event of one round."""
+    import dp_accounting
+
+    gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
+    if sampling.name == "poisson":
+        return dp_accounting.PoissonSampledDpEvent(sampling.rate, gaussian)
+    if sampling.per_round >= population:  # every client, every round
+        return gaussian
+    return dp_accounting.SampledWithoutReplacementDpEvent(population, sampling.per_round, gaussian)
+
+
+def accountant(name: str, sampling: Sampling):
+    """A fresh dp-accounting accountant valid for ``sampling`` (ValueError for PLD with a fixed-size cohort)."""
+    import dp_accounting
+    from dp_accounting import pld, rdp
+
+    if name == "pld":
+        if sampling.name != "poisson":
+            raise ValueError("the PLD accountant has no bound for cohorts drawn without replacement")
+        return pld.PLDAccountant()
+    relation = (dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE if sampling.name == "poisson"
+                else dp_accounting.NeighboringRelation.REPLACE_ONE)
+    return rdp.RdpAccountant(neighboring_relation=relation)
+
+
+@functools.lru_cache(maxsize=4096)
+def epsilon(name: str, sampling: Sampling, population: int, noise_multiplier: float, rounds: int,
+            delta: float) -> float:
+    """Epsilon at ``delta`` after ``rounds`` rounds (inf without noise; 0 before any round)."""
+    if rounds == 0:
+        return 0.0
+    if noise_multiplier == 0:
+        return float("inf")
+    acc = accountant(name, sampling)
+    acc.compose(round_event(sampling, population, noise_multiplier), rounds)
+    return float(acc.get_epsilon(delta))
+
+
+def rounds_within(target: float, name: str, sampling: Sampling, population: int, noise_multiplier: float,
+                  delta: float, most: int) -> int:
+    """The most rounds (up to ``most``) whose epsilon stays within ``target`` (bisection: epsilon grows with rounds)."""
+    low, high = 0, most  # epsilon(low) <= target; the answer lies in [low, high]
+    while low < high:
+        mid = (low + high + 1) // 2
+        if epsilon(name, sampling, population, noise_multiplier, mid, delta) <= target:
+            low = mid
+        else:
+            high = mid - 1
+    return low
