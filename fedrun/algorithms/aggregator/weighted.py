@@ -7,7 +7,8 @@ import torch
 
 class WeightedMean:
     """sum_i p_i * update_i (BHerd eq. 7). ``weighting=samples``: p_i = n_i / sum_j n_j over the round's clients
-    (NOTES.md 'Common'); ``uniform``: p_i = 1/K (Per-FedAvg, FedDyn and DGT's Algorithm 1 as printed)."""
+    (NOTES.md 'Common'); ``uniform``: p_i = 1/K (Per-FedAvg, FedDyn and DGT's Algorithm 1 as printed). The round's
+    clients are those that reported: with dropouts the weights renormalise over them (K the number that arrived)."""
 
     name = "mean"
 
@@ -28,9 +29,10 @@ class WeightedMean:
 class FedNova(WeightedMean):
     """FedNova's normalised averaging (Wang et al. 2020, eqs. 6-7; reference-rules.md §5):
     tau_eff = sum_i p_i a_i and update = tau_eff * sum_i p_i (w_i - w_t) / a_i, with a_i the normaliser each client
-    reports (``a`` upload: tau_i for plain SGD, the momentum and proximal forms otherwise). With plain SGD and equal
-    tau_i this is FedAvg. (The reference code uses sum_i p_i tau_i for tau_eff when the proximal term is on, a
-    [QUIRK] no paper's result depends on; fedrun follows the paper.)"""
+    reports (``a`` upload: tau_i for plain SGD, the momentum and proximal forms otherwise), p_i renormalised over the
+    clients that reported, as the mean's. With plain SGD and equal tau_i this is FedAvg. (The reference code uses
+    sum_i p_i tau_i for tau_eff when the proximal term is on, a [QUIRK] no paper's result depends on; fedrun follows
+    the paper.)"""
 
     name = "fednova"
 
