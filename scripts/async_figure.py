@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 METHODS = {"fedavg": "synchronous FedAvg", "fedbuff": "FedBuff", "fedasync": "FedAsync"}
-TARGET = 0.85  # test accuracy whose first time the table reports
+TARGET = 0.90  # test accuracy whose first time the table reports
 
 
 def run(method: str, seeds: int, runs: Path, jobs: int) -> None:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(args.out / "accuracy-vs-simulated-hours.png", dpi=120)
-    marks = [t for t in (budget / 4, budget / 2, budget) if t <= grid[-1]]
+    marks = [t for t in (grid[1], budget / 4, budget / 2, budget) if t <= grid[-1]]
     lines = ["| method | " + " | ".join(f"accuracy at {t / 3600:.2f} h" for t in marks)
              + f" | first time the mean reaches {TARGET} |", "|---|" + "---|" * (len(marks) + 1)]
     reached = {}
@@ -94,15 +94,16 @@ def main(argv: list[str] | None = None) -> int:
         reached[method] = grid[hit[0]] / 3600 if len(hit) else None
         lines.append(f"| {METHODS[method]} | " + " | ".join(cells)
                      + f" | {'not reached' if reached[method] is None else f'{reached[method]:.2f} h'} |")
-    final = {m: float(np.nanmean(acc[:, -1])) for m, acc in curves.items()}
-    best = max(final, key=final.get)
-    order = sorted(final, key=final.get, reverse=True)
-    finding = (f"After {budget / 3600:g} simulated hours {METHODS[best]} is ahead: "
-               + ", ".join(f"{METHODS[m]} {final[m]:.4f}" for m in order) + " (mean test accuracy over the seeds). ")
+    def ranked(column: int) -> str:
+        means = {m: float(np.nanmean(acc[:, column])) for m, acc in curves.items()}
+        return ", ".join(f"{METHODS[m]} {means[m]:.4f}" for m in sorted(means, key=means.get, reverse=True))
+
+    finding = (f"After the first {grid[1]:g} simulated seconds: {ranked(1)}; after {budget / 3600:g} simulated "
+               f"hour(s): {ranked(-1)} (mean test accuracy over the seeds, highest first). ")
     fastest = [m for m in METHODS if reached[m] is not None]
     if fastest:
         first = min(fastest, key=lambda m: reached[m])
-        finding += f"{METHODS[first]}'s mean reaches {TARGET} first, at {reached[first]:.2f} h."
+        finding += f"The first mean to reach {TARGET} is {METHODS[first]}'s, at {reached[first]:.2f} h."
     else:
         finding += f"No method's mean reaches {TARGET} within the budget."
     command = "python scripts/async_figure.py " + " ".join(argv if argv is not None else sys.argv[1:])
