@@ -7,7 +7,7 @@ import dp_accounting
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli
+from conftest import register_tiny, run_cli
 from dp_accounting import pld, rdp
 
 from fedrun.algorithms.privacy.accounting import epsilon, rounds_within
@@ -189,3 +189,53 @@ def test_each_evaluated_row_carries_epsilon_and_bad_combinations_exit_2(tmp_path
         assert reason in bad.stderr
     fixed_pld = run_cli("algo=dp_fedavg", "algo.privacy.accountant=pld", "data=digits", cwd=tmp_path, check=False)
     assert fixed_pld.returncode == 2 and "has no bound for participation=uniform" in fixed_pld.stderr
+
+
+def dpsgd_rule(z=0.0, clip=0.5):
+    return make("local", "dpsgd", clip=clip, noise_multiplier=z, batch_size=8)
+
+
+def test_dpsgds_clipped_per_sample_gradients_equal_a_loop_over_samples(cfg_factory):
+    sim = Simulation(cfg_factory(*SMALL, "algo/local=dpsgd", "algo.local.noise_multiplier=0"))
+    rule, model = dpsgd_rule(), sim.model
+    w = sim.state.params + 0.1 * torch.randn_like(sim.state.params)
+    state = {"w": w, "buffers": {}}
+    x, y = sim.data.x_train[:8], sim.data.y_train[:8]
+    losses, grads = rule.per_sample_gradients(model, state, x, y)
+    by_loop = []
+    for j in range(8):
+        loss, g = model.loss_and_grad(w, {}, x[j:j + 1], y[j:j + 1])
+        assert torch.allclose(loss, losses[j]) and torch.allclose(g, grads[j])
+        by_loop.append(g * min(1.0, 0.5 / float(torch.linalg.vector_norm(g))))
+    assert torch.allclose(rule.private_gradient(grads), torch.stack(by_loop).mean(dim=0))
+    assert (torch.linalg.vector_norm(grads, dim=1) > 0.5).any()  # some were clipped
+
+
+def test_dpsgds_noise_has_standard_deviation_z_C_over_B_and_its_epsilon_is_the_librarys():
+    noise = dpsgd_rule(z=1.3, clip=0.5).private_gradient(torch.zeros(8, 100_000, dtype=torch.float64))
+    assert noise.std().item() == pytest.approx(1.3 * 0.5 / 8, rel=0.02)
+    clients = {0: {"dp_steps": torch.tensor(30.0), "dp_rate": torch.tensor(0.1, dtype=torch.float64)},
+               1: {"dp_steps": torch.tensor(50.0), "dp_rate": torch.tensor(0.05, dtype=torch.float64)}}
+    acc = rdp.RdpAccountant()
+    acc.compose(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(1.3)), 50)
+    assert dpsgd_rule(z=1.3).spent(clients) == {"sample_epsilon": acc.get_epsilon(1e-5)}  # the worst q and steps
+
+
+def test_a_vectorised_dpsgd_cohort_equals_the_loop_and_counts_each_clients_steps(cfg_factory, monkeypatch):
+    common = [*SMALL[:-2], "hardware.dtype=float64", "algo/local=dpsgd", "algo.local.noise_multiplier=0",
+              "fl.clients_per_round=10"]
+    loop = Simulation(cfg_factory(*common, "hardware.executor=loop"))
+    vmap = Simulation(cfg_factory(*common, "hardware.executor=vmap"))
+    for r in (1, 2):
+        out = loop.run_round(r)
+        vmap.run_round(r)
+    torch.testing.assert_close(loop.state.params, vmap.state.params)
+    for plan in out.plans:
+        assert float(loop.state.clients[plan.id]["dp_steps"]) == 2 * plan.tau  # the same tau both rounds
+    register_tiny(monkeypatch, "tiny", np.random.default_rng(0).normal(size=(40, 3, 32, 32)),
+                  np.arange(40) % 4, kind="image")
+    cfg = cfg_factory("model=mobilenetv2", "model.width_mult=0.25", "fl.num_clients=4", "fl.clients_per_round=4",
+                      "algo/local=dpsgd")
+    cfg.data.name = "tiny"
+    with pytest.raises(ConfigError, match="per-sample gradients need a model without BatchNorm"):
+        Simulation(cfg)

@@ -64,8 +64,8 @@ class Algorithm:
 
     def report(self, state) -> dict[str, float]:
         """What an evaluated round's metrics.csv row says of the run so far beyond the round itself: the privacy
-        spent (``epsilon`` under DP-FedAvg)."""
-        return self.privacy.spent(state.privacy)
+        spent (``epsilon`` under DP-FedAvg, ``sample_epsilon`` under DP-SGD)."""
+        return self.privacy.spent(state.privacy) | self.local.spent(state.clients)
 
 
 def rule_class(local_name: str) -> type[LocalRule]:

@@ -114,6 +114,7 @@ class LocalRule:
     pooling_removes_its_correction = False  # with one client holding all data (centralized) it reduces to SGD
     reads_each_update = False  # server_update reads a single client's update, not only sums (StatefulPart's)
     releases_more: str | None = None  # what else of a client's data the server reads (refused under DP), or None
+    per_sample = False  # takes each sample's gradient (DP-SGD): a model with BatchNorm statistics is refused
     # client_step on a (K, ...) stack of step states computes each row as it computes one client's (its operations
     # are elementwise over clients, with context scalars): the vmap executor then steps a model whose gradient is
     # by hand (FunctionalModel.chain) without vmap. Read from the class that declares it, never inherited, so a
@@ -130,6 +131,10 @@ class LocalRule:
         """With ``needs_full_gradients``: server quantities for ``ctx.extras`` from the round's full local gradients
         (K, d) and the clients' sample counts, and the rule's new server state."""
         raise NotImplementedError
+
+    def spent(self, clients: dict[int, State]) -> dict[str, float]:
+        """What an evaluated round's row says of the clients' persistent states (DP-SGD: the privacy spent)."""
+        return {}
 
     def setup(self, server_state: State, data: TrainingSet) -> tuple[State, dict[int, State]]:
         """Before round 1: the rule's server state and each client's initial persistent state, from the run's

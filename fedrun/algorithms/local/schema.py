@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+from omegaconf import II
+
 
 from fedrun.algorithms.schema import PartConfig, is_number, is_unit, register
 from fedrun.config.schema import DEFAULT, Rule
@@ -44,6 +46,29 @@ class FedDynConfig(SGDConfig):
     def rules(self) -> Iterator[Rule]:
         yield from super().rules()
         yield is_number(self.alpha) and self.alpha > 0, "alpha", "must be > 0 (the server divides by it)", DEFAULT
+
+
+@register
+@dataclass
+class DPSGDConfig(SGDConfig):
+    """DP-SGD inside each client (Abadi et al. 2016): per-sample gradients clipped to ``clip``, noised with
+    ``noise_multiplier`` x clip, averaged over the minibatch."""
+
+    part, target, options = "local", "fedrun.algorithms.local.dpsgd.DPSGD", ("dpsgd",)
+    name: str = "dpsgd"
+    clip: float = 1.0
+    noise_multiplier: float = 1.0
+    delta: float = 1e-5
+    batch_size: int = II("fl.batch_size")
+
+    def rules(self) -> Iterator[Rule]:
+        yield from super().rules()
+        yield is_number(self.clip) and self.clip > 0, "clip", "must be > 0", DEFAULT
+        yield is_number(self.noise_multiplier) and self.noise_multiplier >= 0, "noise_multiplier", "must be >= 0", \
+            DEFAULT
+        yield is_number(self.delta) and 0 < self.delta < 1, "delta", "must be in (0, 1)", DEFAULT
+        yield isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", \
+            "must be an integer >= 1 (fl.batch_size)", "64"
 
 
 @register

@@ -40,6 +40,7 @@ from fedrun.engine.execution.host_memory import keep_freed_memory
 from fedrun.engine.execution.precision import InPrecision, check_device
 from fedrun.engine.execution.ranks import Ranked, Ranks
 from fedrun.engine.run.state import ServerState
+from fedrun.errors import ConfigError
 
 log = logging.getLogger("fedrun")
 
@@ -107,6 +108,11 @@ class Simulation:
         self.devices = Devices.build(cfg.devices, cfg.timing, self.num_clients, cfg.fl.batch_size, cfg.seed)
         self.availability = Availability.build(cfg.availability, self.num_clients, cfg.seed)
         refuse_single_sample_batches(self.model, params, buffers, self.data.x_train, partition, cfg.model.name)
+        if self.algo.local.per_sample and self.model.buffer_names:
+            raise ConfigError([f"algo/local={self.algo.local.name} with model={cfg.model.name}: per-sample gradients "
+                               "need a model without BatchNorm statistics (in training a sample's gradient depends "
+                               "on the rest of its batch). Fix: a model without BatchNorm (model.batch_norm=false "
+                               "where the model has the option)"])
         features = MODELS[cfg.model.name].parameter_features
         local, clients = self.algo.local.setup(self.algo.local.server_init(params, self.num_clients), TrainingSet(
             self.data.x_train, partition.indices, self.model.dim,
