@@ -229,7 +229,7 @@ def test_cfg_job_and_help(tmp_path):
     for group in ("data:", "partition:", "model:", "algo:", "hardware:", "logger:", "experiment:"):
         assert group in helptext
     assert "fedrun --multirun" in helptext
-    assert "_schema" not in helptext and "algo/local: feddecorr, feddyn" in helptext  # the options conf/ has
+    assert "_schema" not in helptext and "algo/local: dpsgd, feddecorr, feddyn" in helptext  # the options conf/ has
     header, groups = helptext.split("== Configuration groups ==")
     named = re.findall(r"(algo/\w+)=(\w+)", header)  # which part each paper's method is
     assert len(named) >= 6 and all(option in groups.split(f"\n{group}: ")[1].split("\n")[0].split(", ")

@@ -52,7 +52,7 @@ def _bad_value(field: dataclasses.Field):
 def test_every_setting_with_a_range_refuses_a_value_outside_it_naming_key_value_and_fix(cls):
     # the interpolated defaults, as a composed config has them
     resolved = {"local_epochs": 1.0, "seed": 0, "rounds": 10, "sampling": "uniform", "rate": None,
-                "clients_per_round": 4}
+                "clients_per_round": 4, "batch_size": 64}
     valid = {f.name: resolved.get(f.name, f.default) for f in dataclasses.fields(cls)} | {"name": cls.options[0]}
     cls(**valid)  # the defaults are in range
     checked = 0
