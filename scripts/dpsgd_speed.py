@@ -66,7 +66,8 @@ def opacus_side(sim, cfg, batches, lr: float):
     return run
 
 
-def median_time(run, repeats: int, steps: int) -> list[float]:
+def step_times(run, repeats: int, steps: int) -> list[float]:
+    """Seconds a step over ``repeats`` runs of ``run`` (``steps`` steps each), after one warm-up run."""
     run()  # warm-up
     out = []
     for _ in range(repeats):
@@ -99,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     ours, theirs = fedrun_side(sim, batches, 0.05), opacus_side(sim, cfg, batches, 0.05)
     times = {"fedrun": [], "opacus": []}
     for _ in range(args.repeats):  # interleaved, so that a change of the machine's load hits both
-        times["fedrun"] += median_time(ours, 1, args.steps)
-        times["opacus"] += median_time(theirs, 1, args.steps)
+        times["fedrun"] += step_times(ours, 1, args.steps)
+        times["opacus"] += step_times(theirs, 1, args.steps)
     med = {k: statistics.median(v) for k, v in times.items()}
     import opacus
 
