@@ -22,9 +22,9 @@ from fedrun.algorithms.aggregator.weighted import aggregate_buffers
 from fedrun.algorithms.base import ClientContext
 from fedrun.algorithms.harmonizer.gram import conflict_statistics, cosine_matrix
 from fedrun.algorithms.schedule.feedback import RoundFeedback
+from fedrun.engine.execution.executor import CohortResult
 
 if TYPE_CHECKING:
-    from fedrun.engine.execution.executor import CohortResult
     from fedrun.engine.run.sampling import ClientPlan, Participants
     from fedrun.engine.run.state import ServerState
 
@@ -207,8 +207,6 @@ def empty_round(algo, state: ServerState, tools: RoundTools, rnd: int, who: Part
     privacy mechanism that releases every round (DP-FedAvg: its noise alone) has its release applied by the server
     optimiser; otherwise the model stays. The schedule observes nothing; the simulated clock moves on by the time the
     server waited."""
-    from fedrun.engine.execution.executor import CohortResult
-
     new = replace(state)
     none = state.params.new_zeros((0, state.params.numel()))
     weights = state.params.new_zeros(0)

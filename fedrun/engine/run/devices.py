@@ -34,10 +34,6 @@ class Devices:
     step_factor: np.ndarray  # (N,)
     link_mbps: np.ndarray  # (N,)
 
-    @property
-    def same(self) -> bool:
-        return bool((self.step_factor == 1).all() and (self.link_mbps == self.link_mbps[0]).all())
-
     @classmethod
     def build(cls, devices, timing, num_clients: int, batch_size: int, seed: int) -> Devices:
         """``devices=same``: every client the base device; ``lognormal``: factors exp(sigma Z) (median 1) for the step
