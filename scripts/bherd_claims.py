@@ -121,7 +121,7 @@ def subset_spread(pairs: list[tuple[str, str]]) -> dict:
             cfg = OmegaConf.load(Path(run) / "config.yaml")
             key = str(cfg.data)
             if key not in sims:
-                sims[key] = Simulation(cfg)
+                sims[key] = Simulation.from_config(cfg)
             sim = sims[key]
             params = load_latest(run)["simulation"]["state"]["params"].to(sim.state.params)
             hit, _, _ = sim.model.evaluate_hits(params, sim.state.buffers, sim.data.x_test, sim.data.y_test, 10_000)

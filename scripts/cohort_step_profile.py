@@ -55,7 +55,8 @@ def lenet5_step(k: int, fused: bool = True):
     from fedrun.engine.execution import tree
     from fedrun.engine.run.simulation import Simulation
 
-    sim = Simulation(compose_config(["progress=false", "logger=none", f"hardware.native={str(fused).lower()}"]))
+    sim = Simulation.from_config(compose_config(["progress=false", "logger=none",
+                                                 f"hardware.native={str(fused).lower()}"]))
     model, rule = sim.model, make("local", "sgd")
     ctx = ClientContext(1, sim.state.params, sim.state.buffers, lr=0.01)
     torch.manual_seed(0)

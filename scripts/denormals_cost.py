@@ -32,7 +32,7 @@ def measure(preset: str, cfg, steps: int, repeats: int) -> dict:
     largest difference of the two modes' gradients relative to the largest gradient entry."""
     from fedrun.engine.run.simulation import Simulation
 
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     torch.set_num_threads(1)
     b = int(cfg.fl.batch_size)
     mine = torch.as_tensor(sim.partition.indices[0][: steps * b])

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = compose_config([f"data={args.data}", f"model={args.model}", "hardware=cpu", "hardware.num_threads=1",
                           "fl.num_clients=1", "fl.clients_per_round=1"])
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     x, y = sim.data.x_train, sim.data.y_train
     batches = [(x[i * args.batch:(i + 1) * args.batch], y[i * args.batch:(i + 1) * args.batch])
                for i in range(args.steps)]

@@ -48,7 +48,7 @@ def two_rounds(cfg_factory, overrides, executor, data_name=None, **hw):
                       *[f"hardware.{k}={v}" for k, v in hw.items()])
     if data_name:
         cfg.data.name = data_name
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     outs = [sim.run_round(r) for r in (1, 2)]
     return sim, outs
 

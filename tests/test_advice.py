@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from fedrun.config.advice import preset_steps, selected_step_note
+from fedrun.config.checks import validate
 from fedrun.engine.run.experiment import run_experiment
 
 
@@ -12,15 +13,16 @@ def test_bherds_step_is_said_at_start_for_lenet5_at_the_default_lr_and_not_for_t
     """The card's first command (LeNet-5 at lr 0.1, alpha 0.5: a step of 0.2, twice the largest any preset trains
     LeNet-5 with) gets the line, naming the step, the paper's setting and results/bherd; BHerd's own presets, FedAvg,
     alpha = 1 and a smaller lr do not."""
-    note = selected_step_note(cfg_factory("algo=bherd", "data=mnist"))
+    note = selected_step_note(validate(cfg_factory("algo=bherd", "data=mnist")))
     assert note is not None
     assert "0.1 x 1/0.5 = 0.2" in note and "lenet5" in note and "experiment=bherd_svm_mnist" in note
     assert "results/bherd/README.md" in note
     for quiet in (["experiment=bherd_svm_mnist", "algo=bherd"], ["experiment=bherd_cnn_cifar10", "algo=bherd"],
                   ["experiment=bherd_rnn_imdb", "algo=bherd"], ["algo=fedavg"],
                   ["algo=bherd", "algo.step_selector.alpha=1"], ["algo=bherd", "fl.lr=0.05"]):
-        assert selected_step_note(cfg_factory(*quiet)) is None, quiet
-    assert selected_step_note(cfg_factory("algo=fedavg", "algo/step_selector=random")) is not None  # the same scaling
+        assert selected_step_note(validate(cfg_factory(*quiet))) is None, quiet
+    random_steps = validate(cfg_factory("algo=fedavg", "algo/step_selector=random"))
+    assert selected_step_note(random_steps) is not None  # the same scaling
     steps = preset_steps()
     assert steps["lenet5"] == 0.1 and steps["svm"] == 0.05 and steps["cnn_bherd"] == 2 * 2.0e-4
 

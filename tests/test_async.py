@@ -16,7 +16,7 @@ SMALL = ["data=digits", "model=logreg", "fl.num_clients=20", "fl.clients_per_rou
 
 
 def trained(cfg, rounds):
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     outs = [sim.run_round(r) for r in range(1, rounds + 1)]
     return sim, outs
 
@@ -34,7 +34,7 @@ def test_fedbuff_with_K_equal_to_M_equal_devices_and_no_staleness_weight_is_feda
 def test_fedasync_with_alpha_one_and_one_client_at_a_time_is_sequential_training(cfg_factory):
     cfg = cfg_factory(*SMALL, "fl.clients_per_round=1", "algo/asynchrony=fedasync", "algo.asynchrony.mixing=1")
     sim, outs = trained(cfg, 4)
-    by_hand = Simulation(cfg)
+    by_hand = Simulation.from_config(cfg)
     w = by_hand.state.params
     for r in range(1, 5):  # client after client, each from the model the one before left
         (client,) = sample_clients(20, 1, 0, r)
@@ -55,7 +55,7 @@ def test_each_applied_updates_staleness_is_the_server_steps_since_its_client_sta
     cfg = cfg_factory(*SMALL, "fl.num_clients=2", "fl.clients_per_round=2", "algo.schedule.tau=1",
                       "timing.step_time_s=1", "timing.server_bandwidth_mbps=1e12", "devices=trace",
                       f"devices.trace={trace}", "algo/asynchrony=fedbuff", "algo.asynchrony.buffer=1")
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     seen = []
     for r in range(1, 5):
         before = sim.state.asynchrony
@@ -103,7 +103,7 @@ def test_a_resumed_asynchronous_run_continues_as_the_uninterrupted_one(cfg_facto
     saved = io.BytesIO()
     torch.save(first.state.to_plain(), saved)
     saved.seek(0)
-    resumed = Simulation(cfg)
+    resumed = Simulation.from_config(cfg)
     resumed.state = ServerState.from_plain(torch.load(saved, weights_only=True), resumed.device, resumed.state)
     for r in (3, 4, 5):
         resumed.run_round(r)
@@ -111,8 +111,9 @@ def test_a_resumed_asynchronous_run_continues_as_the_uninterrupted_one(cfg_facto
 
 
 def test_a_client_that_goes_offline_before_arriving_is_dropped_and_replaced(cfg_factory):
-    sim = Simulation(cfg_factory(*SMALL, "algo/asynchrony=fedbuff", "algo.asynchrony.buffer=2", "availability=markov",
-                                 "availability.mean_online_s=2", "availability.mean_offline_s=2"))
+    sim = Simulation.from_config(cfg_factory(*SMALL, "algo/asynchrony=fedbuff", "algo.asynchrony.buffer=2",
+                                             "availability=markov",
+                                             "availability.mean_online_s=2", "availability.mean_offline_s=2"))
     dropped = 0
     for r in range(1, 15):
         before = sim.state.asynchrony["pending"]

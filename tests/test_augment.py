@@ -86,9 +86,10 @@ def test_fedgh_image_presets_train_with_autoaugment_and_non_pixel_data_is_refuse
     trained = {}
     for augment in ("autoaugment", "none"):
         for executor in ("loop", "vmap"):
-            sim = Simulation(cfg_factory("experiment=fedgh_cifar10", f"data.root={tmp_path / 'data'}", "fl.rounds=1",
-                                         "fl.local_epochs=1", "fl.batch_size=4", f"data.augment={augment}",
-                                         f"hardware.executor={executor}"))
+            sim = Simulation.from_config(cfg_factory("experiment=fedgh_cifar10", f"data.root={tmp_path / 'data'}",
+                                                     "fl.rounds=1",
+                                                     "fl.local_epochs=1", "fl.batch_size=4", f"data.augment={augment}",
+                                                     f"hardware.executor={executor}"))
             assert isinstance(sim.train_inputs, AugmentedImages) == (augment == "autoaugment")
             sim.run_round(1)
             trained[augment, executor] = sim.state.params

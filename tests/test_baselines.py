@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import register_tiny, run_cli
 
-from fedrun.algorithms import build_algorithm
+from fedrun.algorithms import algo_settings, build_algorithm
 from fedrun.algorithms.base import ClientContext
 from fedrun.algorithms.local.sgd import decorrelation_loss
 from fedrun.algorithms.schema import make
@@ -23,7 +23,7 @@ SELECTION_PRESETS = ["bherd", "bherd_fednova", "bherd_scaffold", "bherd_feddyn",
 
 
 def rounds(cfg, n):
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     outs = [sim.run_round(r) for r in range(1, n + 1)]
     return sim, outs
 
@@ -66,7 +66,7 @@ def test_fednova_with_plain_sgd_and_equal_tau_is_fedavg(cfg_factory):
 
 
 def test_fednova_normalised_average_by_hand(cfg_factory):
-    sim = Simulation(cfg_factory(*SMALL, "algo=fednova"))
+    sim = Simulation.from_config(cfg_factory(*SMALL, "algo=fednova"))
     w0 = sim.state.params.clone()
     out = sim.run_round(1)
     taus = np.array([p.tau for p in out.plans], dtype=float)
@@ -93,7 +93,7 @@ def test_fednova_momentum_normaliser_matches_closed_form():
 
 def test_scaffold_first_round_is_fedavg_and_controls_match_hand_computation(cfg_factory):
     fedavg, _ = rounds(cfg_factory(*SMALL, "algo=fedavg"), 1)
-    sim = Simulation(cfg_factory(*SMALL, "algo=scaffold"))
+    sim = Simulation.from_config(cfg_factory(*SMALL, "algo=scaffold"))
     x0 = sim.state.params.clone()
     out = sim.run_round(1)
     assert torch.equal(sim.state.params, fedavg.state.params)  # zero controls: no correction
@@ -103,7 +103,7 @@ def test_scaffold_first_round_is_fedavg_and_controls_match_hand_computation(cfg_
         for batch in plan.batches:  # replay the client's SGD path, keeping each gradient
             _, g = sim.model.loss_and_grad(w, {}, sim.data.x_train[batch], sim.data.y_train[batch])
             grads.append(g)
-            w = w - sim.cfg.fl.lr * g
+            w = w - sim.settings.fl.lr * g
         c_i = sim.state.clients[plan.id]["c_i"]
         # option II: c_i+ = c_i - c + (x - y)/(K eta) = the mean gradient along the path (sign and magnitude)
         torch.testing.assert_close(c_i, torch.stack(grads).mean(0), rtol=1e-4, atol=1e-6)
@@ -135,7 +135,7 @@ def test_feddyn_server_state_after_two_rounds_by_hand(monkeypatch, cfg_factory):
                       "fl.batch_size=100", "fl.local_epochs=1", f"fl.lr={lr}", "algo=feddyn",
                       f"algo.local.alpha={alpha}", "hardware=cpu", "hardware.dtype=float64")
     cfg.data.name = "tiny"
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     w = sim.state.params.numpy().copy()
     x = sim.data.x_train.numpy()  # the features as the run holds them (stored as float32, run in float64)
 
@@ -254,7 +254,7 @@ def test_each_algorithm_moves_a_convex_problem_toward_its_optimum(monkeypatch, c
                       "fl.batch_size=20", "fl.lr=0.1", f"fl.weight_decay={wd}", f"algo={algo}", "fl.rounds=30",
                       "hardware=cpu", "hardware.dtype=float64", *CONVEX.get(algo, []))
     cfg.data.name = "convex"
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     xs, ys = sim.data.x_train, sim.data.y_train
 
     def loss(w, idx=slice(None)):  # the pooled strongly convex objective the clients' SGD minimises
@@ -298,7 +298,7 @@ def test_combinations_that_cannot_work_are_refused(cfg_factory):
     with pytest.raises(ConfigError, match="correction vanish"):
         validate(cfg_factory("algo=centralized", "algo/local=scaffold"))
     validate(cfg_factory("algo=scaffold", "algo/aggregator=fednova", "algo/server_opt=adam"))
-    algo = build_algorithm(cfg_factory("algo=fedprox", "algo/server_opt=yogi").algo)
+    algo = build_algorithm(algo_settings(cfg_factory("algo=fedprox", "algo/server_opt=yogi").algo))
     assert (algo.local.mu, algo.server_opt.name) == (0.01, "yogi")
 
 

@@ -93,18 +93,18 @@ def step_gradients(sim, plan, w0) -> torch.Tensor:
     for batch in plan.batches:
         _, g = sim.model.loss_and_grad(w, {}, sim.data.x_train[batch], sim.data.y_train[batch])
         steps.append(g)
-        w = w - sim.cfg.fl.lr * g
+        w = w - sim.settings.fl.lr * g
     return torch.stack(steps)
 
 
 def test_the_random_control_sends_a_seeded_uniform_subset_scaled_as_bherd(cfg_factory):
     common = ["data=digits", "model=logreg", "algo=bherd", "algo/step_selector=random", "fl.clients_per_round=3",
               "fl.batch_size=16", "hardware.executor=loop"]
-    sim = Simulation(cfg_factory(*common))
-    assert sim.algo.step_selector.name == "random" and sim.cfg.fl.reshuffle is False
+    sim = Simulation.from_config(cfg_factory(*common))
+    assert sim.algo.step_selector.name == "random" and sim.settings.fl.reshuffle is False
     orders = {r: sim.algo.step_selector.order({}, torch.zeros(20, 3), 4, r, 10, "cpu") for r in (1, 2)}
     assert sorted(orders[1]) == list(range(20)) and orders[1] != orders[2], "a fresh permutation every round"
-    selector = Simulation(cfg_factory(*common)).algo.step_selector
+    selector = Simulation.from_config(cfg_factory(*common)).algo.step_selector
     assert orders[1] == selector.order({}, torch.zeros(20, 3), 4, 1, 10, "cpu")
     w0 = sim.state.params.clone()
     out = sim.run_round(1)
@@ -113,10 +113,10 @@ def test_the_random_control_sends_a_seeded_uniform_subset_scaled_as_bherd(cfg_fa
         z = step_gradients(sim, plan, w0)
         k = num_selected(0.5, plan.tau)
         expected += p * z[sim.algo.step_selector.order({}, z, plan.id, 1, k, "cpu")[:k]].sum(0)
-    torch.testing.assert_close(sim.state.params, w0 - sim.cfg.fl.lr * 2.0 * expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(sim.state.params, w0 - sim.settings.fl.lr * 2.0 * expected, rtol=1e-5, atol=1e-6)
     # the residual: how far each client's asked-for step is from FedAvg's, 0 when every step is selected
     assert out.diagnostics["herd_residual"] > 0
-    full = Simulation(cfg_factory(*common, "algo.step_selector.alpha=1.0")).run_round(1)
+    full = Simulation.from_config(cfg_factory(*common, "algo.step_selector.alpha=1.0")).run_round(1)
     assert full.diagnostics["herd_residual"] == pytest.approx(0.0, abs=1e-6)
 
 
@@ -168,9 +168,10 @@ def test_herding_keeps_a_fixed_batch_order_by_default_and_baselines_reshuffle(cf
 
 
 def test_bherd_sends_the_herded_sum_scaled_by_e_over_alpha(cfg_factory):
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "algo=bherd", "algo.step_selector.alpha=0.5",
-                                 "fl.clients_per_round=3", "fl.batch_size=16", "fl.local_epochs=1",
-                                 "hardware.executor=loop"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "algo=bherd",
+                                             "algo.step_selector.alpha=0.5",
+                                             "fl.clients_per_round=3", "fl.batch_size=16", "fl.local_epochs=1",
+                                             "hardware.executor=loop"))
     w0 = sim.state.params.clone()
     out = sim.run_round(1)
     expected = torch.zeros_like(w0)
@@ -180,16 +181,16 @@ def test_bherd_sends_the_herded_sum_scaled_by_e_over_alpha(cfg_factory):
         g_i = z[herd_order(z, k)].sum(0)  # eq. 5
         expected += p * g_i
     # eq. 6: w <- w - eta * E / alpha * sum_i p_i g_i
-    torch.testing.assert_close(sim.state.params, w0 - sim.cfg.fl.lr * (1.0 / 0.5) * expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(sim.state.params, w0 - sim.settings.fl.lr * (1.0 / 0.5) * expected, rtol=1e-5, atol=1e-6)
 
 
 def test_decayed_learning_rate_halves_eta_from_the_milestone(cfg_factory):
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.lr=0.2", "fl.lr_milestones=[3,5]"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "fl.lr=0.2", "fl.lr_milestones=[3,5]"))
     assert [sim.lr(r) for r in (1, 2, 3, 4, 5, 6)] == [0.2, 0.2, 0.1, 0.1, 0.05, 0.05]
 
 
 def test_herding_reports_the_memory_of_the_stored_gradients(cfg_factory):
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "algo=bherd", "fl.clients_per_round=3"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "algo=bherd", "fl.clients_per_round=3"))
     out = sim.run_round(1)
     expected = sum(p.tau for p in out.plans) * sim.model.dim * 4 / 2**20
     assert out.diagnostics["steps_mb"] == pytest.approx(expected)
@@ -209,7 +210,7 @@ def test_steps_kept_in_host_memory_with_a_blocked_gram_give_the_same_run(tmp_pat
     common = ["data=digits", "model=logreg", "fl.rounds=2", "fl.clients_per_round=4", "fl.batch_size=16",
               f"algo={algo}", "hardware.dtype=float64"]
     run_experiment(cfg_factory(*common, "hardware.step_store=device"), tmp_path / "device")
-    sim = Simulation(cfg_factory(*common, "hardware.step_store=host", "hardware.gram_block=13"))
+    sim = Simulation.from_config(cfg_factory(*common, "hardware.step_store=host", "hardware.gram_block=13"))
     assert sim.step_store == torch.device("cpu") and sim.gram_block == 13
     run_experiment(cfg_factory(*common, "hardware.step_store=host", "hardware.gram_block=13"), tmp_path / "host")
     device, host = _rows(tmp_path / "device" / "metrics.csv"), _rows(tmp_path / "host" / "metrics.csv")

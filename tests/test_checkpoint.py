@@ -323,7 +323,7 @@ def test_rounds_change_a_parts_state_never_its_settings_and_a_checkpoint_restore
     from fedrun.engine.run.simulation import Simulation
 
     cfg = cfg_factory(*BASE[:-1], *STATEFUL[case])
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     settings = {part: repr(vars(getattr(sim.algo, part))) for part in PARTS}
     initial = repr(getattr(sim.state, PART_OF[case]))
     for rnd in range(1, 6):
@@ -340,7 +340,7 @@ def test_rounds_change_a_parts_state_never_its_settings_and_a_checkpoint_restore
     before_rename = {**saved, "state": {("selector" if k == "step_selector" else k): v
                                         for k, v in saved["state"].items()}}
     for checkpoint in (saved, old_format, before_rename):
-        again = Simulation(cfg)
+        again = Simulation.from_config(cfg)
         again.load_state_dict(checkpoint)
         assert same(vars(again.state), vars(sim.state))
 
@@ -348,7 +348,7 @@ def test_rounds_change_a_parts_state_never_its_settings_and_a_checkpoint_restore
 def test_a_checkpoint_of_an_unknown_format_is_refused_with_a_message(cfg_factory):
     from fedrun.engine.run.simulation import Simulation
 
-    sim = Simulation(cfg_factory(*BASE[:-1]))
+    sim = Simulation.from_config(cfg_factory(*BASE[:-1]))
     with pytest.raises(ConfigError, match="start the run in a new directory"):
         sim.load_state_dict({"weights": torch.zeros(3), "torch_rng": torch.get_rng_state(), "cuda_rng": []})
 
@@ -357,8 +357,8 @@ def test_a_resumed_run_takes_execution_settings_from_its_config_not_the_checkpoi
     from fedrun.engine.run.simulation import Simulation
 
     base = [*BASE[:-1], "algo=bherd", "hardware.step_store=host"]
-    first = Simulation(cfg_factory(*base, "hardware.gram_block=7"))
+    first = Simulation.from_config(cfg_factory(*base, "hardware.gram_block=7"))
     first.run_round(1)
-    again = Simulation(cfg_factory(*base, "hardware.gram_block=5"))
+    again = Simulation.from_config(cfg_factory(*base, "hardware.gram_block=5"))
     again.load_state_dict(first.state_dict())
     assert again.gram_block == 5

@@ -51,7 +51,7 @@ def test_config_errors_come_before_any_data_is_loaded(cfg_factory, monkeypatch):
 
     monkeypatch.setattr("fedrun.engine.run.simulation.load_dataset", fail)
     with pytest.raises(ConfigError, match="partition.alpha"):
-        Simulation(cfg_factory("data=cifar10", "model=cnn_fedgh", "partition.alpha=0"))
+        Simulation.from_config(cfg_factory("data=cifar10", "model=cnn_fedgh", "partition.alpha=0"))
 
 
 def test_defaults_are_valid_and_presets_compose(cfg_factory):
@@ -206,7 +206,7 @@ def test_every_ranged_key_of_the_runs_sections_refuses_a_value_out_of_range(cfg_
 
     monkeypatch.setattr("fedrun.engine.run.simulation.load_dataset", lambda *a, **k: pytest.fail("data loaded"))
     with pytest.raises(ConfigError) as refused:
-        Simulation(with_values(cfg_factory(*choice), f"{key}={bad}"))
+        Simulation.from_config(with_values(cfg_factory(*choice), f"{key}={bad}"))
     assert any(p.startswith(f"{key}=") and "Fix: " in p for p in refused.value.problems), refused.value.problems
 
 
@@ -241,7 +241,7 @@ def test_a_run_checks_its_config_once(cfg_factory, tmp_path, monkeypatch):
     cfg = cfg_factory("data=digits", "model=mlp", "fl.rounds=1", "fl.num_clients=4", "fl.clients_per_round=2")
     experiment.run_experiment(cfg, tmp_path / "run")
     assert len(calls) == 1
-    simulation.Simulation(cfg)
+    simulation.Simulation.from_config(cfg)
     assert len(calls) == 2
 
 

@@ -440,7 +440,7 @@ def test_a_test_subset_is_seeded_fixed_and_of_the_asked_size(cfg_factory):
     assert not torch.equal(full.test_subset(100, seed=4).x_test, a.x_test)
     rows = {tuple(r.flatten().tolist()) for r in full.x_test}
     assert all(tuple(r.flatten().tolist()) in rows for r in a.x_test), "drawn from the test set"
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "eval.test_subset=100", "seed=3"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "eval.test_subset=100", "seed=3"))
     assert torch.equal(sim.data.y_test.cpu(), a.y_test), "the run scores on the seeded subset"
     with pytest.raises(ConfigError, match="eval.test_subset=10000"):
         full.test_subset(10_000, seed=0)

@@ -22,7 +22,7 @@ TIMED = [*SMALL, "timing=simulated", "timing.step_time_s=0.5"]
 
 
 def trained(cfg, rounds):
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     outs = [sim.run_round(r) for r in range(1, rounds + 1)]
     return sim, outs
 
@@ -62,8 +62,8 @@ def test_dropouts_fail_each_client_at_its_probability_and_zero_is_none(cfg_facto
 
 
 def test_an_offline_client_is_never_sampled_and_one_that_leaves_drops_out(cfg_factory):
-    sim = Simulation(cfg_factory(*TIMED, "availability=markov", "availability.mean_online_s=2",
-                                 "availability.mean_offline_s=3"))
+    sim = Simulation.from_config(cfg_factory(*TIMED, "availability=markov", "availability.mean_online_s=2",
+                                             "availability.mean_offline_s=3"))
     seen = dropped = 0
     for r in range(1, 60):
         state = sim.state
@@ -132,7 +132,7 @@ def test_a_malformed_trace_line_is_refused_with_its_file_and_line(tmp_path):
 def test_with_no_client_online_the_server_waits_for_the_first(cfg_factory, tmp_path):
     path = tmp_path / "availability.csv"
     path.write_text("client,start_s,end_s\n" + "".join(f"{c},{10 + c},{1000}\n" for c in range(20)))
-    sim = Simulation(cfg_factory(*TIMED, "availability=trace", f"availability.trace={path}"))
+    sim = Simulation.from_config(cfg_factory(*TIMED, "availability=trace", f"availability.trace={path}"))
     out = sim.run_round(1)
     assert out.plans == [] and out.diagnostics["sim_round_s"] == 10.0 and sim.state.sim_time == 10.0
     out = sim.run_round(2)

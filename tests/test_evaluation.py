@@ -18,7 +18,7 @@ def two_users(monkeypatch, cfg_factory, order=(0, 1, 2, 3)):
     y, order = np.array([0, 1, 1, 0]), list(order)
     register_tiny(monkeypatch, "two_users", x, y, x_test=x[order], y_test=y[order], classes=2,
                   users=np.array([0, 1, 1, 1]), test_users=np.array([0, 1, 1, 1])[order])
-    return Simulation(config(cfg_factory, "fl.rounds=1"))
+    return Simulation.from_config(config(cfg_factory, "fl.rounds=1"))
 
 
 def config(cfg_factory, *overrides):
@@ -85,7 +85,7 @@ def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch,
                       "fl.clients_per_round=2", "eval.holdout=0.3", "eval.personalized=true", "algo.bank.models=2",
                       "hardware.device=cpu")  # hand-made models on the CPU
     cfg.data.name = "owners"
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     assert [len(ix) for ix in sim.holdout] == [3, 3] and [len(ix) for ix in sim.partition.indices] == [7, 7]
     assert not set(np.concatenate(sim.holdout)) & set(np.concatenate(sim.partition.indices)), "held out of training"
     assert [float(sim.state.clients[c]["n"]) for c in (0, 1)] == [7, 7], "FSVRG's n_i: the training samples only"
@@ -105,7 +105,7 @@ def test_bank_evaluations_on_a_hand_made_case_two_models_two_owners(monkeypatch,
     cfg = cfg_factory("algo=fsvrg", "model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2",
                       "eval.holdout=0.3")
     cfg.data.name = "owners"
-    single = Simulation(cfg)
+    single = Simulation.from_config(cfg)
     single.state.params = always(0)
     assert "oracle_acc" not in single.evaluation.evaluate(single.state)
     assert single.evaluation.evaluate(single.state)["owner_acc"] == pytest.approx(0.5)
@@ -144,7 +144,7 @@ def test_the_personalised_protocol_scores_each_client_on_its_classes_test_sample
         cfg = cfg_factory(f"algo={algo}", "model=logreg", "partition=natural", "fl.num_clients=4",
                           "fl.clients_per_round=4", "eval.personalized=true", "hardware.device=cpu", *overrides)
         cfg.data.name = "by_class"
-        return Simulation(cfg)
+        return Simulation.from_config(cfg)
 
     def by_definition(sim, models_of_clients):
         accs = []

@@ -25,7 +25,7 @@ def test_vmap_round_equals_loop_round(monkeypatch, cfg_factory, family):
         cfg = cfg_factory(*COMMON, *overrides, f"hardware.executor={executor}")
         if kind:
             cfg.data.name = "tiny"
-        sims[executor] = Simulation(cfg)
+        sims[executor] = Simulation.from_config(cfg)
     loop, vec = sims["loop"], sims["vmap"]
     assert isinstance(vec.executor, VmapExecutor)
     for rnd in (1, 2) if family != "batchnorm_cnn" else (1,):  # MobileNetV2 in float64 is slow: its first round
@@ -73,7 +73,7 @@ def test_the_batchnorm_familys_training_amplifies_rounding_so_its_rounds_share_a
     def loop_after_two_rounds(nudge: float) -> torch.Tensor:
         cfg = cfg_factory(*COMMON, *overrides, "hardware.executor=loop")
         cfg.data.name = "tiny"
-        sim = Simulation(cfg)
+        sim = Simulation.from_config(cfg)
         sim.run_round(1)
         noise = torch.randn(sim.state.params.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
         sim.state.params = sim.state.params + nudge * noise
@@ -102,7 +102,7 @@ def test_every_algorithm_family_gives_the_same_rounds_under_both_executors(cfg_f
     # graph: every step of the whole stack, finished clients masked (on a CPU its steps run eagerly)
     executors = ("loop", "vmap", "vmap,hardware.cohort_network=false", "graph")
     for executor in executors:
-        sim = Simulation(with_values(cfg_factory(*common), *f"hardware.executor={executor}".split(",")))
+        sim = Simulation.from_config(with_values(cfg_factory(*common), *f"hardware.executor={executor}".split(",")))
         for rnd in rounds:
             sim.run_round(rnd)
         states[executor] = vars(sim.state)
@@ -121,15 +121,15 @@ def test_clients_finishing_one_by_one_give_the_vmapped_rounds(cfg_factory, famil
               "hardware.gradient=autograd"]  # autograd: BHerd's SGD would step natively
     states = {}
     for tail in (0, 2, 4):
-        sim = Simulation(with_values(cfg_factory(*common), f"hardware.vmap_tail={tail}"))
+        sim = Simulation.from_config(with_values(cfg_factory(*common), f"hardware.vmap_tail={tail}"))
         assert sim.executor.tail == tail
         plans = [sim.run_round(rnd).plans for rnd in (1, 2)]
         states[tail] = vars(sim.state)
     assert len({p.tau for p in plans[0]}) > 2, "the case must have clients of several lengths"
     assert_close_tree(states[2], states[0])
     assert_close_tree(states[4], states[0])
-    assert Simulation(cfg_factory(*common[:-1])).executor.tail == 4
-    assert Simulation(cfg_factory("data=digits", "model=cnn3", "hardware.executor=vmap")).executor.tail == 1
+    assert Simulation.from_config(cfg_factory(*common[:-1])).executor.tail == 4
+    assert Simulation.from_config(cfg_factory("data=digits", "model=cnn3", "hardware.executor=vmap")).executor.tail == 1
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn3"])
@@ -152,7 +152,7 @@ def test_a_batchable_rule_on_a_stacking_model_steps_without_vmap_and_gives_the_l
     for executor in ("loop", "vmap"):
         monkeypatch.setattr(LocalRule, "descend", staticmethod(
             lambda ctx, state, d: (in_place.setdefault(executor, set()).add(ctx.in_place), descend(ctx, state, d))))
-        sim = Simulation(with_values(cfg_factory(*common), f"hardware.executor={executor}"))
+        sim = Simulation.from_config(with_values(cfg_factory(*common), f"hardware.executor={executor}"))
         for rnd in (1, 2):
             sim.run_round(rnd)
         states[executor] = vars(sim.state)
@@ -160,9 +160,9 @@ def test_a_batchable_rule_on_a_stacking_model_steps_without_vmap_and_gives_the_l
     assert in_place == {"loop": {False}, "vmap": {True}}
     assert_close_tree(states["vmap"], states["loop"])
     for other in ("scaffold", "feddecorr"):
-        sim = Simulation(cfg_factory("data=digits", f"model={model}", f"algo={other}"))
+        sim = Simulation.from_config(cfg_factory("data=digits", f"model={model}", f"algo={other}"))
         assert not steps_natively(sim.algo.local, sim.model)
-    sim = Simulation(cfg_factory(*common, "hardware.cohort_network=false", "hardware.gradient=autograd"))
+    sim = Simulation.from_config(cfg_factory(*common, "hardware.cohort_network=false", "hardware.gradient=autograd"))
     assert not steps_natively(sim.algo.local, sim.model)
 
 
@@ -198,7 +198,8 @@ def test_a_stacked_cohorts_lone_last_client_finishes_with_its_plain_step(cfg_fac
                         lambda self, flat, *a, **k: shapes.append(flat.dim()) or inner(self, flat, *a, **k))
     for tail, alone in ((None, True), (0, False)):
         shapes.clear()
-        sim = Simulation(cfg_factory(*common, *([f"hardware.vmap_tail={tail}"] if tail is not None else [])))
+        sim = Simulation.from_config(cfg_factory(*common,
+                                                 *([f"hardware.vmap_tail={tail}"] if tail is not None else [])))
         taus = sorted(p.tau for p in sim.run_round(1).plans)
         assert taus[-1] > taus[-2], "the case must have one client longer than the rest"
         assert shapes.count(1) == (taus[-1] - taus[-2] if alone else 0) and 2 in shapes
@@ -219,7 +220,7 @@ def test_local_sgd_on_a_one_layer_model_in_blocks_of_steps_gives_the_loops_round
               f"fl.batch_size={batch}", "hardware.dtype=float64", "partition=dirichlet", "partition.alpha=0.3"]
     states, losses = {}, {}
     for executor in ("loop", "vmap"):
-        sim = Simulation(with_values(cfg_factory(*common), f"hardware.executor={executor}"))
+        sim = Simulation.from_config(with_values(cfg_factory(*common), f"hardware.executor={executor}"))
         outs = [sim.run_round(rnd) for rnd in (1, 2)]
         states[executor], losses[executor] = vars(sim.state), [o.result.mean_loss for o in outs]
     plans = outs[0].plans
@@ -228,11 +229,12 @@ def test_local_sgd_on_a_one_layer_model_in_blocks_of_steps_gives_the_loops_round
     assert_close_tree(states["vmap"], states["loop"])
     assert_close_tree(losses["vmap"], losses["loop"], "losses")
     for other, width in (("scaffold", 1), ("fedavg", 16)):  # its own terms; minibatches that are products already
-        sim = Simulation(cfg_factory("data=digits", f"model={model}", f"algo={other}"))
+        sim = Simulation.from_config(cfg_factory("data=digits", f"model={model}", f"algo={other}"))
         assert blocked.block_length(sim.algo.local, sim.model, width) == 0
-    sim = Simulation(cfg_factory("data=digits", "model=mlp"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=mlp"))
     assert blocked.block_length(sim.algo.local, sim.model, 1) == 0  # two layers: outputs not affine in the weights
-    assert not Simulation(cfg_factory(*common, "hardware.executor=vmap", "hardware.blocks=false")).executor.blocks
+    assert not Simulation.from_config(cfg_factory(*common, "hardware.executor=vmap",
+                                                  "hardware.blocks=false")).executor.blocks
 
 
 def test_local_sgd_runs_in_blocks_of_steps_on_a_cpu_only(cfg_factory, monkeypatch, tmp_path):
@@ -245,7 +247,8 @@ def test_local_sgd_runs_in_blocks_of_steps_on_a_cpu_only(cfg_factory, monkeypatc
     from fedrun.config.compose import option
     from fedrun.engine.execution.executor_choice import make_executor
 
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.batch_size=1", "hardware.executor=vmap"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "fl.batch_size=1",
+                                             "hardware.executor=vmap"))
     assert sim.executor.blocks
     x, y = sim.data.x_train[:1], sim.data.y_train[:1]
     gpu = make_executor(option("hardware", "auto"), sim.model, torch.device("cuda"), x, y, 4, sim.algo.local)
@@ -270,7 +273,7 @@ def test_clients_without_a_state_of_their_own_start_from_one_init_stacked_as_eac
     from fedrun.engine.execution import tree
     from fedrun.engine.execution.executor import initial_states
 
-    sim = Simulation(cfg_factory("data=digits", "model=mlp", f"algo={algo}", "fl.momentum=0.9"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=mlp", f"algo={algo}", "fl.momentum=0.9"))
     rule, ctx = sim.algo.local, ClientContext(1, sim.state.params, sim.state.buffers, 0.1, 0.9, 0.0)
     cohorts = [[None] * 3] + ([[None, {"c_i": torch.full_like(ctx.params, 2.0)}, None]] if algo == "scaffold" else [])
     for states in cohorts:
@@ -290,8 +293,8 @@ def test_full_gradients_batched_over_clients_equal_each_clients_own(monkeypatch,
     several clients to one length (cross-entropy models) or from one client at a time in chunks (clients above
     eval.batch_size samples; the squared hinge, which has no unscored target): both equal each client's loss and
     gradient over its whole data in one piece."""
-    sim = Simulation(cfg_factory("data=digits", f"model={model}", *COMMON, "fl.num_clients=12",
-                                 "eval.batch_size=160", "hardware.dtype=float64"))
+    sim = Simulation.from_config(cfg_factory("data=digits", f"model={model}", *COMMON, "fl.num_clients=12",
+                                             "eval.batch_size=160", "hardware.dtype=float64"))
     sizes = sorted(len(ix) for ix in sim.partition.indices)
     assert sizes[0] + sizes[1] <= 160 < sizes[-1]  # packed calls of several clients, and a client in chunks
     g = torch.Generator().manual_seed(0)
@@ -315,10 +318,9 @@ def test_full_gradients_of_a_recurrent_sequence_model_equal_each_clients_own(mon
     from fedrun.data.fixtures import stand_in
 
     overrides, _ = stand_in("leaf_reddit", tmp_path / "fixture")  # LEAF Reddit's fixture, in LEAF's format
-    sim = Simulation(compose_config(["data=leaf_reddit", f"data.root={tmp_path / 'fixture'}", *overrides,
-                                     "data.vocab_size=6", "partition=natural", "model=lstm_lm", "model.hidden=8",
-                                     f"eval.batch_size={budget}",
-                                     "hardware=cpu", "hardware.dtype=float64"]))
+    sim = Simulation.from_config(compose_config([
+        "data=leaf_reddit", f"data.root={tmp_path / 'fixture'}", *overrides, "data.vocab_size=6", "partition=natural",
+        "model=lstm_lm", "model.hidden=8", f"eval.batch_size={budget}", "hardware=cpu", "hardware.dtype=float64"]))
     points = torch.stack([sim.state.params, sim.state.params + 0.01])
     losses, grads = sim.full_losses_and_gradients(sim.state, points, range(sim.num_clients))
     for k in range(sim.num_clients):
@@ -393,7 +395,7 @@ def test_the_loop_in_threads_gives_the_one_thread_loops_rounds_bit_for_bit(cfg_f
     try:
         for threads in (1, 3):
             torch.set_num_threads(1)
-            sim = Simulation(cfg_factory(*common, f"hardware.loop_threads={threads}"))
+            sim = Simulation.from_config(cfg_factory(*common, f"hardware.loop_threads={threads}"))
             assert sim.executor.threads == threads
             for rnd in (1, 2):
                 sim.run_round(rnd)
@@ -413,8 +415,9 @@ def test_threads_take_the_longest_clients_first(cfg_factory, monkeypatch):
     started, train = [], executor._train_client
     monkeypatch.setattr(executor, "_train_client", lambda rule, model, ctx, plan, *rest: started.append(plan.tau)
                         or train(rule, model, ctx, plan, *rest))
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "partition=dirichlet", "hardware.executor=loop",
-                                 "hardware.loop_threads=2", "fl.num_clients=6", "fl.clients_per_round=6"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "partition=dirichlet",
+                                             "hardware.executor=loop",
+                                             "hardware.loop_threads=2", "fl.num_clients=6", "fl.clients_per_round=6"))
     sim.run_round(1)
     assert len(set(started)) > 2, "clients of different lengths"
     assert sorted(started[:2]) == sorted(started)[-2:]
@@ -424,10 +427,12 @@ def test_the_loop_runs_clients_in_threads_only_where_their_draws_cannot_depend_o
     from fedrun.errors import ConfigError
 
     torch_threads = torch.get_num_threads()
-    sim = Simulation(cfg_factory("data=digits", "model=cnn3", "hardware.executor=loop", "fl.clients_per_round=5",
-                                 "hardware.device=cpu"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=cnn3", "hardware.executor=loop",
+                                             "fl.clients_per_round=5",
+                                             "hardware.device=cpu"))
     assert sim.executor.threads == max(1, min(torch_threads, 5))  # auto: one client per intra-op thread
     dropout = ["data=digits", "model=cnn_reddi", "hardware.executor=loop", "hardware.device=cpu"]
-    assert Simulation(cfg_factory(*dropout)).executor.threads == 1  # dropout draws from one shared generator
+    # dropout draws from one shared generator
+    assert Simulation.from_config(cfg_factory(*dropout)).executor.threads == 1
     with pytest.raises(ConfigError, match="hardware.loop_threads=2: the model has Dropout"):
-        Simulation(cfg_factory(*dropout, "hardware.loop_threads=2"))
+        Simulation.from_config(cfg_factory(*dropout, "hardware.loop_threads=2"))

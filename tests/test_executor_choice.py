@@ -28,8 +28,9 @@ THREADS = torch.get_num_threads() > 1
 def test_auto_resolves_to_a_concrete_executor_and_logs_it(cfg_factory, caplog, data, model, batch, more, expected):
     with caplog.at_level(logging.INFO, logger="fedrun"):
         algo = ["algo=centralized", "model=logreg"] if model == "centralized" else [f"model={model}"]
-        sim = Simulation(cfg_factory(f"data={data}", *algo, f"fl.batch_size={batch}", "hardware.executor=auto",
-                                     "hardware.device=cpu", *more))  # auto's CPU rules (a GPU: vmap)
+        sim = Simulation.from_config(cfg_factory(f"data={data}", *algo, f"fl.batch_size={batch}",
+                                                 "hardware.executor=auto",
+                                                 "hardware.device=cpu", *more))  # auto's CPU rules (a GPU: vmap)
     assert sim.executor.name == expected
     assert any(f"hardware.executor=auto resolved to {expected}" in r.getMessage() for r in caplog.records)
 
@@ -40,13 +41,15 @@ def test_compile_without_a_cpp_compiler_is_refused_before_any_work(cfg_factory, 
 
     monkeypatch.setattr(executor_choice.shutil, "which", lambda name: None)
     with pytest.raises(ConfigError, match="hardware.compile=true: torch.compile needs a C\\+\\+ compiler"):
-        Simulation(cfg_factory("data=digits", "model=logreg", "hardware.executor=vmap", "hardware.compile=true",
-                               "hardware.device=cpu"))
+        Simulation.from_config(cfg_factory("data=digits", "model=logreg", "hardware.executor=vmap",
+                                           "hardware.compile=true",
+                                           "hardware.device=cpu"))
 
 
 def test_compile_with_the_loop_executor_warns_that_it_does_nothing(cfg_factory, caplog):
     with caplog.at_level(logging.WARNING, logger="fedrun"):
-        sim = Simulation(cfg_factory("data=digits", "model=logreg", "hardware.executor=loop", "hardware.compile=true"))
+        sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "hardware.executor=loop",
+                                                 "hardware.compile=true"))
     assert sim.executor.name == "loop"
     assert any("hardware.compile=true has no effect" in r.getMessage() for r in caplog.records)
 
@@ -54,8 +57,9 @@ def test_compile_with_the_loop_executor_warns_that_it_does_nothing(cfg_factory, 
 def test_a_large_cohort_creates_no_module_copies(cfg_factory, monkeypatch):
     from torch import nn
 
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=400", "fl.clients_per_round=400",
-                                 "partition=iid", "fl.batch_size=1", "hardware.executor=vmap"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "fl.num_clients=400",
+                                             "fl.clients_per_round=400",
+                                             "partition=iid", "fl.batch_size=1", "hardware.executor=vmap"))
     created = []
     original = nn.Module.__init__
 

@@ -53,7 +53,7 @@ def test_a_dense_chains_stacked_clients_are_chunked_to_fit_half_the_last_level_c
     from fedrun.algorithms.base import ClientContext
     from fedrun.engine.execution import executor as ex
 
-    sim = Simulation(cfg_factory(*COMMON, "data=digits", *overrides, "hardware.executor=vmap"))
+    sim = Simulation.from_config(cfg_factory(*COMMON, "data=digits", *overrides, "hardware.executor=vmap"))
     plan = sim.run_round(1).plans[0]
     ctx = ClientContext(1, sim.state.params, sim.state.buffers, 0.1)
     monkeypatch.setattr(ex, "free_memory_bytes", lambda device: 10**12)
@@ -105,7 +105,7 @@ def test_a_chunks_clients_finish_in_one_stacked_call_as_each_by_itself(cfg_facto
 
     overrides = ["data=digits", "model=logreg", "fl.num_clients=6", "fl.clients_per_round=6",
                  *EVERY_FAMILY.get(family, [f"algo={family}"])]
-    sim = Simulation(cfg_factory(*overrides))
+    sim = Simulation.from_config(cfg_factory(*overrides))
     sim.run_round(1)
     rule = sim.algo.local
     ctx = ClientContext(2, sim.state.params, sim.state.buffers, 0.1, 0.0, 0.0,

@@ -23,7 +23,7 @@ def test_channels_last_images_give_the_contiguous_rounds(monkeypatch, cfg_factor
         cfg = cfg_factory(*COMMON, f"model={model}", *more, f"hardware.dtype={dtype}", "hardware.executor=loop",
                           f"hardware.layout={layout}", "fl.batch_size=32")  # at least CHANNELS_LAST_MIN_BATCH
         cfg.data.name = "tiny"
-        sim = Simulation(cfg)
+        sim = Simulation.from_config(cfg)
         outs = [sim.run_round(r) for r in range(1, rounds + 1)]
         runs[layout] = sim, outs, sim.evaluation.evaluate(sim.state)
     assert runs["auto"][0].model.channels_last and not runs["contiguous"][0].model.channels_last
@@ -53,8 +53,8 @@ def test_one_channel_images_enter_in_channels_last_strides_that_the_convolutions
 def test_a_model_without_convolutions_or_on_a_gpu_keeps_its_layout(cfg_factory):
     from fedrun.model.functional import prefers_channels_last
 
-    assert not Simulation(cfg_factory("data=digits", "model=logreg", "hardware=cpu")).model.channels_last
-    assert Simulation(cfg_factory("data=digits", "model=cnn3", "hardware=cpu")).model.channels_last
+    assert not Simulation.from_config(cfg_factory("data=digits", "model=logreg", "hardware=cpu")).model.channels_last
+    assert Simulation.from_config(cfg_factory("data=digits", "model=cnn3", "hardware=cpu")).model.channels_last
     assert not prefers_channels_last(torch.nn.Conv2d(1, 2, 3), torch.device("cuda"))
 
 

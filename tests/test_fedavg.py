@@ -39,7 +39,7 @@ def test_fedavg_round_on_tiny_linear_problem_equals_hand_computation(monkeypatch
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=4", "fl.clients_per_round=3",
                       "fl.local_epochs=1", "fl.batch_size=2", "fl.lr=0.3", "seed=5", "hardware=cpu")
     cfg.data.name = "tiny"
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     w0 = sim.state.params.double().numpy().copy()
     out = sim.run_round(1)
 
@@ -72,7 +72,7 @@ def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory, layout,
                       "fl.local_epochs=1", "fl.batch_size=32", "fl.lr=0.1", "seed=7", "hardware=cpu",
                       "hardware.executor=loop", f"hardware.layout={layout}", f"hardware.native={fused}")
     laid_out = channels_last if layout == "channels_last" else (lambda x: x)
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     w0 = sim.state.params.clone()
     module = copy.deepcopy(sim.model.module)  # plain PyTorch from the same initial weights
     with torch.no_grad():
@@ -98,8 +98,8 @@ def test_fedavg_one_client_one_epoch_equals_centralized_sgd(cfg_factory, layout,
 
 
 def test_centralized_pools_all_data_into_one_client(cfg_factory):
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "algo=centralized", "fl.num_clients=7",
-                                 "fl.clients_per_round=7"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "algo=centralized", "fl.num_clients=7",
+                                             "fl.clients_per_round=7"))
     assert sim.num_clients == 1 and len(sim.partition.indices[0]) == len(sim.labels)
     out = sim.run_round(1)
     assert out.plans[0].tau == local_steps(len(sim.labels), 1.0, 64)
@@ -107,8 +107,8 @@ def test_centralized_pools_all_data_into_one_client(cfg_factory):
 
 def test_same_config_and_seed_give_identical_models(cfg_factory):
     def final(seed):
-        sim = Simulation(cfg_factory("data=digits", "model=cnn3", "fl.clients_per_round=4", f"seed={seed}",
-                                     "hardware.deterministic=true"))  # on a GPU; a CPU's kernels always are
+        sim = Simulation.from_config(cfg_factory("data=digits", "model=cnn3", "fl.clients_per_round=4", f"seed={seed}",
+                                                 "hardware.deterministic=true"))  # on a GPU; a CPU's kernels always are
         for r in (1, 2):
             sim.run_round(r)
         return sim.state.params
@@ -120,9 +120,11 @@ def test_same_config_and_seed_give_identical_models(cfg_factory):
 def test_batch_orders_and_cohorts_do_not_depend_on_the_algorithm(cfg_factory):
     plans = {}
     for algo in ("fedavg", "centralized"):
-        sim = Simulation(cfg_factory("data=digits", "model=logreg", f"algo={algo}", "fl.clients_per_round=3"))
+        sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", f"algo={algo}",
+                                                 "fl.clients_per_round=3"))
         plans[algo] = sim.run_round(2).plans
-    fedavg = Simulation(cfg_factory("data=digits", "model=mlp", "fl.clients_per_round=3")).run_round(2).plans
+    fedavg = Simulation.from_config(cfg_factory("data=digits", "model=mlp",
+                                                "fl.clients_per_round=3")).run_round(2).plans
     assert [p.id for p in fedavg] == [p.id for p in plans["fedavg"]]
     assert all(torch.equal(a.batches, b.batches) for a, b in zip(fedavg, plans["fedavg"]))
 
@@ -170,7 +172,7 @@ def test_local_accuracy_is_the_mean_over_users_of_their_own_test_accuracy(monkey
     register_tiny(monkeypatch, "tiny", x, y, x_test, y_test, users=np.repeat(np.arange(3), 4), test_users=test_users)
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=3", "fl.clients_per_round=3", "hardware=cpu")
     cfg.data.name = "tiny"
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     logits = torch.tensor(x_test, dtype=torch.float32) @ sim.state.params[:6].view(2, 3).T + sim.state.params[6:]
     hits = (logits.argmax(1).numpy() == y_test)
     per_user = [hits[test_users == u].mean() for u in range(3)]
@@ -178,7 +180,7 @@ def test_local_accuracy_is_the_mean_over_users_of_their_own_test_accuracy(monkey
     assert out["test_acc"] == hits.mean() and out["local_acc"] == np.mean(per_user)
     cfg_iid = cfg_factory("model=logreg", "partition=iid", "fl.num_clients=3", "fl.clients_per_round=3", "hardware=cpu")
     cfg_iid.data.name = "tiny"
-    iid = Simulation(cfg_iid)
+    iid = Simulation.from_config(cfg_iid)
     assert "local_acc" not in iid.evaluation.evaluate(iid.state)  # only users' own splits make Acc_l
 
 

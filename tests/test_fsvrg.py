@@ -39,7 +39,7 @@ def test_lambda_and_a_r_on_a_hand_made_sparse_dataset(monkeypatch, cfg_factory):
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=2", "fl.clients_per_round=2", "algo=fsvrg",
                       "hardware=cpu", "hardware.dtype=float64")
     cfg.data.name = "sparse"
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     torch.testing.assert_close(sim.state.clients[0]["lam"].double(),
                                torch.tensor([1.2, 1.0, 0.4, 1.2, 1.0, 0.4, 1.0, 1.0], dtype=torch.float64))
     torch.testing.assert_close(sim.state.clients[1]["lam"].double(),
@@ -60,7 +60,7 @@ def test_fsvrg_steps_follow_eqs_20_to_23(monkeypatch, cfg_factory):
                       "fl.batch_size=1", "fl.local_epochs=1", f"fl.lr={lr}", f"fl.weight_decay={wd}", "hardware=cpu",
                       "hardware.dtype=float64", "hardware.executor=loop")
     cfg.data.name = "sparse"
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     sim.state.params = torch.randn(sim.model.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     w0 = sim.state.params.clone()
     plans = sim.plans(sim.state, [0, 1], 1)
@@ -90,7 +90,7 @@ def test_one_model_and_a_threshold_beyond_the_run_is_plain_fsvrg(monkeypatch, cf
                           f"algo={algo}", "fl.batch_size=1", "fl.lr=0.5", "fl.weight_decay=0.01", "hardware=cpu",
                           "hardware.dtype=float64", *extra)
         cfg.data.name = "sparse"
-        sim = Simulation(cfg)
+        sim = Simulation.from_config(cfg)
         for rnd in (1, 2, 3):
             sim.run_round(rnd)
         final[algo] = sim.state.params
@@ -249,7 +249,7 @@ def test_personalised_evaluation_uses_each_clients_preferred_model_of_eq_18(monk
                       "fl.clients_per_round=5", "algo=mafsvrg", "algo.bank.models=3", "algo.bank.threshold=1",
                       "fl.batch_size=1", "fl.lr=1", "fl.weight_decay=0.01", "hardware=cpu", "hardware.dtype=float64")
     cfg.data.name = "pref"
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     for rnd in (1, 2, 3):
         sim.run_round(rnd)
     models = sim.state.bank["models"]
@@ -268,7 +268,7 @@ def test_a_r_counted_over_the_rounds_clients(monkeypatch, cfg_factory):
     cfg = cfg_factory("model=logreg", "partition=natural", "fl.num_clients=3", "fl.clients_per_round=2",
                       "algo=fsvrg", "algo.local.omega=round", "hardware=cpu", "hardware.dtype=float64")
     cfg.data.name = "sparse3"
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     before = sim.state.params.clone()
     out = sim.run_round(1)
     held = {0: {0, 2}, 1: {0, 1}, 2: {1, 3}}

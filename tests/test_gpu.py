@@ -39,7 +39,8 @@ def test_the_gpu_settings_follow_the_config_and_a_cpu_run_leaves_them(cfg_factor
         assert "CUDA was in use in this process before the run" in caplog.text
         configure_cuda(deterministic=False)
         assert not (torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled())
-        Simulation(cfg_factory("data=digits", "model=logreg", "hardware.device=cpu", "hardware.deterministic=true"))
+        Simulation.from_config(cfg_factory("data=digits", "model=logreg", "hardware.device=cpu",
+                                           "hardware.deterministic=true"))
         assert not torch.are_deterministic_algorithms_enabled(), "a CPU run sets nothing (its kernels are)"
     finally:
         configure_cuda(deterministic=False)
@@ -53,7 +54,7 @@ def test_the_simulated_clock_times_the_steps_after_the_device_finished_them(cfg_
     from fedrun.engine.run import simulation
 
     order = []
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "hardware=cpu", *timing))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "hardware=cpu", *timing))
     trained = sim.train
     monkeypatch.setattr(sim, "train", lambda *a, **k: order.append("train") or trained(*a, **k))
     monkeypatch.setattr(simulation, "synchronize", lambda device: order.append(device))
@@ -91,8 +92,9 @@ def test_the_same_config_and_seed_give_the_same_model_on_a_gpu(cfg_factory, exec
     """hardware.deterministic=true: cuDNN's convolutions would otherwise pick kernels that add in a varying order;
     hardware.precision=float32 (the default): float32 products and convolutions in float32."""
     def final():
-        sim = Simulation(cfg_factory("data=digits", "model=cnn3", "fl.clients_per_round=4", "hardware.device=cuda",
-                                     f"hardware.executor={executor}", "hardware.deterministic=true"))
+        sim = Simulation.from_config(cfg_factory("data=digits", "model=cnn3", "fl.clients_per_round=4",
+                                                 "hardware.device=cuda",
+                                                 f"hardware.executor={executor}", "hardware.deterministic=true"))
         for r in (1, 2):
             sim.run_round(r)
         return sim.state.params
@@ -117,7 +119,7 @@ def test_captured_steps_equal_the_loops_and_replay_a_graph(monkeypatch, cfg_fact
               "partition=dirichlet", "partition.alpha=0.3", "hardware.device=cuda", "hardware.layout=contiguous"]
     states = {}
     for executor in ("loop", "graph"):
-        sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
+        sim = Simulation.from_config(cfg_factory(*common, f"hardware.executor={executor}"))
         plans = [sim.run_round(rnd).plans for rnd in (1, 2)]
         states[executor] = vars(sim.state)
     assert sim.executor.capture is None, "no capture failed"
@@ -130,8 +132,9 @@ def test_bfloat16_steps_on_a_gpu_stay_near_float32(cfg_factory):
     """bfloat16 autocast in captured steps (its cast cache off, as capture requires) moves a round by its rounding."""
     params = {}
     for precision in ("float32", "bfloat16", "tf32"):
-        sim = Simulation(cfg_factory("data=digits", "model=cnn3", "fl.clients_per_round=4", "hardware.device=cuda",
-                                     "hardware.executor=graph", f"hardware.precision={precision}"))
+        sim = Simulation.from_config(cfg_factory("data=digits", "model=cnn3", "fl.clients_per_round=4",
+                                                 "hardware.device=cuda",
+                                                 "hardware.executor=graph", f"hardware.precision={precision}"))
         start = sim.state.params.clone()
         sim.run_round(1)
         params[precision] = sim.state.params

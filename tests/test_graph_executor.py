@@ -26,7 +26,7 @@ def test_a_ragged_cohort_gives_the_loops_rounds(cfg_factory, family, stack):
         common.append("hardware.gradient=autograd")  # no stacked step by hand: torch.func's vmap
     states, losses = {}, {}
     for executor in ("loop", "graph"):
-        sim = Simulation(cfg_factory(*common, f"hardware.executor={executor}"))
+        sim = Simulation.from_config(cfg_factory(*common, f"hardware.executor={executor}"))
         outs = [sim.run_round(rnd) for rnd in (1, 2)]
         states[executor], losses[executor] = vars(sim.state), [o.train_loss for o in outs]
     assert isinstance(sim.executor, GraphExecutor)
@@ -37,7 +37,7 @@ def test_a_ragged_cohort_gives_the_loops_rounds(cfg_factory, family, stack):
 
 def test_a_cpu_run_never_captures(cfg_factory):
     """CUDA graphs are a GPU's: on a CPU the masked steps run eagerly, whatever was asked."""
-    sim = Simulation(cfg_factory(*RAGGED, "model=mlp", "hardware.executor=graph"))
+    sim = Simulation.from_config(cfg_factory(*RAGGED, "model=mlp", "hardware.executor=graph"))
     assert not sim.executor.captures(sim.model, sim.train_inputs)
     sim.executor.capture = True
     assert not sim.executor.captures(sim.model, sim.train_inputs)
@@ -54,7 +54,7 @@ def test_batchnorm_statistics_of_clients_that_finish_early_are_the_loops(monkeyp
     for executor in ("loop", "graph"):
         cfg = cfg_factory(*COMMON, *FAMILIES["batchnorm_cnn"][1], f"hardware.executor={executor}")
         cfg.data.name = "tiny"
-        sims[executor] = Simulation(cfg)
+        sims[executor] = Simulation.from_config(cfg)
     outs = {executor: sim.run_round(1) for executor, sim in sims.items()}
     assert len({p.tau for p in outs["loop"].plans}) > 1, "the case must have clients of several lengths"
     loop, graph = sims["loop"].state, sims["graph"].state
@@ -98,8 +98,8 @@ def test_the_capture_control_flow_replays_the_captured_step_or_falls_back_and_sa
     a capture that fails turns capture off for the run, its steps run eagerly with the same results, and the reason
     is kept for the summary."""
     common = [*RAGGED, "model=mlp", "algo=scaffold"]
-    loop = Simulation(cfg_factory(*common, "hardware.executor=loop"))
-    sim = Simulation(cfg_factory(*common, "hardware.executor=graph"))
+    loop = Simulation.from_config(cfg_factory(*common, "hardware.executor=loop"))
+    sim = Simulation.from_config(cfg_factory(*common, "hardware.executor=graph"))
     sim.executor = CapturingOnACpu()
     sim.executor.refusal = refusal
     outs = [sim.run_round(rnd) for rnd in (1, 2)]
@@ -179,7 +179,7 @@ def test_a_captured_step_reads_nothing_on_the_host_draws_nothing_and_keeps_its_s
         cfg.data.name = "tiny"
     else:
         cfg = cfg_factory(*RAGGED, *PROBED[case], "hardware.executor=graph")
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     probe = HazardProbe()
 
     class Probed(FakeGraph):
@@ -201,7 +201,7 @@ def test_captured_steps_get_half_the_chunk_an_eager_step_gets(cfg_factory, monke
     from fedrun.algorithms.base import ClientContext
     from fedrun.engine.execution import executor as ex
 
-    sim = Simulation(cfg_factory(*RAGGED, "model=mlp", "hardware.executor=graph"))
+    sim = Simulation.from_config(cfg_factory(*RAGGED, "model=mlp", "hardware.executor=graph"))
     plan = sim.run_round(1).plans[0]
     ctx = ClientContext(1, sim.state.params, sim.state.buffers, 0.1)
     monkeypatch.setattr(ex, "free_memory_bytes", lambda device: 10**12)

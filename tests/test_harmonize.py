@@ -158,8 +158,9 @@ def test_harmonizers_plug_into_any_base_algorithm_and_log_conflicts(tmp_path, cf
 def test_fedgh_removes_every_conflict_it_projects(cfg_factory):
     from fedrun.engine.run.simulation import Simulation
 
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "partition.alpha=0.05", "fl.clients_per_round=8",
-                                 "algo/harmonizer=fedgh", "diagnostics.conflicts=true"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "partition.alpha=0.05",
+                                             "fl.clients_per_round=8",
+                                             "algo/harmonizer=fedgh", "diagnostics.conflicts=true"))
     out = sim.run_round(1)
     assert out.diagnostics["pre_conflict_ratio"] > 0
     assert out.diagnostics["post_cos_min"] >= out.diagnostics["pre_cos_min"]

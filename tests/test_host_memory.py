@@ -24,10 +24,10 @@ def test_keep_raises_glibcs_thresholds_once_and_only_when_asked(cfg_factory, mon
 
     monkeypatch.setattr(host_memory.ctypes, "CDLL", Libc)
     monkeypatch.setattr(host_memory, "_kept", False)
-    Simulation(cfg_factory("data=digits", "model=logreg", "hardware.host_memory=system"))
+    Simulation.from_config(cfg_factory("data=digits", "model=logreg", "hardware.host_memory=system"))
     assert calls == []
-    Simulation(cfg_factory("data=digits", "model=logreg", "hardware.host_memory=keep"))
-    Simulation(cfg_factory("data=digits", "model=logreg", "hardware.host_memory=keep"))
+    Simulation.from_config(cfg_factory("data=digits", "model=logreg", "hardware.host_memory=keep"))
+    Simulation.from_config(cfg_factory("data=digits", "model=logreg", "hardware.host_memory=keep"))
     assert calls == [(host_memory.M_MMAP_THRESHOLD, 32 * 2**20), (host_memory.M_TRIM_THRESHOLD, 2**30)]
 
 

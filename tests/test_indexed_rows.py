@@ -81,8 +81,9 @@ def test_a_bad_index_or_target_is_refused_with_what_is_wrong():
 
 
 def rounds(cfg_factory, *overrides: str, count: int = 2) -> dict:
-    sim = Simulation(cfg_factory("data=digits", "fl.clients_per_round=5", "fl.batch_size=16", "partition=dirichlet",
-                                 "partition.alpha=0.3", "hardware.device=cpu", *overrides))
+    sim = Simulation.from_config(cfg_factory("data=digits", "fl.clients_per_round=5", "fl.batch_size=16",
+                                             "partition=dirichlet",
+                                             "partition.alpha=0.3", "hardware.device=cpu", *overrides))
     for rnd in range(1, count + 1):
         sim.run_round(rnd)
     return {"state": vars(sim.state), "model": sim.model}

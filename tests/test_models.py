@@ -273,8 +273,8 @@ def test_a_dense_chains_large_products_without_a_graph_go_through_onednn(monkeyp
 def test_a_runs_model_takes_hardware_onednn(cfg_factory):
     from fedrun.engine.run.simulation import Simulation
 
-    assert Simulation(cfg_factory("model=mlp", "fl.rounds=1")).model.onednn  # the default
-    assert not Simulation(cfg_factory("model=mlp", "fl.rounds=1", "hardware.onednn=false")).model.onednn
+    assert Simulation.from_config(cfg_factory("model=mlp", "fl.rounds=1")).model.onednn  # the default
+    assert not Simulation.from_config(cfg_factory("model=mlp", "fl.rounds=1", "hardware.onednn=false")).model.onednn
 
 
 def test_a_log_softmax_over_few_classes_is_torchs_bit_for_bit_and_a_graph_keeps_torchs_kernel():

@@ -139,9 +139,9 @@ def test_the_fused_convolution_is_on_by_default_only_where_the_cpu_has_avx512(mo
         # CPU code: never for a GPU run, whatever hardware.native says (no build delays its first round)
         assert not any(native.kernels_on(True, "float32", "cuda").values())
         assert not any(native.kernels_on(None, "float32", torch.device("cuda", 0)).values())
-        assert Simulation(cfg_factory(*cnn_on_digits)).model.fused_conv is avx512
-        assert Simulation(cfg_factory(*cnn_on_digits, "hardware.native=true")).model.fused_conv
-        assert not Simulation(cfg_factory(*cnn_on_digits, "hardware.native=false")).model.fused_conv
+        assert Simulation.from_config(cfg_factory(*cnn_on_digits)).model.fused_conv is avx512
+        assert Simulation.from_config(cfg_factory(*cnn_on_digits, "hardware.native=true")).model.fused_conv
+        assert not Simulation.from_config(cfg_factory(*cnn_on_digits, "hardware.native=false")).model.fused_conv
         hardware = OmegaConf.create({"device": "cpu", "native": None})
         assert ("conv_pool_relu.cpp" in native.wanted(hardware)) is avx512
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # torch told to use AVX2 at most: fedrun's defaults follow
@@ -164,8 +164,9 @@ def test_without_native_kernels_every_family_runs_and_equals_the_native_path(cfg
     from fedrun.engine.run.simulation import Simulation
 
     def run(*more):
-        sim = Simulation(cfg_factory("data=digits", "fl.num_clients=6", "fl.clients_per_round=4", "fl.batch_size=8",
-                                     "hardware.device=cpu", *NATIVE_FAMILIES[family], *more))
+        sim = Simulation.from_config(cfg_factory("data=digits", "fl.num_clients=6", "fl.clients_per_round=4",
+                                                 "fl.batch_size=8",
+                                                 "hardware.device=cpu", *NATIVE_FAMILIES[family], *more))
         for rnd in (1, 2):
             sim.run_round(rnd)
         return sim.state.params.clone()

@@ -33,17 +33,19 @@ def test_fedrun_trains_on_flbenchs_clients_in_its_order_and_samples_as_flbench_i
     (source / "partition.pkl").write_bytes(pickle.dumps({"separation": None, "data_indices": parts}))
     features, classes = peer.as_leaf_json(source, tmp_path / "root")
     assert (features, classes) == (5, 3)
-    sim = Simulation(cfg_factory("data=leaf_synthetic", "data.source=json", f"data.root={tmp_path / 'root'}",
-                                 "data.num_classes=3", "data.num_dim=5", "partition=natural", "model=mlp",
-                                 "fl.num_clients=4", "fl.clients_per_round=2", "hardware.dtype=float64",
-                                 "hardware.device=cpu"))  # the peer benchmark's CPU workload
+    sim = Simulation.from_config(cfg_factory("data=leaf_synthetic", "data.source=json",
+                                             f"data.root={tmp_path / 'root'}",
+                                             "data.num_classes=3", "data.num_dim=5", "partition=natural", "model=mlp",
+                                             "fl.num_clients=4", "fl.clients_per_round=2", "hardware.dtype=float64",
+                                             "hardware.device=cpu"))  # the peer benchmark's CPU workload
     for client, part in enumerate(parts):
         got = sim.data.x_train[torch.as_tensor(sim.partition.indices[client])]
         torch.testing.assert_close(got, torch.as_tensor(x[part["train"]]))
     test = [i for part in parts for i in part["test"]]
     torch.testing.assert_close(sim.data.x_test, torch.as_tensor(x[test]))
     stream = peer.sampling_stream(40, 3, seed=7)  # FL-bench's join ratio: 10% of the clients
-    ten_percent = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=40", "fl.clients_per_round=4",
-                                         "seed=7"))
+    ten_percent = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "fl.num_clients=40",
+                                                     "fl.clients_per_round=4",
+                                                     "seed=7"))
     assert stream == [sorted(ten_percent.participants(ten_percent.state, r).ids.tolist()) for r in (1, 2, 3)]
     assert all(len(set(c)) == 4 for c in stream)

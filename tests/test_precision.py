@@ -21,8 +21,8 @@ def test_bfloat16_steps_move_the_model_by_its_rounding_and_only_the_steps_run_in
     threads included: autocast is a thread's own); the server's state keeps float32."""
     params = {}
     for precision in ("float32", "bfloat16"):
-        sim = Simulation(cfg_factory(*ROUND, f"model={model}", f"hardware.executor={executor}",
-                                     f"hardware.precision={precision}"))
+        sim = Simulation.from_config(cfg_factory(*ROUND, f"model={model}", f"hardware.executor={executor}",
+                                                 f"hardware.precision={precision}"))
         start = sim.state.params.clone()
         sim.run_round(1)
         assert sim.state.params.dtype == torch.float32
@@ -33,9 +33,9 @@ def test_bfloat16_steps_move_the_model_by_its_rounding_and_only_the_steps_run_in
 
 
 def test_float32_is_the_default_and_changes_nothing(cfg_factory):
-    default = Simulation(cfg_factory(*ROUND, "model=mlp"))
-    explicit = Simulation(cfg_factory(*ROUND, "model=mlp", "hardware.precision=float32"))
-    assert default.cfg.hardware.precision == "float32"
+    default = Simulation.from_config(cfg_factory(*ROUND, "model=mlp"))
+    explicit = Simulation.from_config(cfg_factory(*ROUND, "model=mlp", "hardware.precision=float32"))
+    assert default.settings.hardware.precision == "float32"
     default.run_round(1)
     explicit.run_round(1)
     assert torch.equal(default.state.params, explicit.state.params)
@@ -44,12 +44,13 @@ def test_float32_is_the_default_and_changes_nothing(cfg_factory):
 def test_tf32_on_a_cpu_and_reduced_precision_in_float64_are_refused_before_any_work(cfg_factory):
     with pytest.raises(ConfigError, match=r"hardware\.precision=tf32: TF32 matrix units are a GPU's.*Fix: "
                                           r"hardware\.precision=float32"):
-        Simulation(cfg_factory(*ROUND, "model=mlp", "hardware.precision=tf32"))
+        Simulation.from_config(cfg_factory(*ROUND, "model=mlp", "hardware.precision=tf32"))
     with pytest.raises(ConfigError, match=r"hardware\.precision='bfloat16': reduced precision applies to float32 "
                                           r"runs, and dtype=float64\. Fix: hardware\.precision=float32"):
-        Simulation(cfg_factory(*ROUND, "model=mlp", "hardware.precision=bfloat16", "hardware.dtype=float64"))
+        Simulation.from_config(cfg_factory(*ROUND, "model=mlp", "hardware.precision=bfloat16",
+                                           "hardware.dtype=float64"))
     with pytest.raises(ConfigError, match=r"hardware\.precision='fp16': must be one of"):
-        Simulation(cfg_factory(*ROUND, "model=mlp", "hardware.precision=fp16"))
+        Simulation.from_config(cfg_factory(*ROUND, "model=mlp", "hardware.precision=fp16"))
 
 
 def test_the_old_tf32_switch_names_its_replacement():
@@ -81,7 +82,7 @@ def test_reduced_precision_turns_the_float32_kernels_off(cfg_factory):
     for precision in ("float32", "bfloat16"):
         cfg = cfg_factory(*ROUND, "model=logreg", "fl.batch_size=5", "hardware.native=true",
                           f"hardware.precision={precision}")
-        sim = Simulation(cfg)
+        sim = Simulation.from_config(cfg)
         assert sim.model.indexed_rows is (precision == "float32")
         assert bool(wanted(cfg.hardware)) is (precision == "float32")
         start = sim.state.params.clone()

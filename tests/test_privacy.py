@@ -32,7 +32,7 @@ def mean(updates, weights, uploads):
 
 
 def trained(cfg, rounds):
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     for r in range(1, rounds + 1):
         sim.run_round(r)
     return sim
@@ -147,25 +147,25 @@ def test_a_round_no_client_joined_releases_only_the_noise(cfg_factory):
     poisson = [*SMALL, "fl.num_clients=4", "participation=poisson", "participation.rate=0.05"]
     empty = next(r for r in range(1, 50) if not len(poisson_clients(4, 0.05, 0, r)))
     for algo, moves in (("dp_fedavg", True), ("fedavg", False)):
-        sim = Simulation(cfg_factory(*poisson, f"algo={algo}", "seed=0"))
+        sim = Simulation.from_config(cfg_factory(*poisson, f"algo={algo}", "seed=0"))
         before = sim.state.params.clone()
         out = sim.run_round(empty)
         assert out.plans == [] and math.isnan(out.train_loss)
         assert (not torch.equal(before, sim.state.params)) == moves
     assert sim.algo.report(sim.state) == {}
-    private = Simulation(cfg_factory(*poisson, "algo=dp_fedavg", "seed=0"))
+    private = Simulation.from_config(cfg_factory(*poisson, "algo=dp_fedavg", "seed=0"))
     private.run_round(empty)
     assert private.algo.report(private.state)["epsilon"] == epsilon(
         "rdp", Sampling("poisson", 0.05, 4), 4, 1.0, 1, 1e-5)
 
 
 def test_a_checkpoint_from_before_privacy_resumes(cfg_factory):
-    sim = Simulation(cfg_factory(*SMALL, "algo=dp_fedavg"))
+    sim = Simulation.from_config(cfg_factory(*SMALL, "algo=dp_fedavg"))
     sim.run_round(1)
     saved = sim.state.to_plain()
     assert saved["privacy"]["released"] == 1
     del saved["privacy"]
-    initial = Simulation(cfg_factory(*SMALL, "algo=dp_fedavg")).state
+    initial = Simulation.from_config(cfg_factory(*SMALL, "algo=dp_fedavg")).state
     assert ServerState.from_plain(saved, sim.device, initial).privacy == initial.privacy
 
 
@@ -196,7 +196,7 @@ def dpsgd_rule(z=0.0, clip=0.5):
 
 
 def test_dpsgds_clipped_per_sample_gradients_equal_a_loop_over_samples(cfg_factory):
-    sim = Simulation(cfg_factory(*SMALL, "algo/local=dpsgd", "algo.local.noise_multiplier=0"))
+    sim = Simulation.from_config(cfg_factory(*SMALL, "algo/local=dpsgd", "algo.local.noise_multiplier=0"))
     rule, model = dpsgd_rule(), sim.model
     w = sim.state.params + 0.1 * torch.randn_like(sim.state.params)
     state = {"w": w, "buffers": {}}
@@ -224,8 +224,8 @@ def test_dpsgds_noise_has_standard_deviation_z_C_over_B_and_its_epsilon_is_the_l
 def test_a_vectorised_dpsgd_cohort_equals_the_loop_and_counts_each_clients_steps(cfg_factory, monkeypatch):
     common = [*SMALL[:-2], "hardware.dtype=float64", "algo/local=dpsgd", "algo.local.noise_multiplier=0",
               "fl.clients_per_round=10"]
-    loop = Simulation(cfg_factory(*common, "hardware.executor=loop"))
-    vmap = Simulation(cfg_factory(*common, "hardware.executor=vmap"))
+    loop = Simulation.from_config(cfg_factory(*common, "hardware.executor=loop"))
+    vmap = Simulation.from_config(cfg_factory(*common, "hardware.executor=vmap"))
     for r in (1, 2):
         out = loop.run_round(r)
         vmap.run_round(r)
@@ -238,4 +238,4 @@ def test_a_vectorised_dpsgd_cohort_equals_the_loop_and_counts_each_clients_steps
                       "algo/local=dpsgd")
     cfg.data.name = "tiny"
     with pytest.raises(ConfigError, match="per-sample gradients need a model without BatchNorm"):
-        Simulation(cfg)
+        Simulation.from_config(cfg)

@@ -20,9 +20,9 @@ def snapshot(state):
 
 @pytest.mark.parametrize("family", list(EVERY_FAMILY))
 def test_a_round_leaves_the_state_it_is_given_as_it_was(cfg_factory, family):
-    sim = Simulation(cfg_factory("data=digits", "model=mlp", *EVERY_FAMILY[family], "fl.num_clients=6",
-                                 "fl.clients_per_round=4", "fl.batch_size=16", "fl.momentum=0.5",
-                                 "hardware.dtype=float64"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=mlp", *EVERY_FAMILY[family], "fl.num_clients=6",
+                                             "fl.clients_per_round=4", "fl.batch_size=16", "fl.momentum=0.5",
+                                             "hardware.dtype=float64"))
     sim.run_round(1)  # client states, part states and (after the threshold) the bank have content now
     before = snapshot(sim.state)
     torch.manual_seed(1)
@@ -39,7 +39,7 @@ def test_a_round_leaves_the_state_it_is_given_as_it_was(cfg_factory, family):
 def test_the_run_advances_by_its_rounds(cfg_factory):
     """``run_round`` is ``round`` on the run's own state."""
     common = ("data=digits", "model=logreg", "fl.num_clients=6", "fl.clients_per_round=4", "algo=scaffold")
-    stepped, pure = Simulation(cfg_factory(*common)), Simulation(cfg_factory(*common))
+    stepped, pure = Simulation.from_config(cfg_factory(*common)), Simulation.from_config(cfg_factory(*common))
     state = pure.state
     for rnd in (1, 2):
         stepped.run_round(rnd)
@@ -68,7 +68,7 @@ def test_a_new_kind_of_round_is_a_new_apply_with_no_engine_change(cfg_factory):
         return new, RoundOutput(rnd, plans, weights, result, 0, 0, {})
 
     common = ("data=digits", "model=logreg", "fl.num_clients=6", "fl.clients_per_round=4", "hardware.dtype=float64")
-    composed, written = Simulation(cfg_factory(*common)), Simulation(cfg_factory(*common))
+    composed, written = Simulation.from_config(cfg_factory(*common)), Simulation.from_config(cfg_factory(*common))
 
     class Written(type(written.algo)):
         def apply(self, state, tools, rnd):

@@ -15,6 +15,7 @@ from fedrun.algorithms.schema import make
 from fedrun.config.checks import validate
 from fedrun.engine.run.experiment import run_experiment
 from fedrun.errors import ConfigError
+from conftest import with_values
 
 
 class Stepping:
@@ -150,7 +151,7 @@ def test_simulated_time_is_parallel_compute_plus_last_report_plus_transfer(tmp_p
     cfg = cfg_factory("data=digits", "model=logreg", "fl.num_clients=10", "participation=earliest",
                       "participation.fraction=0.3", "timing=simulated", "timing.step_time_s=0.5",
                       "timing.bandwidth_mbps=8", "timing.server_bandwidth_mbps=16")
-    sim = Simulation(cfg)
+    sim = Simulation.from_config(cfg)
     out = sim.run_round(1)
     who = sim.participants(sim.state, 1)
     cohort, last = who.ids, who.last_report
@@ -158,8 +159,8 @@ def test_simulated_time_is_parallel_compute_plus_last_report_plus_transfer(tmp_p
     # each way: 3 copies share the 16 Mbps server link (1.5 x a copy at 8 Mbps), slower than one client's link
     transfer = 2 * 3 * sim.model_bytes * 8 / 16e6
     assert out.diagnostics["sim_round_s"] == pytest.approx(max(p.tau for p in out.plans) * 0.5 + last + transfer)
-    sim.cfg.timing.server_bandwidth_mbps = 1e6  # a fast server: the client's link decides
-    step, sync, _ = sim.tools.simulated_times(out.plans, 1.0, who)
+    fast = Simulation.from_config(with_values(cfg, "timing.server_bandwidth_mbps=1e6"))  # the client's link decides
+    step, sync, _ = fast.tools.simulated_times(out.plans, 1.0, who)
     assert (step, sync) == (0.5, pytest.approx(last + 2 * sim.model_bytes * 8 / 8e6))
     run_experiment(cfg_factory("data=digits", "model=logreg", "fl.rounds=3", "timing=simulated",
                                "timing.step_time_s=0.5"), tmp_path)
@@ -316,8 +317,9 @@ def test_fixed_schedule_with_tau_gives_every_client_that_many_steps(cfg_factory)
     from fedrun.engine.run.simulation import Simulation
 
     assert stepping("fixed", tau=100).local_steps(600, 1.0, 32) == 100
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=4", "fl.clients_per_round=4",
-                                 "algo.schedule.tau=3"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "fl.num_clients=4",
+                                             "fl.clients_per_round=4",
+                                             "algo.schedule.tau=3"))
     assert [p.tau for p in sim.run_round(1).plans] == [3, 3, 3, 3]
 
 
@@ -342,8 +344,9 @@ def test_the_kws_lstm_presets_run_on_a_speech_commands_fixture(tmp_path, cfg_fac
 def test_fixed_schedule_switches_tau_from_its_round_on(cfg_factory):
     from fedrun.engine.run.simulation import Simulation
 
-    sim = Simulation(cfg_factory("data=digits", "model=logreg", "fl.num_clients=2", "fl.clients_per_round=2",
-                                 "algo.schedule.tau=5", "algo.schedule.switch_round=3", "algo.schedule.switch_tau=1"))
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=logreg", "fl.num_clients=2",
+                                             "fl.clients_per_round=2", "algo.schedule.tau=5",
+                                             "algo.schedule.switch_round=3", "algo.schedule.switch_tau=1"))
     taus = [sim.run_round(r).plans[0].tau for r in (1, 2, 3, 4)]
     assert taus == [5, 5, 1, 1]
     assert stepping("fixed", tau=5).observe(feedback()) == {}, "no switch: nothing to log"

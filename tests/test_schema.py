@@ -96,11 +96,13 @@ def test_parse_refuses_an_unknown_setting_with_the_nearest_valid_one():
 
 
 def test_the_built_parts_take_the_schemas_values(cfg_factory):
-    from fedrun.algorithms import build_algorithm
+    from fedrun.algorithms import algo_settings, build_algorithm
 
-    algo = build_algorithm(cfg_factory("algo=bherd", "algo.step_selector.alpha=0.3", "fl.local_epochs=2").algo)
+    algo = build_algorithm(algo_settings(cfg_factory("algo=bherd", "algo.step_selector.alpha=0.3",
+                                                     "fl.local_epochs=2").algo))
     assert (algo.step_selector.alpha, algo.step_selector.epochs) == (0.3, 2.0)
-    gift = build_algorithm(cfg_factory("algo=gift", "algo.schedule.tau0=40", "algo.schedule.relax=true").algo)
+    gift = build_algorithm(algo_settings(cfg_factory("algo=gift", "algo.schedule.tau0=40",
+                                                     "algo.schedule.relax=true").algo))
     assert (gift.schedule.tau0, gift.schedule.relax, gift.schedule.beta) == (40, True, 0.9)
 
 
@@ -144,13 +146,10 @@ def test_the_schemas_own_their_allowed_values_and_check_without_torch_or_the_eng
 
     code = ("import sys\n"
             "from fedrun.config.compose import compose_config\n"
-            "from fedrun.config.schema import section_problems\n"
-            "from fedrun.algorithms.schema import SCHEMAS, parse\n"
+            "from fedrun.config.settings import typed\n"
             "for overrides in ([], ['partition=case2', 'participation=earliest', 'data=cifar10', 'algo=mafsvrg']):\n"
-            "    cfg = compose_config(overrides)\n"
-            "    assert section_problems(cfg) == [], section_problems(cfg)\n"
-            "    for part in SCHEMAS:\n"
-            "        parse(part, cfg.algo[part])\n"
+            "    settings, problems = typed(compose_config(overrides))\n"
+            "    assert problems == [] and settings.algo.bank.name in ('none', 'ma'), problems\n"
             "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('fedrun.engine', 'fedrun.data',"
             " 'fedrun.model')))\n"
             "print(loaded)\n")

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import numbers
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
@@ -113,6 +114,38 @@ def parse(part: str, node) -> PartConfig:
                                key, sorted(fields), n=1, cutoff=0.5)) else f"; its settings are {sorted(fields)}")
                            for key in unknown])
     return cls(**values)
+
+
+@dataclass(frozen=True)
+class AlgoSettings:
+    """An ``algo`` node typed once: the preset's name, whether it pools all data in one client (centralized), and
+    each plug point's parsed config, in the order a round meets them (``parts``)."""
+
+    name: str
+    pooled: bool
+    parts: dict[str, PartConfig]
+
+    def __getattr__(self, part: str) -> PartConfig:
+        try:
+            return self.__dict__["parts"][part]
+        except KeyError:
+            raise AttributeError(part) from None
+
+
+def parse_algo(node) -> tuple[AlgoSettings, list[str]]:
+    """Every part of a composed ``algo`` node parsed (each part's range rules run here, once): the typed settings
+    and the problems found. A part that cannot be parsed stays in ``parts`` as a namespace of its raw values, so that
+    checks across groups can still read it while its problems are said."""
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    parts, problems = {}, []
+    for part in SCHEMAS:
+        raw = values.get(part) or {}
+        try:
+            parts[part] = parse(part, raw)
+        except ConfigError as e:
+            problems += e.problems
+            parts[part] = SimpleNamespace(**{"name": None, **raw})
+    return AlgoSettings(str(values.get("name")), bool(values.get("pooled", False)), parts), problems
 
 
 def make(part: str, name: str, **settings):

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
 from fedrun.config.compose import CONF_DIR
+
+if TYPE_CHECKING:
+    from fedrun.config.settings import RunSettings
 
 SCALING_SELECTORS = ("herd", "random")  # BHerd's eq. 6 and its control: the selected steps applied times E / alpha
 
@@ -35,20 +39,20 @@ def preset_steps(conf_dir: str = CONF_DIR) -> dict[str, float]:
     return steps
 
 
-def selected_step_note(cfg) -> str | None:
+def selected_step_note(run: RunSettings) -> str | None:
     """BHerd (Luo et al., eq. 6) applies each client's selected steps times E / alpha, so its effective step is
     lr x E / alpha: at alpha 0.5, twice the lr. A line when that step is above the largest step fedrun's presets
     train this model with (:func:`preset_steps`; past it a model may no longer be stable: LeNet-5 at the default
     experiment's lr), pointing to the paper's setting; None otherwise."""
-    selector = cfg.algo.get("step_selector")
-    if selector is None or selector.name not in SCALING_SELECTORS:
+    selector = run.algo.step_selector
+    if selector.name not in SCALING_SELECTORS:
         return None
     scale = float(selector.local_epochs) / float(selector.alpha)
-    step, known = float(cfg.fl.lr) * scale, preset_steps().get(cfg.model.name)
+    step, known = float(run.fl.lr) * scale, preset_steps().get(run.model.name)
     if known is None or step <= known:
         return None
     return (f"note: algo/step_selector={selector.name} applies the selected steps times E/alpha (BHerd eq. 6): "
-            f"lr x E/alpha = {cfg.fl.lr:g} x {float(selector.local_epochs):g}/{float(selector.alpha):g} = {step:g}, "
-            f"{step / known:.3g}x the largest step fedrun's presets train {cfg.model.name} with ({known:g}), where it "
+            f"lr x E/alpha = {run.fl.lr:g} x {float(selector.local_epochs):g}/{float(selector.alpha):g} = {step:g}, "
+            f"{step / known:.3g}x the largest step fedrun's presets train {run.model.name} with ({known:g}), where it "
             f"may not converge. BHerd's paper setting: experiment=bherd_svm_mnist (or bherd_cnn_cifar10, "
             f"bherd_rnn_imdb); what to expect: results/bherd/README.md")

@@ -17,27 +17,41 @@ import torch
 
 from fedrun.algorithms import check_parts
 from fedrun.algorithms.schema import is_int
-from fedrun.config.schema import section_problems
+from fedrun.config.settings import Kept, RunSettings, key_of, resolved, typed
 from fedrun.data import DATASETS
 from fedrun.data.base import DatasetSpec
 from fedrun.errors import ConfigError
 from fedrun.model.zoo import MODELS, check_fit
 
 
-def validate(cfg) -> None:
-    """Every problem of ``cfg`` at once, as one ConfigError; nothing when it can run."""
-    problems = section_problems(cfg)  # the run's sections and the typed groups: their schemas' ranges
-    problems += check_parts(cfg.algo)  # every part's ranges (its schema) and whether the parts fit together
-    spec = DATASETS.get(cfg.data.name)
+def validate(cfg) -> RunSettings:
+    """The run's typed settings (:class:`~fedrun.config.settings.RunSettings`), or every problem of ``cfg`` at once
+    as one ConfigError. Each rule runs once per config in a process: a config checked before (the command line's
+    check, then the run) is not checked again."""
+    values = resolved(cfg)
+    key = key_of(values)
+    if key in _VALID:
+        return _VALID[key]
+    run, found = typed(values)
+    problems = list(found)  # the sections', the groups' and each part's ranges
+    if run is None:
+        raise ConfigError(problems)
+    if not found:
+        problems += check_parts(run.algo)  # whether the parts fit together
+    spec = DATASETS.get(run.data.name)
     if spec is None:
-        problems.append(f"data={cfg.data.name!r}: unknown dataset. Fix: choose one of {sorted(DATASETS)}")
+        problems.append(f"data={run.data.name!r}: unknown dataset. Fix: choose one of {sorted(DATASETS)}")
     for requirement in REQUIREMENTS:
         if spec is not None or not requirement.needs_data:
-            problem = requirement.check(cfg, spec)
+            problem = requirement.check(run, spec)
             if problem:
                 problems.append(problem)
     if problems:
         raise ConfigError(problems)
+    return _VALID.keep(key, run)
+
+
+_VALID = Kept()
 
 
 @dataclass(frozen=True)
@@ -125,7 +139,7 @@ def model_fits_the_inputs(cfg, spec: DatasetSpec) -> str | None:
     why = check_fit(cfg.model.name, kind, shape, cfg.data.name)
     if why:
         return f"{why}. Fix: choose a model that fits (model=...)"
-    if kind == "tokens" and "vocab_size" in cfg.model and cfg.model.vocab_size is None:
+    if kind == "tokens" and cfg.model.vocab_size is None:
         return (f"model.vocab_size=None: model={cfg.model.name} embeds data={cfg.data.name}'s token ids, so it needs "
                 "the vocabulary's size (it follows data.vocab_size, which this dataset does not set). Fix: "
                 "model.vocab_size=<the number of token ids>, e.g. model.vocab_size=80 for LEAF Shakespeare's "

@@ -146,18 +146,11 @@ def check_overrides(args: list[str], conf_dir: str) -> list[str]:
 
 def value_problems(cfg) -> list[str]:
     """The composed config's values out of their ranges: the run's sections, the typed groups and each algorithm
-    part, by their schemas, without importing torch (what spans groups is :func:`check_run`'s)."""
-    from fedrun.algorithms.schema import SCHEMAS, parse
-    from fedrun.config.schema import section_problems
-    from fedrun.errors import ConfigError
+    part, by their schemas, without importing torch (what spans groups is :func:`check_run`'s). The typed result is
+    kept, so the run's own check does not run these rules again."""
+    from fedrun.config.settings import typed
 
-    problems = section_problems(cfg)
-    for part in SCHEMAS:
-        try:
-            parse(part, cfg.algo.get(part) or {})
-        except ConfigError as e:
-            problems += e.problems
-    return problems
+    return list(typed(cfg)[1])
 
 
 def check_run(args: list[str], conf_dir: str) -> list[str]:

@@ -6,7 +6,7 @@ not read is ignored, as a preset's ``partition.alpha`` after ``partition=classes
 
 ``RunConfig`` is registered in Hydra's ConfigStore as ``fedrun_schema``, the schema ``conf/config.yaml`` extends, and
 each group's class as ``<group>/<group>_schema``, the schema its options' YAML files extend: Hydra refuses a key
-fedrun does not have and a value of the wrong type while composing (``fl.lr=fast``), and :func:`section_problems`
+fedrun does not have and a value of the wrong type while composing (``fl.lr=fast``), and each class's ``problems``
 states every value out of range as one line naming the key, the value, the range and the fix. The values
 themselves, and the comments that say what each does, are written once, in the YAML files. The algorithm parts have
 their schemas in ``fedrun/algorithms/<part>/schema.py``; the checks that span groups (a partition's classes against the
@@ -576,12 +576,3 @@ for _group, _cls in GROUPS.items():
 SECTIONS: dict[str, type[Section]] = {"fl": FLConfig, "eval": EvalConfig, "diagnostics": DiagnosticsConfig,
                                       "checkpoint": CheckpointConfig}
 ConfigStore.instance().store(name="fedrun_schema", node=RunConfig)
-
-
-def section_problems(cfg) -> list[str]:
-    """Every value of the run's own sections and of the typed groups out of its range, one line each (their types
-    Hydra has checked while composing)."""
-    problems = []
-    for name, cls in (SECTIONS | GROUPS).items():  # typed nodes: their keys are the class's fields
-        problems += cls(**OmegaConf.to_container(cfg[name], resolve=True)).problems()
-    return problems

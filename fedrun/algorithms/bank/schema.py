@@ -3,6 +3,7 @@ YAML (conf/algo/bank/) extends. No torch: checking a config needs none."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
@@ -23,7 +24,8 @@ class NoBankConfig(PartConfig):
     name: str = "none"
 
     def arguments(self) -> dict[str, Any]:  # a bank of one model: the bank's settings are never read
-        return BankConfig().arguments() | {"kind": "none"}
+        return {"kind": "none", "ga_step": None} | {f.name: f.default for f in dataclasses.fields(BankConfig)
+                                                     if f.name != "name"}
 
 
 @register

@@ -11,7 +11,6 @@ import numpy as np
 import torch
 
 from fedrun.algorithms.base import ClientContext
-from fedrun.algorithms.base import LocalRule
 from fedrun.data import FedDataset
 from fedrun.engine.execution.full_batch import full_losses_and_gradients
 from fedrun.engine.run.metrics import classification_metrics
@@ -20,7 +19,9 @@ from fedrun.engine.run.state import ServerState
 from fedrun.model.functional import FunctionalModel
 
 if TYPE_CHECKING:
+    from fedrun.algorithms import Algorithm
     from fedrun.algorithms.round import RoundOutput
+    from fedrun.config.settings import RunSettings
 
 
 @dataclass(frozen=True)
@@ -39,15 +40,16 @@ class Evaluation:
     and the evaluation settings are fixed for the run; the state is given to each call."""
 
     def __init__(self, model: FunctionalModel, data: FedDataset, client_indices: list, holdout: list | None,
-                 rule: LocalRule, eval_cfg, by_users: bool, weight_decay: float, batch_size: int, seed: int,
-                 preferences=None):
+                 algo: Algorithm, settings: RunSettings):
+        rule = algo.local
         self.model, self.data, self.client_indices, self.holdout, self.rule = model, data, client_indices, holdout, rule
-        self.preferences = preferences  # a bank's eq. 18 (losses, models, weight decay) -> each client's model
-        self.batch = int(eval_cfg.batch_size)
-        self.class_metrics = bool(eval_cfg.class_metrics)
-        self.personalized = bool(eval_cfg.personalized) or rule.personalizes
-        self.by_users = by_users and data.test_users is not None  # natural clients with their own test splits
-        self.weight_decay, self.train_batch, self.seed = float(weight_decay), int(batch_size), int(seed)
+        self.preferences = algo.bank.preferences  # a bank's eq. 18: (losses, models, weight decay) -> client's model
+        self.batch = settings.eval.batch_size
+        self.class_metrics = settings.eval.class_metrics
+        self.personalized = settings.eval.personalized or rule.personalizes
+        # natural clients with their own test splits
+        self.by_users = settings.partition.name == "natural" and data.test_users is not None
+        self.weight_decay, self.train_batch, self.seed = settings.fl.weight_decay, settings.fl.batch_size, settings.seed
         self.device = data.x_train.device
         self._preferred = None  # (the bank's models tensor, its version, each client's preferred model)
 

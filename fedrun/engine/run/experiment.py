@@ -58,20 +58,20 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
     SIGTERM or Ctrl-C lets the current round finish, writes a checkpoint and ends the run with status
     ``interrupted``, saying the command that continues it; a second Ctrl-C stops at once. Over several ``ranks``
     (torchrun) each trains its share of every round and rank 0 alone writes the run's files."""
-    validate(cfg)  # before any work (and before the run directory gets files): a bad value costs nothing
+    run = validate(cfg)  # before any work (and before the run directory gets files): a bad value costs nothing
     ranks = ranks or Ranks()
-    note = selected_step_note(cfg)
+    note = selected_step_note(run)
     if note:
         log.warning(note)
     run_dir = Path(run_dir)
     fingerprint = config_fingerprint(cfg)
-    saved = load_latest(run_dir) if cfg.resume else None
-    if cfg.resume and saved is None:
-        nothing_to_resume(run_dir, cfg, ranks.writer)
-    started_with = check_resumable(saved, cfg, run_dir) if saved is not None else cfg.fl.rounds
+    saved = load_latest(run_dir) if run.resume else None
+    if run.resume and saved is None:
+        nothing_to_resume(run_dir, run.overwrite, ranks.writer)
+    started_with = check_resumable(saved, cfg, run_dir) if saved is not None else run.fl.rounds
     # the commits that computed the checkpoint's rounds and their wall time, read before summary.json is rewritten
     made_by, earlier_s, ran_on = earlier_work(saved, run_dir) if saved is not None else ([], 0.0, [])
-    out = RunDirectory(run_dir, write_metrics=cfg.logger.name != "none", write=ranks.writer)
+    out = RunDirectory(run_dir, write_metrics=run.logger.name != "none", write=ranks.writer)
     summary = base_summary(cfg) | {"status": "running"}
     commits = list(dict.fromkeys(made_by + ([summary["git_commit"]] if summary["git_commit"] else [])))
     if saved is not None:
@@ -82,23 +82,23 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
     wandb = None
     stop = _StopRequests()
     try:
-        native.prepare(cfg.hardware)  # a kernel not built yet is built now, said, not in the middle of round 1
-        sim = Simulation(cfg, checked=True, ranks=ranks)
+        native.prepare(run.hardware)  # a kernel not built yet is built now, said, not in the middle of round 1
+        sim = Simulation(run, ranks=ranks)
         release_collector()  # built: the rounds collect as the process did before the command started
         out.save_partition(sim.partition.to_json(sim.labels, sim.label_classes))
         log.info(sim.partition.summary(sim.labels, sim.label_classes))
         log.info("%s on %s: %s (%d parameters), %s executor, device %s", sim.algo.name, sim.data.name,
-                 cfg.model.name, sim.model.dim, sim.executor.name, sim.device)
+                 run.model.name, sim.model.dim, sim.executor.name, sim.device)
         summary |= {"dataset_fingerprint": sim.data.fingerprint(), "partition_fingerprint": sim.partition.fingerprint(),
                     "num_parameters": sim.model.dim, "device": str(sim.device), "machine": device_name(sim.device),
                     "executor": sim.executor.name, "ranks": ranks.size}
         machines = list(dict.fromkeys([*ran_on, summary["machine"]]))  # where its rounds ran, each once
         if saved is not None:
             summary["machines"] = machines
-        if cfg.logger.name == "wandb" and ranks.writer:
+        if run.logger.name == "wandb" and ranks.writer:
             wandb = WandbLogger(cfg, out.path, sweep_group)
-        rounds = cfg.fl.rounds
-        grid = EvaluationGrid(cfg.eval.every, cfg.eval.every_s)
+        rounds = run.fl.rounds
+        grid = EvaluationGrid(run.eval.every, run.eval.every_s)
         history: list[dict] = []
         bytes_up = bytes_down = first = 0
         if saved is not None:
@@ -113,8 +113,8 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
             if started_with < rounds:
                 summary["extended_from_rounds"] = started_with
             log.info("resumed from the checkpoint of round %d in %s", first, run_dir)
-        every, keep = cfg.checkpoint.every, cfg.checkpoint.keep
-        bar = ProgressBar(rounds, bool(cfg.progress) and ranks.writer, f"{sim.algo.name}/{sim.data.name}",
+        every, keep = run.checkpoint.every, run.checkpoint.keep
+        bar = ProgressBar(rounds, run.progress and ranks.writer, f"{sim.algo.name}/{sim.data.name}",
                           initial=first)
         status = {"status": "finished", "rounds_completed": rounds}
         for rnd in range(first + 1, rounds + 1):
@@ -129,7 +129,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
             k = len(step.plans)
             bytes_down += step.bytes_down
             bytes_up += step.bytes_up
-            budget = cfg.timing.budget_s
+            budget = run.timing.budget_s
             spent = budget is not None and "sim_round_s" in step.diagnostics and sim.state.sim_time >= budget
             row = None
             if grid.due(rnd, clock, sim.state.sim_time) or rnd == rounds or diverged or spent:
@@ -172,7 +172,7 @@ def run_experiment(cfg, run_dir: str | Path, sweep_group: str | None = None, ran
                 break
         bar.close()
         if history:
-            summary |= finish_summary(history, cfg.eval.target_acc)
+            summary |= finish_summary(history, run.eval.target_acc)
         summary |= status | sim.executor.report()
         if ranks.size > 1:  # what exchanging the cohorts' results cost this rank (rank 0's, in summary.json)
             summary |= {"exchange": "sums" if sim.summed else "rows", "exchange_s": round(ranks.exchange_s, 3),
@@ -211,12 +211,12 @@ def ending_note(summary: dict, note: str | None) -> str:
     return fell + (f". As said at the start, {note.removeprefix('note: ')}" if note else "")
 
 
-def nothing_to_resume(run_dir: Path, cfg, writer: bool = True) -> None:
+def nothing_to_resume(run_dir: Path, overwrite: bool, writer: bool = True) -> None:
     """``resume=true`` where no checkpoint can be read: refused (ConfigError) where checkpoints exist but none can be
     read, unless ``overwrite=true`` (then the run's files are moved aside, by the ``writer``, and it starts over);
     said where there is none (the run starts at round 1)."""
     held = checkpoints(run_dir)
-    if held and not cfg.overwrite:
+    if held and not overwrite:
         raise ConfigError([f"resume=true: none of the {len(held)} checkpoint(s) in {run_dir} can be read (each one's "
                            f"error is above), so the run cannot continue. Fix: add overwrite=true to start it over "
                            f"(its files are kept in {run_dir.name}.previous-<time>/ beside it), or put back a "

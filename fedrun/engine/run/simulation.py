@@ -21,6 +21,7 @@ from fedrun.algorithms.stateful import STATEFUL_PARTS
 from fedrun.algorithms.base import ClientContext, TrainingSet
 from fedrun.algorithms.round import RoundOutput
 from fedrun.config.checks import validate
+from fedrun.config.settings import RunSettings
 from fedrun.data import FedDataset, get_spec, load_dataset
 from fedrun.data.augment import AugmentedImages, training_inputs
 from fedrun.model.functional import FunctionalModel, prefers_channels_last
@@ -52,98 +53,100 @@ def resolve_device(name: str) -> torch.device:
 
 
 class Simulation:
-    """The state of a run and one step of it: ``run_round(r)``. Config is validated before anything is loaded, unless
-    the caller did already (``checked``: :func:`~fedrun.engine.run.experiment.run_experiment`, before the run directory
-    gets files)."""
+    """The state of a run and one step of it: ``run_round(r)``, built from a run's checked, typed settings
+    (:func:`fedrun.config.checks.validate`; :meth:`from_config` checks a composed config first)."""
 
-    def __init__(self, cfg, data: FedDataset | None = None, checked: bool = False, ranks: Ranks | None = None):
-        if not checked:
-            validate(cfg)
-        self.cfg, self.ranks = cfg, ranks or Ranks()
-        if cfg.hardware.num_threads:
-            torch.set_num_threads(int(cfg.hardware.num_threads))
-        torch.set_flush_denormal(cfg.hardware.denormals == "flush")  # this thread's, and the threads it starts
-        if cfg.hardware.host_memory == "keep":
+    @classmethod
+    def from_config(cls, cfg, data: FedDataset | None = None, ranks: Ranks | None = None) -> Simulation:
+        """The simulation of a composed config, checked (every problem at once, before anything is loaded)."""
+        return cls(validate(cfg), data, ranks)
+
+    def __init__(self, settings: RunSettings, data: FedDataset | None = None, ranks: Ranks | None = None):
+        run = self.settings = settings
+        self.ranks = ranks or Ranks()
+        if run.hardware.num_threads:
+            torch.set_num_threads(int(run.hardware.num_threads))
+        torch.set_flush_denormal(run.hardware.denormals == "flush")  # this thread's, and the threads it starts
+        if run.hardware.host_memory == "keep":
             keep_freed_memory()
-        self.device = resolve_device(cfg.hardware.device)
-        check_device(cfg.hardware.precision, self.device)
+        self.device = resolve_device(run.hardware.device)
+        check_device(run.hardware.precision, self.device)
         if self.device.type == "cuda":
-            configure_cuda(cfg.hardware.deterministic)
-            share_memory(cfg.hardware.memory_share, self.device)
-        self.dtype = getattr(torch, cfg.hardware.dtype)
-        self.data = (data or load_dataset(cfg.data, self.device)).to(self.device, self.dtype)
-        if cfg.eval.test_subset is not None:
-            self.data = self.data.test_subset(int(cfg.eval.test_subset), cfg.seed)
+            configure_cuda(run.hardware.deterministic)
+            share_memory(run.hardware.memory_share, self.device)
+        self.dtype = getattr(torch, run.hardware.dtype)
+        self.data = (data or load_dataset(run.data, self.device)).to(self.device, self.dtype)
+        if run.eval.test_subset is not None:
+            self.data = self.data.test_subset(int(run.eval.test_subset), run.seed)
         self.labels, self.label_classes = self.data.class_labels()
-        self.train_inputs = training_inputs(self.data, cfg.data, cfg.seed)
-        self.algo = build_algorithm(cfg.algo)
+        self.train_inputs = training_inputs(self.data, run.data, run.seed)
+        self.algo = build_algorithm(run.algo)  # its parts checked and parsed in validate
 
-        torch.manual_seed(cfg.seed)
-        kind = get_spec(cfg.data.name).meta(cfg.data)[0]
-        module, objective = build_model(cfg.model, kind, self.data.input_shape, self.data.num_classes, cfg.data.name)
-        layout = cfg.hardware.layout
-        kernels = kernels_on(cfg.hardware.native, cfg.hardware.precision, self.device)
+        torch.manual_seed(run.seed)
+        kind = get_spec(run.data.name).meta(run.data)[0]
+        module, objective = build_model(run.model, kind, self.data.input_shape, self.data.num_classes, run.data.name)
+        layout = run.hardware.layout
+        kernels = kernels_on(run.hardware.native, run.hardware.precision, self.device)
         self.model = FunctionalModel(module.to(self.device, self.dtype), objective,
-                                     by_hand=cfg.hardware.gradient == "auto",
+                                     by_hand=run.hardware.gradient == "auto",
                                      channels_last=layout == "channels_last" or layout == "auto"
                                      and prefers_channels_last(module, self.device),
-                                     cohort_network=cfg.hardware.cohort_network is True or (
-                                         cfg.hardware.cohort_network is None and self.device.type == "cpu"),
-                                     onednn=cfg.hardware.onednn, fused_conv=kernels[FUSED_CONV],
+                                     cohort_network=run.hardware.cohort_network is True or (
+                                         run.hardware.cohort_network is None and self.device.type == "cpu"),
+                                     onednn=run.hardware.onednn, fused_conv=kernels[FUSED_CONV],
                                      indexed_rows=kernels[INDEXED_ROWS])
-        if cfg.hardware.native is None and self.model.cohort is not None and self.device.type == "cpu":
+        if run.hardware.native is None and self.model.cohort is not None and self.device.type == "cpu":
             log.info("hardware.native=null: the fused convolution kernels are %s (this CPU %s AVX-512)",
                      "on" if self.model.fused_conv else "off", "has" if has_avx512() else "has no")
         params, buffers = self.model.init_params(), self.model.init_buffers()
 
         task = objective.task_class(self.labels) if objective.task_class is not None else None
-        partition = make_partition(cfg.partition, self.labels, self.data.train_users, cfg.fl.num_clients, cfg.seed,
+        partition = make_partition(run.partition, self.labels, self.data.train_users, run.fl.num_clients, run.seed,
                                    task)
         if self.algo.pooled:  # centralized SGD: one client holding every training sample
             partition = Partition([np.arange(len(self.labels))], f"pooled (centralized; {partition.layout} ignored)")
         # a client's held-out samples (eval.holdout) leave its training data: everything below sees the rest
-        partition, self.holdout = held_out(partition, float(cfg.eval.holdout), cfg.seed)
+        partition, self.holdout = held_out(partition, float(run.eval.holdout), run.seed)
         self.partition = partition
         self.num_clients = len(partition.indices)
-        self.devices = Devices.build(cfg.devices, cfg.timing, self.num_clients, cfg.fl.batch_size, cfg.seed)
-        self.availability = Availability.build(cfg.availability, self.num_clients, cfg.seed)
-        refuse_single_sample_batches(self.model, params, buffers, self.data.x_train, partition, cfg.model.name)
+        self.devices = Devices.build(run.devices, run.timing, self.num_clients, run.fl.batch_size, run.seed)
+        self.availability = Availability.build(run.availability, self.num_clients, run.seed)
+        refuse_single_sample_batches(self.model, params, buffers, self.data.x_train, partition, run.model.name)
         if self.algo.local.per_sample and self.model.buffer_names:
-            raise ConfigError([f"algo/local={self.algo.local.name} with model={cfg.model.name}: per-sample gradients "
+            raise ConfigError([f"algo/local={self.algo.local.name} with model={run.model.name}: per-sample gradients "
                                "need a model without BatchNorm statistics (in training a sample's gradient depends "
                                "on the rest of its batch). Fix: a model without BatchNorm (model.batch_norm=false "
                                "where the model has the option)"])
-        features = MODELS[cfg.model.name].parameter_features
+        features = MODELS[run.model.name].parameter_features
         local, clients = self.algo.local.setup(self.algo.local.server_init(params, self.num_clients), TrainingSet(
             self.data.x_train, partition.indices, self.model.dim,
             features(self.data.input_shape, self.data.num_classes) if features else None))
         self.state = ServerState(params, buffers, self.algo.server_opt.init(params), local,
                                  **{part: getattr(self.algo, part).init(params, self.num_clients)
                                     for part in STATEFUL_PARTS}, clients=clients)
-        b = min(cfg.fl.batch_size, len(self.labels))
-        self.executor = make_executor(cfg.hardware, self.model, self.device, self.data.x_train[:b],
+        b = min(run.fl.batch_size, len(self.labels))
+        self.executor = make_executor(run.hardware, self.model, self.device, self.data.x_train[:b],
                                       self.data.y_train[:b], self.typical_cohort(),
                                       self.algo.local)
         self.model_bytes = self.model.param_bytes + self.model.buffer_bytes(self.state.buffers)
         self.gram_block = None  # the step selector's Gram matrix in column blocks of this many coordinates (host steps)
         self.step_store = self._step_store() if self.algo.step_selector.records_steps else None
-        track = cfg.diagnostics.track_params
-        self.tracked = np.sort(np.random.default_rng([cfg.seed, 0x7AC4ED]).choice(
+        track = run.diagnostics.track_params
+        self.tracked = np.sort(np.random.default_rng([run.seed, 0x7AC4ED]).choice(
             self.model.dim, min(track, self.model.dim), replace=False)) if track else None
         self.summed = self._summed()
         self.tools = EngineTools(self)
-        self.evaluation = Evaluation(self.model, self.data, partition.indices, self.holdout, self.algo.local, cfg.eval,
-                                     cfg.partition.name == "natural", cfg.fl.weight_decay, cfg.fl.batch_size,
-                                     cfg.seed, self.algo.bank.preferences)
+        self.evaluation = Evaluation(self.model, self.data, partition.indices, self.holdout, self.algo, run)
 
     def _step_store(self) -> torch.device:
         """Where a step selector (BHerd, GraB) keeps the round's step gradients (``hardware.step_store``): on the
         compute device, or in host memory with the Gram matrix accumulated over column blocks of ``hardware.gram_block``
         (``auto``: host only when the largest cohort's steps exceed memory_fraction of the accelerator's free
         memory)."""
-        hw = self.cfg.hardware
+        hw = self.settings.hardware
         taus = sorted(self.local_steps(self.state, range(self.num_clients)), reverse=True)
-        need = sum(taus[: self.cfg.fl.clients_per_round]) * len(self.state.params) * self.state.params.element_size()
+        params = self.state.params
+        need = sum(taus[: self.settings.fl.clients_per_round]) * len(params) * params.element_size()
         choice = hw.step_store
         if choice == "auto":
             free = free_bytes(self.device) if self.device.type == "cuda" else None
@@ -160,11 +163,11 @@ class Simulation:
         (``hardware.exchange=sums``, over several ranks): only where nothing of the round reads one client's update,
         neither a part (``reads_each_update``) nor a diagnostic (conflicts, similarity matrices, tracked
         coordinates, the clients' local models on their own test splits under a natural partition)."""
-        cfg, algo = self.cfg, self.algo
+        run, algo = self.settings, self.algo
         reads = [algo.local, *(getattr(algo, part) for part in STATEFUL_PARTS)]
-        diagnostics = (cfg.diagnostics.conflicts or cfg.diagnostics.similarity_every or cfg.diagnostics.track_params
-                       or cfg.partition.name == "natural")
-        return (self.ranks.size > 1 and cfg.hardware.exchange == "sums" and not diagnostics
+        diagnostics = (run.diagnostics.conflicts or run.diagnostics.similarity_every or run.diagnostics.track_params
+                       or run.partition.name == "natural")
+        return (self.ranks.size > 1 and run.hardware.exchange == "sums" and not diagnostics
                 and not any(part.reads_each_update for part in reads))
 
     def state_dict(self) -> dict:
@@ -185,25 +188,25 @@ class Simulation:
         """Each cohort client's steps and minibatches this round; a rule that draws k batches per step (Per-FedAvg)
         gets minibatches of k*B samples and tau_i = floor(E n_i / (k B)). The config is read once per round: its
         attribute lookups would cost more than the plans of a 400-machine round."""
-        width, seed, reshuffle = self.batch_width, self.cfg.seed, self.cfg.fl.reshuffle
+        width, seed, reshuffle = self.batch_width, self.settings.seed, self.settings.fl.reshuffle
         return plan_cohort(list(map(int, cohort)), self.partition.indices, self.local_steps(state, cohort), width,
                            seed, rnd, reshuffle, self.device)
 
     @property
     def batch_width(self) -> int:
-        return self.cfg.fl.batch_size * self.algo.local.batches_per_step
+        return self.settings.fl.batch_size * self.algo.local.batches_per_step
 
     def local_steps(self, state: ServerState, clients) -> list[int]:
         """tau_i of each of ``clients`` under the schedule as it stands in ``state`` (the config read once for all of
         them)."""
-        epochs, width, steps = self.cfg.fl.local_epochs, self.batch_width, self.algo.schedule.local_steps
+        epochs, width, steps = self.settings.fl.local_epochs, self.batch_width, self.algo.schedule.local_steps
         schedule = state.schedule
         return [steps(schedule, len(self.partition.indices[int(c)]), epochs, width) for c in clients]
 
     def lr(self, rnd: int) -> float:
         """``fl.lr``, times ``fl.lr_gamma`` for every milestone in ``fl.lr_milestones`` reached (BHerd Fig. 4:
         milestones [50], gamma 0.5 halves eta from round 50 on)."""
-        fl = self.cfg.fl
+        fl = self.settings.fl
         return fl.lr * fl.lr_gamma ** sum(rnd >= m for m in fl.lr_milestones)
 
     def full_losses_and_gradients(self, state: ServerState, points: torch.Tensor, clients, own: bool = False
@@ -213,7 +216,7 @@ class Simulation:
         samples)."""
         indices = [torch.as_tensor(self.partition.indices[int(c)], device=self.device) for c in clients]
         return full_losses_and_gradients(self.model, state.buffers, self.data.x_train, self.data.y_train,
-                                         indices, points, int(self.cfg.eval.batch_size), own)
+                                         indices, points, int(self.settings.eval.batch_size), own)
 
     def train(self, rule, ctx: ClientContext, plans: list[ClientPlan], client_states: list, select=None
               ) -> CohortResult:
@@ -224,7 +227,7 @@ class Simulation:
             self.train_inputs.begin_round(ctx.round)
         executor = self.executor if self.ranks.size == 1 else Ranked(self.executor, self.ranks, self.device,
                                                                       self.summed)
-        return InPrecision(executor, self.cfg.hardware.precision, self.device).train(
+        return InPrecision(executor, self.settings.hardware.precision, self.device).train(
             rule, self.model, ctx, plans, self.train_inputs, self.data.y_train, client_states, self.step_store, select)
 
     def run_round(self, rnd: int) -> RoundOutput:
@@ -240,10 +243,10 @@ class Simulation:
     def typical_cohort(self) -> int:
         """The clients a round trains (fl.clients_per_round), or their expected number under Poisson sampling: what
         the executor is chosen for."""
-        part = self.cfg.participation
+        part = self.settings.participation
         if part.name == "poisson":
             return max(1, round(part.rate * self.num_clients))
-        return min(self.cfg.fl.clients_per_round, self.num_clients)
+        return min(self.settings.fl.clients_per_round, self.num_clients)
 
     def participants(self, state: ServerState, rnd: int) -> Participants:
         """The round's reporting clients: ``participation=uniform`` draws fl.clients_per_round (ceil((1 + beta) K)
@@ -252,8 +255,8 @@ class Simulation:
         availability, dropouts or over-selection the sampled clients then run on the simulated clock
         (:func:`~fedrun.engine.run.devices.arrivals`): those that fail or go offline before their update arrives drop
         out, and over-selection keeps the first K to arrive."""
-        part, seed, n = self.cfg.participation, self.cfg.seed, self.num_clients
-        if part["name"] == "earliest":
+        part, seed, n = self.settings.participation, self.settings.seed, self.num_clients
+        if part.name == "earliest":
             delays = report_delays(n, seed, rnd, part.delay, part.delay_scale)
             cohort = earliest_reporters(delays, part.fraction)
             return Participants(cohort, float(delays[cohort].max()))
@@ -262,22 +265,22 @@ class Simulation:
         if part.name == "poisson":
             sampled = np.intersect1d(poisson_clients(n, part.rate, seed, rnd), online)
         else:
-            per_round = min(self.cfg.fl.clients_per_round, n)
+            per_round = min(self.settings.fl.clients_per_round, n)
             sampled = sample_clients(n, math.ceil((1 + part.over_selection) * per_round - 1e-9), seed, rnd, online)
         if self.availability.kind == "always" and not part.dropout and not part.over_selection:
             return Participants(sampled)
         taus = np.array(self.local_steps(state, sampled), dtype=np.float64)
-        timed = self.cfg.timing.name == "simulated" and self.cfg.timing.step_time_s is not None
+        timed = self.settings.timing.name == "simulated" and self.settings.timing.step_time_s is not None
         failed = failures(sampled, float(part.dropout), seed, rnd, n)
         if timed:  # each client's compute and transfer on its device; when it goes offline
-            compute = taus * float(self.cfg.timing.step_time_s) * self.devices.step_factor[sampled]
+            compute = taus * float(self.settings.timing.step_time_s) * self.devices.step_factor[sampled]
             bits = self.model_bytes * 8
-            transfer = np.maximum(len(sampled) * bits / (float(self.cfg.timing.server_bandwidth_mbps) * 1e6),
+            transfer = np.maximum(len(sampled) * bits / (float(self.settings.timing.server_bandwidth_mbps) * 1e6),
                                   bits / (self.devices.link_mbps[sampled] * 1e6))
             offline_in = np.array([self.availability.window(int(c), start)[1] - start for c in sampled])
         else:  # dropouts alone: the lost compute in local steps
             compute, transfer, offline_in = taus, np.zeros(len(sampled)), np.full(len(sampled), np.inf)
-        keep = min(self.cfg.fl.clients_per_round, n) if part.over_selection else None
+        keep = min(self.settings.fl.clients_per_round, n) if part.over_selection else None
         done = arrivals(sampled, compute, transfer, offline_in, failed, keep)
         if not timed:
             done.logged["wasted_steps"] = done.logged.pop("wasted_compute_s")
@@ -289,7 +292,7 @@ class Simulation:
                            ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each client's training objective (minibatch loss + (weight_decay / 2) ||w||^2) and its gradient on its last
         minibatch of the round, at ``points`` (d,) or (K, d); what AFL and AdaComm read (RoundFeedback.probed)."""
-        wd = float(self.cfg.fl.weight_decay)
+        wd = float(self.settings.fl.weight_decay)
         losses, grads = [], []
         for i, plan in enumerate(plans):
             w = points[i] if points.dim() == 2 else points
@@ -307,17 +310,17 @@ class EngineTools:
     given, and the settings a round reads, typed once from the config."""
 
     def __init__(self, sim: Simulation):
-        cfg = sim.cfg
+        run = sim.settings
         self._sim = sim
         self.num_clients, self.model_bytes, self.device = sim.num_clients, sim.model_bytes, sim.device
-        self.momentum, self.weight_decay = float(cfg.fl.momentum), float(cfg.fl.weight_decay)
-        self.conflicts, self.similarity_every = bool(cfg.diagnostics.conflicts), cfg.diagnostics.similarity_every
-        self._timing = cfg.timing
-        self.simulated, self.budget_s = cfg.timing.name == "simulated", cfg.timing.budget_s
+        self.momentum, self.weight_decay = float(run.fl.momentum), float(run.fl.weight_decay)
+        self.conflicts, self.similarity_every = bool(run.diagnostics.conflicts), run.diagnostics.similarity_every
+        self._timing = run.timing
+        self.simulated, self.budget_s = run.timing.name == "simulated", run.timing.budget_s
         # the simulated clock reads the round's measured training time (timing.step_time_s null)
-        self.measures_step_time = self.simulated and cfg.timing.step_time_s is None
+        self.measures_step_time = self.simulated and run.timing.step_time_s is None
         self.tracked = sim.tracked
-        self.clients_per_round = min(int(cfg.fl.clients_per_round), sim.num_clients)
+        self.clients_per_round = min(int(run.fl.clients_per_round), sim.num_clients)
 
     @property
     def gram_block(self) -> int | None:
@@ -354,7 +357,7 @@ class EngineTools:
         return self._sim.availability.next_online(t)
 
     def sample(self, count: int, round_: int, among: np.ndarray) -> np.ndarray:
-        return sample_clients(self.num_clients, count, self._sim.cfg.seed, round_, among)
+        return sample_clients(self.num_clients, count, self._sim.settings.seed, round_, among)
 
     def durations(self, plans: list[ClientPlan], concurrent: int) -> np.ndarray:
         ids = [p.id for p in plans]

@@ -250,8 +250,8 @@ def wanted(hardware) -> list[str]:
     on_cpu = hardware.device == "cpu" or (hardware.device == "auto" and not torch.cuda.is_available())
     if not on_cpu:
         return []
-    return [source for source, on in kernels_on(hardware.get("native"), hardware.get("precision", "float32")).items()
-            if on]
+    native, precision = getattr(hardware, "native", None), getattr(hardware, "precision", "float32")
+    return [source for source, on in kernels_on(native, precision).items() if on]
 
 
 def prepare(hardware) -> None:

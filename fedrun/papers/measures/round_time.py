@@ -25,8 +25,9 @@ def measure(repeats: int = 5, algos: tuple[str, ...] = ("fsvrg", "mafsvrg", "gaf
     for algo in algos:
         for executor in executors:
             extra = [] if algo == "fsvrg" else ["algo.bank.threshold=1"]
-            sim = Simulation(compose_config([f"experiment={experiment}", f"algo={algo}", *EXECUTORS[executor],
-                                             *extra]))
+            sim = Simulation.from_config(compose_config([f"experiment={experiment}", f"algo={algo}",
+                                                         *EXECUTORS[executor],
+                                                         *extra]))
             sim.run_round(1)
             sim.run_round(2)
             for repeat, rnd in enumerate(range(3, 3 + repeats)):
