@@ -12,7 +12,7 @@ gradient reaches the same input element, and the pooling and the ReLU's backward
 elements. So does the bias of a convolution directly before one (max commutes with adding a constant, also in
 rounded arithmetic): added after the pooling, its gradient is a sum over a quarter of the elements, where oneDNN's
 convolution backward would sum the whole output in a slow scalar loop. The same losses and gradients as each
-client's own step, to float rounding (tests/test_cohort_network.py).
+client's own step, to float rounding (tests/model/test_cohort_network.py).
 
 ``python -m fedrun.bench.workloads`` times it against torch.func's vmap and the loop in threads (results/bench/).
 """

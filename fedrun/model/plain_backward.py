@@ -1,5 +1,5 @@
 """The one patch of a private torch function fedrun makes, kept here and tested against the pinned torch
-(tests/test_plain_backward.py).
+(tests/model/test_plain_backward.py).
 
 torch.func's gradients (``grad``, ``vjp``, ``vmap`` of them) end in ``torch._functorch.eager_transforms.
 _autograd_grad``, which runs ``torch.autograd.grad`` inside ``torch._dynamo.compiled_autograd._disable()``; reading

@@ -36,8 +36,8 @@ torch.cuda.get_device_name())"; } > "$WORK/machine.log" 2>&1
 if wanted tests; then
   # the graph executor's capture first (its control flow, its hazards, BatchNorm), then the GPU's equality with the
   # CPU loop; no -x: every failure is wanted, and -rA names each outcome
-  step tests-capture 50 $PY -m pytest -q -rA -p no:cacheprovider tests/test_graph_executor.py
-  step tests-gpu 70 $PY -m pytest -q -rA -p no:cacheprovider tests/test_gpu.py tests/test_precision.py
+  step tests-capture 50 $PY -m pytest -q -rA -p no:cacheprovider tests/engine/execution/test_graph_executor.py
+  step tests-gpu 70 $PY -m pytest -q -rA -p no:cacheprovider tests/engine/execution/test_gpu.py tests/engine/execution/test_precision.py
 fi
 if wanted limits; then
   # the 1000- and 100-client LeNet-5 rounds under each form, each form its own step: one form's error leaves the others

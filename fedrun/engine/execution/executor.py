@@ -456,7 +456,7 @@ def flops_per_step(model: FunctionalModel, x: torch.Tensor, y: torch.Tensor) -> 
     ``torch.utils.flop_counter`` counts them (the multiplications of convolutions and matrix products, each counted
     twice; a layer's input gradient only where its input needs one; a grouped convolution's weight gradient ``groups``
     times), from the layers' shapes in one forward pass: running FlopCounterMode imports torch._dynamo, a second of
-    every run's start. ``tests/test_executor.py`` checks the count against FlopCounterMode's."""
+    every run's start. ``tests/engine/execution/test_executor.py`` checks the count against FlopCounterMode's."""
     total = 0
 
     def count(module, args, out):

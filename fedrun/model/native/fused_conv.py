@@ -8,7 +8,7 @@ convolution followed by the same pooling and ReLU (LeNet-5's second: 6 input and
 kernel too (``conv_pool_relu_images``): its backward visits only the pooling's winners, a quarter of the convolution's
 outputs, for the weights' and the images' gradients. Each kernel writes its output in the memory that the layer after it
 reads (``layout_for``), so nothing is copied between them and the Linear layers. The same values as the layers one by
-one, to float rounding (tests/test_fused_conv.py).
+one, to float rounding (tests/model/native/test_fused_conv.py).
 """
 
 from __future__ import annotations

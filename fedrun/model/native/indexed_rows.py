@@ -7,8 +7,8 @@ products, and in the dozens of small tensor operations around them. Here one com
 (``fedrun/model/native/kernels/indexed_linear.cpp``, built by ``fedrun/model/native/build.py``) reads each row where it
 lies and gives the clients' minibatch losses and flat gradients: the forward, the objective's loss and output gradient
 (the smooth SVM's and cross-entropy's, as ``fedrun/model/zoo.py`` has them) and the backward. The same values as the
-gathered minibatch's steps by hand, to float rounding (tests/test_indexed_rows.py). ``hardware.native=false``
-turns it off.
+gathered minibatch's steps by hand, to float rounding (tests/model/native/test_indexed_rows.py).
+``hardware.native=false`` turns it off.
 
 It applies to a local rule that reads its minibatch only through the model's loss and gradient (``LocalRule.batchable``:
 local SGD, in the executors' native and plain steps), a dense chain of one Linear layer of at most ``MAX_OUTPUTS``

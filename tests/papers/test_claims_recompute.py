@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from conftest import load_script
+from conftest import REPO, load_script
 from fedrun.papers.artefacts import artefacts
 
 
@@ -63,5 +62,5 @@ def test_every_committed_verdict_with_a_runs_file_is_what_its_runs_give():
     """scripts/recompute_claims.py over results/: every verdict file that has its runs file beside it recomputes to
     the same verdicts, intervals and p-values (files decided before fedrun kept runs files are listed, not
     compared)."""
-    found, _ = load_script("recompute_claims").recompute(Path(__file__).resolve().parents[1] / "results")
+    found, _ = load_script("recompute_claims").recompute(REPO / "results")
     assert {name: diffs for name, diffs in found.items() if diffs} == {}

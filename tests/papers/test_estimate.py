@@ -16,6 +16,7 @@ from fedrun.errors import FedrunError
 from fedrun.papers.artefacts import artefacts
 from fedrun.papers.estimate import estimate, markdown, timed
 from fedrun.papers.table import main
+from conftest import REPO
 
 
 def present(monkeypatch, **here):
@@ -111,7 +112,7 @@ def test_every_too_long_reason_cites_its_artefacts_committed_estimate():
     scripts/too_long_estimates.py) shows, and names that file, so the figure can be checked and made again."""
     from fedrun.papers.artefacts import papers
 
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     for key, paper in papers().items():
         for artefact in paper.artefacts.values():
             for preset, why in artefact.not_run.items():

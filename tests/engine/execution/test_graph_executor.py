@@ -1,5 +1,5 @@
 """The graph executor: static shapes, finished clients masked, minibatch indices picked on the device. Its capture
-as a CUDA graph runs on a GPU only (tests/test_gpu.py); its bookkeeping runs here, eagerly."""
+as a CUDA graph runs on a GPU only (tests/engine/execution/test_gpu.py); its bookkeeping runs here, eagerly."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@ it is in place, it computes what torch's own function computes, and a vmapped gr
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,8 +10,7 @@ from torch._functorch import eager_transforms
 from torch.func import functional_call, grad, vjp, vmap
 
 from fedrun.model import plain_backward
-
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 
 def pinned_torch() -> str:

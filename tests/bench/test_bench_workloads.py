@@ -5,6 +5,7 @@ the committed records say of ``auto``."""
 import pytest
 import torch
 
+from conftest import REPO
 from executor_cases import (COMMON, FAMILIES, tiny)
 
 
@@ -170,9 +171,8 @@ def test_auto_is_within_ten_percent_of_the_fastest_executor_in_the_committed_ben
     ``python -m fedrun.bench.workloads``), auto's round takes at most 1.1x the fastest executor's: asserted on the
     measurements, not by timing in a test."""
     import json
-    from pathlib import Path
 
-    path = Path(__file__).parents[1] / "results" / "bench" / f"{name}.json"
+    path = REPO / "results" / "bench" / f"{name}.json"
     if not path.exists():
         pytest.skip(f"{path.name} not made on this project's machines yet (make bench on one with CUDA)")
     records = [r for r in json.loads(path.read_text()) if "auto_vs_best" in r]
@@ -201,11 +201,10 @@ def test_bench_addon_cost_records(tmp_path):
 def test_make_bench_and_make_bench_addons_run_every_workload_of_their_kind():
     """The Makefile names the bench's workloads (so that `make bench` writes the executors' table and `make
     bench-addons` the add-ons' table, as committed in results/bench/); a workload added to the bench is run by them."""
-    from pathlib import Path
 
     from fedrun.bench.workloads import ADDON_WORKLOADS, SCALE_WORKLOADS, WORKLOADS
 
-    lists = dict(line.split(" := ") for line in (Path(__file__).parents[1] / "Makefile").read_text().splitlines()
+    lists = dict(line.split(" := ") for line in (REPO / "Makefile").read_text().splitlines()
                  if line.startswith(("WORKLOADS := ", "ADDONS := ", "SCALE := ")))
     assert lists["WORKLOADS"].split(",") == [w.name for w in WORKLOADS]
     assert lists["ADDONS"].split(",") == [w.name for w, _ in ADDON_WORKLOADS]

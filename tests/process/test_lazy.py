@@ -2,13 +2,12 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from fedrun.process.lazy import lazy_import
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_lazy_module_runs_on_first_use_and_once(tmp_path, monkeypatch):

@@ -3,7 +3,6 @@ step gives them, and which models qualify."""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from torch import nn
 from fedrun.model.cohort_network import cohort_layers, side_by_side, stacked_linear
 from fedrun.model.functional import FunctionalModel
 from fedrun.model.zoo import CROSS_ENTROPY, IGNORE, Flatten, build_model
+from conftest import REPO
 
 
 
@@ -110,7 +110,7 @@ def test_the_cohorts_backward_does_not_import_torchs_symbolic_shapes():
             "loss, g = fm.loss_and_grad(w, {}, torch.rand(2, 4, 1, 28, 28), torch.randint(0, 10, (2, 4))); "
             "assert g.shape == w.shape and bool(g.abs().sum() > 0); "
             "assert 'torch.fx.experimental.symbolic_shapes' not in sys.modules, 'imported'")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
 @pytest.mark.parametrize("outputs", [1, 3])

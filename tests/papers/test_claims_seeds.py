@@ -4,11 +4,10 @@ preset)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import REPO, run_cli
 from fedrun.papers.artefacts import (CONFIRMATORY_FROM, CONFIRMING, artefacts, confirmatory_seeds, seeds_given,
                                      tuning_seeds)
 from fedrun.papers.table import main, seeds_refused
@@ -147,7 +146,7 @@ def test_a_claims_page_names_the_seeds_exploration_used_on_its_artefact():
 
     index = load_script("claims_index")
     assert index.seed_ranges([4, 0, 1, 2, 9, 1]) == "0-2, 4, 9"
-    results = Path(__file__).resolve().parents[1] / "results"
+    results = REPO / "results"
     said = index.explored("bherd", "bherd_table2", results / "bherd")
     assert said.startswith("Exploration: its committed tables (git's history of `results/bherd/bherd_table2.md`) used "
                            "seeds 0-9;") and "bherd_claims.py --seeds 10" in said

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import replace
-from pathlib import Path
 
 import pandas as pd
-from conftest import load_script
+from conftest import REPO, load_script
 
 from fedrun.papers.artefacts import papers
 
@@ -17,7 +16,7 @@ def test_the_index_lists_every_claim_once_with_its_rule_and_data(tmp_path):
     index = load_script("claims_index")
     out = tmp_path / "CLAIMS.md"
     results = tmp_path / "results"  # the committed verdicts, copied: the run writes each paper's claims.md there
-    shutil.copytree(Path(__file__).resolve().parent.parent / "results", results,
+    shutil.copytree(REPO / "results", results,
                     ignore=shutil.ignore_patterns("*.png"))
     assert index.main(["--out", str(out), "--results", str(results)]) == 0
     assert (results / "gift" / "claims.md").read_text().startswith("# GIFT")

@@ -19,8 +19,8 @@ import pytest
 
 from fedrun.config.compose import compose_config
 from fedrun.engine.execution.ranks import Ranks, check_ranks
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 BASE = ["data=digits", "model=mlp", "fl.num_clients=8", "fl.clients_per_round=5", "fl.batch_size=16", "fl.lr=0.05",
         "fl.rounds=4", "hardware.dtype=float64", "hardware.executor=loop", "hardware.exchange=rows", "progress=false"]
 FAMILIES = {

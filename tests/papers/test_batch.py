@@ -66,7 +66,7 @@ def test_a_batch_runs_each_job_once_in_the_folder_named_by_its_overrides(tmp_pat
 
 
 def test_workers_mean_the_parallel_launcher_with_the_threads_shared_out():
-    """``--workers 2`` is Hydra's parallel launcher (tests/test_table.py runs a sweep on it) with the machine's
+    """``--workers 2`` is Hydra's parallel launcher (tests/papers/test_table.py runs a sweep on it) with the machine's
     threads shared out; a launcher named among the overrides wins."""
     import argparse
 

@@ -3,7 +3,6 @@ fedrun's checks, and a bad file is refused naming what is wrong."""
 
 import math
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -12,6 +11,7 @@ from fedrun.papers.artefacts import PRESET, artefacts, normalise
 from fedrun.papers.artefacts import grid, preset_config
 from fedrun.papers.table import main
 from table_cases import _sweeps_in_this_process  # noqa: F401  (an autouse fixture)
+from conftest import REPO
 
 
 EXPECTED = {
@@ -175,12 +175,12 @@ def test_every_reading_of_an_open_point_composes_over_its_preset_and_changes_wha
 
     from fedrun.config.compose import compose_config
 
-    readings = sorted(p.stem for p in (Path(__file__).parent.parent / "conf" / "reading").glob("*.yaml"))
+    readings = sorted(p.stem for p in (REPO / "conf" / "reading").glob("*.yaml"))
     assert readings == sorted(grid("fsvrg_open_mnist")["reading"])  # the artefact sweeps every one
     plain = OmegaConf.to_container(compose_config(["experiment=fsvrg_open_mnist", "reading=fsvrg_as_printed"]))
     assert plain == OmegaConf.to_container(compose_config(["experiment=fsvrg_open_mnist"]))
     for name in readings:
-        given = yaml.safe_load((Path(__file__).parent.parent / "conf" / "reading" / f"{name}.yaml").read_text()) or {}
+        given = yaml.safe_load((REPO / "conf" / "reading" / f"{name}.yaml").read_text()) or {}
         cfg = OmegaConf.to_container(compose_config(["experiment=fsvrg_open_mnist", f"reading={name}"]))
 
         def leaves(tree, prefix=""):

@@ -219,7 +219,8 @@ def test_the_range_checks_cover_every_numeric_field_of_the_parts_and_sections(ca
              if f.name != "name" and "bool" not in str(f.type)}
     with capsys.disabled():
         print(f"\nrange checks: {len(parts)} settings of {len({c for c, _ in parts})} part schemas "
-              f"(tests/test_schema.py) and {len(SECTION_FIELDS)} keys of the run's sections and groups (here)")
+              f"(tests/algorithms/test_schema.py) and {len(SECTION_FIELDS)} keys of the run's sections and groups "
+              "(here)")
     assert len(SECTION_FIELDS) >= 30 and len(parts) >= 40
 
 

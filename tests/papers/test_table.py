@@ -38,7 +38,7 @@ def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tm
     assert "shortened: 2 of 100 rounds" in text and "| 4 | – | 90.00 | – | no finished run |" in text
     # what every run had beyond the preset (its grid values and the seed aside) is in the header
     assert "Beyond their presets, the runs had `data=digits fl.rounds=2`." in text
-    # ...but where each job looked for a copy of its run made by another artefact's sweep (tests/test_reuse.py)
+    # ...but where each job looked for a copy of its run made by another artefact's sweep (tests/rundir/test_reuse.py)
     recorded = {o for p in (tmp_path / "runs").rglob("overrides.yaml") for o in yaml.safe_load(p.read_text())}
     assert f"reuse={(tmp_path / 'runs').resolve()}" in recorded
     verdict = "holds" if table["value"][1] > table["value"][0] else "does not hold"  # the claim, on these runs

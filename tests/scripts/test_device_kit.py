@@ -7,13 +7,12 @@ import os
 import subprocess
 import sys
 import tarfile
-from pathlib import Path
 
 import pytest
 
 from fedrun.data.base import default_root
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow  # the whole kit: about five minutes on a 2-core CPU
