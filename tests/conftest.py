@@ -93,14 +93,15 @@ def cfg_factory():
 
 
 def load_script(name: str):
-    """A script under scripts/ as a module (they are not a package), for tests of its functions; scripts/ is on the
-    import path, as it is when a script runs, so scripts that import each other load."""
+    """A script under scripts/<group>/ as a module (they are not a package), for tests of its functions; its folder is
+    on the import path, as it is when the script runs, so scripts that import each other load."""
     import importlib.util
     import sys
 
-    if str(REPO / "scripts") not in sys.path:
-        sys.path.append(str(REPO / "scripts"))
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    (path,) = (REPO / "scripts").glob(f"*/{name}.py")
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

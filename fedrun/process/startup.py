@@ -3,7 +3,7 @@
 Importing torch and composing Hydra's config make a great many objects that live as long as the process. Under
 CPython's default thresholds (700, 10, 10) the collector walks them again and again before a run's first round,
 young and full collections alike, a part of every job's start that a sweep pays per job (``python
-scripts/startup_bench.py`` times the start). Nothing made then is garbage worth a pause, so the youngest
+scripts/bench/startup_bench.py`` times the start). Nothing made then is garbage worth a pause, so the youngest
 generation's threshold is raised from the command's start until the run is built (``hold_collector`` /
 ``release_collector``); the rounds then collect under the thresholds the process had.
 """

@@ -86,7 +86,7 @@ def test_fedrun_table_estimate_probes_each_preset_and_runs_nothing_else(tmp_path
 
 
 def test_the_too_long_presets_of_every_paper_are_estimated_into_the_file_their_reasons_cite(tmp_path, monkeypatch):
-    """scripts/too_long_estimates.py: an artefact's presets whose not_run starts "too long here:" (not the ones whose
+    """scripts/claims/too_long_estimates.py: an artefact's presets whose not_run starts "too long here:" (not the ones whose
     data is missing), with the seeds its claims need, estimated into results/<paper>/<artefact>-estimate.md."""
     import subprocess
 
@@ -109,7 +109,7 @@ def test_the_too_long_presets_of_every_paper_are_estimated_into_the_file_their_r
 
 def test_every_too_long_reason_cites_its_artefacts_committed_estimate():
     """A "too long here:" reason in paper/*.yaml gives hours that results/<paper>/<artefact>-estimate.md (made by
-    scripts/too_long_estimates.py) shows, and names that file, so the figure can be checked and made again."""
+    scripts/claims/too_long_estimates.py) shows, and names that file, so the figure can be checked and made again."""
     from fedrun.papers.artefacts import papers
 
     root = REPO

@@ -46,7 +46,7 @@ def test_a_table_runs_through_a_launcher_and_a_second_invocation_runs_nothing(tm
         f"**{verdict}**" in text
     checked = pd.read_csv(tmp_path / "out" / "tiny_fig_claims.csv")  # what results/CLAIMS.md counts
     assert checked[["says", "verdict"]].values.tolist() == [["more clients end more accurate", verdict]]
-    # ...and the runs it was computed from, from which scripts/recompute_claims.py computes it again
+    # ...and the runs it was computed from, from which scripts/claims/recompute_claims.py computes it again
     kept = pd.read_csv(tmp_path / "out" / "tiny_fig_runs.csv")
     assert len(kept) == 2 and {"seed", "status", "value", "commit"} <= set(kept.columns) and "run_dir" not in kept
     from conftest import load_script

@@ -1,4 +1,4 @@
-"""scripts/bench_ratio.py: two bench runs' records joined by workload, with the ratio of their auto times."""
+"""scripts/bench/bench_ratio.py: two bench runs' records joined by workload, with the ratio of their auto times."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""scripts/cohort_step_profile.py: its convolutions' GFLOP/s count the FLOPs that torch's own counter counts."""
+"""scripts/bench/cohort_step_profile.py: its convolutions' GFLOP/s count the FLOPs that torch's own counter counts."""
 
 import pytest
 from conftest import load_script

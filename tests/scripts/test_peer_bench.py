@@ -1,4 +1,4 @@
-"""scripts/peer_bench.py's fedrun side (FL-bench itself is not needed): fedrun reads the very samples FL-bench
+"""scripts/bench/peer_bench.py's fedrun side (FL-bench itself is not needed): fedrun reads the very samples FL-bench
 generated, client for client, and FL-bench is handed fedrun's client-sampling sequence."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The generated blocks of README.md and docs/ (scripts/readme_blocks.py) are what conf/ and the committed measurement
+"""The generated blocks of README.md and docs/ (scripts/repo/readme_blocks.py) are what conf/ and the committed measurement
 say, and the smoke command the README gives runs."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def test_the_generated_blocks_are_up_to_date():
     blocks = load_script("readme_blocks")
     for file, _ in blocks.BLOCKS.values():
         text = (REPO / file).read_text()
-        assert blocks.render(file, text) == text, f"{file} is stale: run python scripts/readme_blocks.py"
+        assert blocks.render(file, text) == text, f"{file} is stale: run python scripts/repo/readme_blocks.py"
 
 
 def test_the_config_groups_block_lists_every_option_of_every_group():
@@ -37,7 +37,7 @@ def test_the_timings_block_is_the_committed_measurement(tmp_path, monkeypatch):
         "commands": {"default": {"seconds": 12.4, "final_test_acc": 0.9819, "args": []},
                      "smoke": {"seconds": 4.6, "final_test_acc": 0.80, "args": ["experiment=smoke"]}},
         "repeats": 3, "machine": "a CPU (2 threads)", "commit": "0123456789abcdef", "date": "2026-11-27",
-        "command": "python scripts/readme_blocks.py --measure --repeats 3", "kernel_build_s": 97.0}))
+        "command": "python scripts/repo/readme_blocks.py --measure --repeats 3", "kernel_build_s": 97.0}))
     monkeypatch.setattr(blocks, "REPO", tmp_path)
     monkeypatch.setattr(blocks, "MEASURED", measured)
     text = blocks.timings_block()

@@ -1,4 +1,4 @@
-"""scripts/step_costs.py: its arithmetic floor is the step's arithmetic, all of it and nothing else."""
+"""scripts/bench/step_costs.py: its arithmetic floor is the step's arithmetic, all of it and nothing else."""
 
 import torch
 from conftest import load_script

@@ -43,7 +43,7 @@ def test_vmap_round_equals_loop_round(monkeypatch, cfg_factory, family):
 
 def test_flushed_denormals_give_the_rounds_of_gradual_underflow_in_every_thread(monkeypatch, cfg_factory):
     """hardware.denormals=flush (the default) takes results below float's normal range as 0, which a CPU computes
-    at full speed (a recurrent model's gradients decay into that range through time: scripts/denormals_cost.py): a
+    at full speed (a recurrent model's gradients decay into that range through time: scripts/bench/denormals_cost.py): a
     GRU's rounds in the loop executor's threads equal those of IEEE's gradual underflow (keep) to float rounding, and
     the mode holds in the run's thread and in the threads it starts."""
     import threading

@@ -1,7 +1,7 @@
 """DP-SGD step time: fedrun's ``algo/local=dpsgd`` against Opacus on the same model and minibatch.
 
     pip install opacus   # the benchmark's only extra
-    python scripts/dpsgd_speed.py [--model mlp] [--data digits] [--batch 64] [--steps 20] [--repeats 5] [--out FILE]
+    python scripts/bench/dpsgd_speed.py [--model mlp] [--data digits] [--batch 64] [--steps 20] [--repeats 5] [--out FILE]
 
 Both take a DP-SGD step of one client (per-sample gradients, each clipped to norm 1, Gaussian noise of multiplier 1,
 the mean over the minibatch, an SGD step) on the same model, initial parameters and minibatches, on one thread: fedrun
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     import opacus
 
-    command = "python scripts/dpsgd_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/bench/dpsgd_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = "\n".join([
         f"# DP-SGD step time: fedrun against Opacus {opacus.__version__}",
         "",

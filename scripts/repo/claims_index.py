@@ -5,7 +5,7 @@ And each paper's ``results/<paper>/claims.md``: every claim at every point of it
 the means compared, the seed-paired difference and its 95% interval, what the rule needs, the verdict, and the runs'
 commit, compute time and machine.
 
-    python scripts/claims_index.py [--out results/CLAIMS.md] [--results results]
+    python scripts/repo/claims_index.py [--out results/CLAIMS.md] [--results results]
 
 The verdicts are counted from each artefact's committed table (``fedrun-table <artefact>`` writes
 ``results/<paper>/<artefact>_claims.csv`` beside it, one row per claim and point): how many points hold, do not hold,
@@ -36,7 +36,7 @@ from fedrun.papers.table_summary import read_provenance
 from fedrun.rundir.progress import duration
 from fedrun.rundir.files import git_commit
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def rule(claim: Claim) -> str:
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(f"| {paper.cite} | {claim.says} | **{word}** | {counted} | "
                              f"{artefact.name} ({artefact.source}) | {claim.value} | {rule(claim)} | "
                              f"{', '.join(datasets)} | {here} |")
-    command = "python scripts/claims_index.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/repo/claims_index.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"# Every claim of the five papers\n\nMade by `{command.strip()}` at commit {git_commit()} on "
             f"{time.strftime('%Y-%m-%d')}, from `paper/*.yaml` and the tables in {args.results}/, with the data under "
             f"{root} at the time. The verdicts count the points of the claim's artefact table (`fedrun-table "
@@ -361,7 +361,7 @@ def forest(paper: Paper, found: dict[str, pd.DataFrame], folder: Path) -> bool:
                (*COLOURS.items(), ("not decided, or reported", "tab:grey")) if c in shown]
     axes[0, 0].legend(handles=handles, fontsize=7, loc="best")
     axes[0, 0].set_title(f"{paper.cite}: each claim's seed-paired difference", fontsize=9)
-    fig.text(0.01, 0, f"python scripts/claims_index.py at {git_commit()[:7]}, from the verdict files in {folder}; "
+    fig.text(0.01, 0, f"python scripts/repo/claims_index.py at {git_commit()[:7]}, from the verdict files in {folder}; "
              "their runs, seeds and commits: claims.md", fontsize=6, color="grey", va="top")
     fig.savefig(folder / FOREST, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -1,12 +1,12 @@
 """Whether tables ported to fedrun-table say what the scripts before them said (issue #26): the numbers of a
 fedrun-table rendering against an earlier script's table, cell by cell.
 
-    python scripts/port_check.py fedgh --old OLD.csv [--new results/fedgh]
-    python scripts/port_check.py bherd-sweeps --old SWEEPS.md [--new results/bherd]
-    python scripts/port_check.py dgt --old FIG5.md [--new results/dgt]
-    python scripts/port_check.py fsvrg --old FIGS_MNIST.md [--new results/fsvrg]
-    python scripts/port_check.py gift-fig6 --old FIG6.md [--new results/gift]
-    python scripts/port_check.py bherd-table2 --old TABLE2.md [--new results/bherd]
+    python scripts/repo/port_check.py fedgh --old OLD.csv [--new results/fedgh]
+    python scripts/repo/port_check.py bherd-sweeps --old SWEEPS.md [--new results/bherd]
+    python scripts/repo/port_check.py dgt --old FIG5.md [--new results/dgt]
+    python scripts/repo/port_check.py fsvrg --old FIGS_MNIST.md [--new results/fsvrg]
+    python scripts/repo/port_check.py gift-fig6 --old FIG6.md [--new results/gift]
+    python scripts/repo/port_check.py bherd-table2 --old TABLE2.md [--new results/bherd]
 
 ``fedgh``: OLD.csv is ``tables.csv`` as scripts/fedgh_tables.py wrote it (``git show 2f97796:results/fedgh/tables.csv``,
 or a fresh run of that script from history); the new side is fedrun-table's fedgh_table2/4/5.csv. ``bherd-sweeps``:

@@ -1,6 +1,6 @@
 """Process start-up of fedrun against another checkout of it (issue #27): what every job of a sweep pays once.
 
-    python scripts/startup_bench.py --baseline PATH [--repeats 5] [--default-run] [--out results/bench/startup-cpu.md]
+    python scripts/bench/startup_bench.py --baseline PATH [--repeats 5] [--default-run] [--out results/bench/startup-cpu.md]
 
 PATH is a checkout of fedrun to compare with (e.g. ``git worktree add ../base <commit>``); both run on this
 interpreter and its packages, with PYTHONPATH pointing at the checkout, in interleaved pairs (baseline, this), so
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fedrun.rundir.files import git_commit
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 COMMANDS = {
     "import fedrun.cli": ["-c", "import fedrun.cli"],
     "fedrun --help": ["-m", "fedrun.cli", "--help"],
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in commands:
         base, this = (statistics.median(times[name, c]) for c in checkouts)
         rows.append(f"| `{name}` | {base:.2f} | {this:.2f} | {base / this:.2f}x |")
-    command = "python scripts/startup_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/bench/startup_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"# Process start-up (issue #27)\n\nMade by `{command}` on {time.strftime('%Y-%m-%d')}: baseline at "
             f"commit {git_commit(checkouts['baseline'])}, this at {git_commit(REPO)}; medians of {args.repeats} "
             f"interleaved pairs, whole processes, wall clock, on {os.cpu_count()} cores; the one-round runs on one "

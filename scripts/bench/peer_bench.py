@@ -1,6 +1,6 @@
 """fedrun against FL-bench on FL-bench's own FedAvg workload (issue #27), in interleaved pairs on one machine.
 
-    python scripts/peer_bench.py --flbench PATH [--flbench-python PY] [--clients 20,200,1000] [--rounds 20]
+    python scripts/bench/peer_bench.py --flbench PATH [--flbench-python PY] [--clients 20,200,1000] [--rounds 20]
                                  [--pairs 1] [--out results/bench/peer-cpu.md]
 
 The workload: FedProx synthetic(1, 1) made by FL-bench's generator (``generate_data.py -d synthetic --gamma 1
@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TIMES_ENV = "PEER_BENCH_TIMES"  # where a worker writes its per-round times
 STREAM_ENV = "PEER_BENCH_STREAM"  # the client-sampling sequence FL-bench is to follow
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -245,7 +245,7 @@ def markdown(results: dict, args, command: str) -> str:
             f"FL-bench's generator, its 2NN, E = {E}, B = {B}, lr {LR}, {FRACTION:.0%} of the clients per round on "
             "fedrun's sampling sequence (both tools), the global model evaluated on every client's test split "
             "after every round. FL-bench ran with its 1/255 rescaling of inputs above 1 switched off (it stalls "
-            "synthetic runs) and its clients' own evaluation off; see scripts/peer_bench.py.\n\n"
+            "synthetic runs) and its clients' own evaluation off; see scripts/bench/peer_bench.py.\n\n"
             + "\n".join(rows) + "\n\nFL-bench's time over fedrun's (above 1: fedrun is faster):\n\n"
             + "\n".join(ratios) + "\n")
 
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{clients} clients, seed {seed}, {tool}: {record['whole_s']:.1f} s whole, "
                           f"{statistics.mean(record['train']):.3f} s/round training, accuracy {record['acc']:.4f}",
                           flush=True)
-    command = "python scripts/peer_bench.py " + " ".join(argv)
+    command = "python scripts/bench/peer_bench.py " + " ".join(argv)
     text = markdown(results, args, command)
     print(text)
     if args.out:

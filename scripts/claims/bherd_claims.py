@@ -1,6 +1,6 @@
 """BHerd's claims tested as hypotheses on SVM-MNIST (issue #22): where, if anywhere, BHerd beats FedAvg.
 
-    python scripts/bherd_claims.py [--seeds K] [--rounds T] [--lrs LR,...] [--workers P] [--runs DIR] [--out DIR]
+    python scripts/claims/bherd_claims.py [--seeds K] [--rounds T] [--lrs LR,...] [--workers P] [--runs DIR] [--out DIR]
                                  [hydra overrides for every job: a launcher...]
 
 The mechanism: BHerd's server step (eq. 6) is FedAvg's plus (eta E / alpha) times the herding residual
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     headline = {(name, seed): [*overrides, "data=mnist", f"seed={seed}"]
                 for name, overrides in HEADLINE.items() for seed in range(HEADLINE_SEEDS)}
     summaries += batch.run(list(headline.values()), runs, every)
-    command = "python scripts/bherd_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/claims/bherd_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
     note = provenance(command, summaries)
     render_lr_plot(grid, args.lrs, out, note)
     render_fig5a(grid, picked, out, note)

@@ -1,7 +1,7 @@
 """The cost of ``data.augment=autoaugment``: fedrun's batched AutoAugment per image against torchvision's per-image
 transform, for a loop-executor gather (64 images) and a vmap-executor gather (20 clients x 64), in one run.
 
-    python scripts/autoaugment_cost.py [--repeats N] [--out DIR]
+    python scripts/bench/autoaugment_cost.py [--repeats N] [--out DIR]
 
 Writes <out>/autoaugment-cpu.md (or -cuda on a GPU).
 """
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         batch = pixels[idx.flatten().cpu()].to(device)
         theirs = per_image_us(lambda: torch.stack([reference(im) for im in batch]), idx.numel(), args.repeats)
         rows.append(f"| {' x '.join(map(str, shape))} | {ours:.0f} | {theirs:.0f} | {theirs / ours:.1f} |")
-    command = "python scripts/autoaugment_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/bench/autoaugment_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"# AutoAugment cost per training image (CIFAR-10 policy, 3x32x32)\n\nMade by `{command}` at commit "
             f"{git_commit()} on {time.strftime('%Y-%m-%d')} on {device_name(device)}; mean of {args.repeats} "
             "gathers.\n\n" + "\n".join(rows) + "\n")

@@ -1,7 +1,7 @@
 """FedGH's LEAF Synthetic column read every way its "Acc_l" allows (issue #23): which reading gives the paper's order
 Acc_l > Acc_g, and does FedGH improve each?
 
-    python scripts/fedgh_claims.py [--seeds K] [--rounds T] [--workers P] [--runs DIR] [--out DIR]
+    python scripts/claims/fedgh_claims.py [--seeds K] [--rounds T] [--workers P] [--runs DIR] [--out DIR]
                                   [hydra overrides for every job: a launcher...]
 
 ``experiment=fedgh_synthetic`` (LEAF Synthetic, 1000 users as clients, 50 per round, E = 1, B = 5, lr 0.1, 100
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = jobs_for(args)
     keys = list(jobs)
     summaries = batch.run([jobs[k] for k in keys], args.runs, batch.every_job(args))
-    command = "python scripts/fedgh_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/claims/fedgh_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
     values = {}
     for key in keys:
         m = pd.read_csv(Path(batch.job_dir(jobs[key], args.runs)) / "metrics.csv")

@@ -2,7 +2,7 @@
 such presets (a ``not_run`` reason that starts "too long here:"), ``fedrun-table <artefact> --presets <them> --seeds
 <its claims' seeds> --estimate``, written to ``results/<paper>/<artefact>-estimate.md``, the file those reasons cite.
 
-    python scripts/too_long_estimates.py [--only ARTEFACT,...] [--results results]
+    python scripts/claims/too_long_estimates.py [--only ARTEFACT,...] [--results results]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What one local step costs on a CPU, and what of it is arithmetic (issue #27): the numbers behind
 ``hardware.host_memory`` and behind the peer bench's per-round floor.
 
-    python scripts/step_costs.py [--pairs 2] [--out results/bench/step-costs-cpu.md]
+    python scripts/bench/step_costs.py [--pairs 2] [--out results/bench/step-costs-cpu.md]
 
 Each measure runs in fresh processes on one thread, once with ``hardware.host_memory=system`` and once with ``keep``
 (the allocator's thresholds are process-wide), in interleaved pairs; the table gives the medians and system/keep:
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TWO_NN = (60, 200, 200, 10)
 B = 32
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                                   capture_output=True, text=True)
             runs[mode].append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(f"pair {pair + 1}/{args.pairs}: {mode} done", file=sys.stderr, flush=True)
-    text = markdown(runs, "python scripts/step_costs.py " + " ".join(argv), args.pairs)
+    text = markdown(runs, "python scripts/bench/step_costs.py " + " ".join(argv), args.pairs)
     print(text)
     if args.out:
         args.out.write_text(text)

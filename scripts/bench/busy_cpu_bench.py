@@ -1,6 +1,6 @@
 """The default experiment's round on a CPU that other work shares: how each way of running it degrades.
 
-    python scripts/busy_cpu_bench.py [--repeats 3] [--rounds 1]
+    python scripts/bench/busy_cpu_bench.py [--repeats 3] [--rounds 1]
 
 Runs ``fedrun fl.rounds=1 progress=false logger=none`` (LeNet-5, 10 MNIST clients: the default experiment's round)
 beside 0, 1 and 2 competing processes that each keep one core busy (``python -c "while True: pass"``), under each
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fedrun.rundir.files import cpu_model, git_commit
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "results" / "newcomer" / "busy-cpu"
 # name: (environment, overrides)
 CANDIDATES = {
@@ -71,7 +71,7 @@ def measure(repeats: int, rounds: int) -> dict:
     medians = {name: {k: statistics.median(v) for k, v in per.items()} for name, per in times.items()}
     return {"seconds": times, "median_s": medians, "machine": f"{cpu_model()}, {os.cpu_count()} cores",
             "commit": git_commit(), "date": time.strftime("%Y-%m-%d"), "repeats": repeats, "rounds": rounds,
-            "command": " ".join(["python scripts/busy_cpu_bench.py", *sys.argv[1:]])}
+            "command": " ".join(["python scripts/bench/busy_cpu_bench.py", *sys.argv[1:]])}
 
 
 def table(m: dict) -> str:

@@ -1,6 +1,6 @@
 """Where a LeNet-5 cohort step's time goes on a CPU (issue #27): the default experiment's cohort network by operator.
 
-    python scripts/cohort_step_profile.py [--clients 1,10] [--steps 30] [--unfused] [--out results/bench/X.md]
+    python scripts/bench/cohort_step_profile.py [--clients 1,10] [--steps 30] [--unfused] [--out results/bench/X.md]
 
 For each cohort size K it builds the default experiment's model (``make run``: LeNet-5 on MNIST-shaped images,
 B = 64) as a run does, times the vmap executor's step (the cohort network, fedrun/model/cohort_network.py; K = 1: the
@@ -128,7 +128,7 @@ def main() -> None:
     import torch
 
     lines = ["# Where a LeNet-5 cohort step's time goes (issue #27)", "",
-             f"Made by `python scripts/cohort_step_profile.py --clients {args.clients} --steps {args.steps}"
+             f"Made by `python scripts/bench/cohort_step_profile.py --clients {args.clients} --steps {args.steps}"
              f"{' --unfused' if args.unfused else ''}{f' --out {args.out}' if args.out else ''}` at commit "
              f"{git_commit()} on "
              f"{time.strftime('%Y-%m-%d', time.gmtime())} on {device_name(torch.device('cpu'))}: the default "

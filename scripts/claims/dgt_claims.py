@@ -1,6 +1,6 @@
 """DGT's size against its learning rate, and against a step-length control (issue #23).
 
-    python scripts/dgt_claims.py [--datasets mnist,fashion_mnist] [--bases fedavg,scaffold] [--lrs 0.01,0.05,0.1]
+    python scripts/claims/dgt_claims.py [--datasets mnist,fashion_mnist] [--bases fedavg,scaffold] [--lrs 0.01,0.05,0.1]
                                  [--rounds T] [--targets DATASET=ACC,...] [--seeds K] [--workers P] [--runs DIR]
                                  [--out DIR] [hydra overrides for every job: a launcher...]
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                         jobs.append([f"experiment=dgt_{dataset}", f"algo={base}", *overrides, f"fl.lr={lr}",
                                      f"fl.rounds={args.rounds}", f"seed={seed}"])
     summaries = batch.run(jobs, args.runs, batch.every_job(args))
-    command = "python scripts/dgt_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/claims/dgt_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
     frames = {k: pd.read_csv(Path(batch.job_dir(job, args.runs)) / "metrics.csv").set_index("round")
               for k, job in zip(keys, jobs)}
     diverged_at = {k: s.get("diverged_round") for k, s in zip(keys, summaries)}  # None: it did not diverge

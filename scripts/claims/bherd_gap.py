@@ -1,6 +1,6 @@
 """Why SVM-MNIST does not land on BHerd's Table II: FedAvg and BHerd under the settings the paper leaves open.
 
-    python scripts/bherd_gap.py [--seeds K] [--workers P] [--runs DIR] [--out DIR] [hydra overrides for every job]
+    python scripts/claims/bherd_gap.py [--seeds K] [--workers P] [--runs DIR] [--out DIR] [hydra overrides for every job]
 
 Every variant starts from the preset experiment=bherd_svm_mnist (the prototype system's smooth SVM: pixels in
 [0, 1], no intercept, w_0 = 0, lambda = 0.1; eta = 2e-4, B = 100, E = 1, T = 100, N = 5) and changes one thing.
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells += [f"{paper[i]:.2f}", f"{mean:.2f}", f"{mean - paper[i]:+.2f}"]
             lines.append(f"| {variant} | {what}{' (`' + ' '.join(overrides) + '`)' if overrides else ''} | "
                          f"{NAMES[algo]} | {' | '.join(cells)} |")
-    command = "python scripts/bherd_gap.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/claims/bherd_gap.py " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gap.md").write_text(

@@ -1,7 +1,7 @@
 """GIFT's claims tested where its premise holds (issue #22): premature stagnation, gradient bifurcation, and the
 frequency tuning that gets out of it.
 
-    python scripts/gift_claims.py [--seeds K] [--budget S] [--settings NAME[:K],...] [--compare NAME]
+    python scripts/claims/gift_claims.py [--seeds K] [--budget S] [--settings NAME[:K],...] [--compare NAME]
                                   [--long-budget S] [--long-seeds K] [--long-compare] [--workers P] [--runs DIR]
                                   [--out DIR] [hydra overrides for every job: a launcher...]
 
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     summaries = dict(zip(names, batch.run([jobs[n][0] for n in names], args.runs, batch.every_job(args))))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "python scripts/gift_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/claims/gift_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
     note = provenance(command, list(summaries.values()))
     runs = {n: jobs[n][1] for n in names}
     rows = fig3(runs, out, note) + fig4(runs, out, note) + stagnation(args, runs, out, note) + startup(runs)

@@ -1,6 +1,6 @@
 """What flushing denormal numbers saves a CPU training step (``hardware.denormals``), and what it changes.
 
-    python scripts/denormals_cost.py [--presets bherd_rnn_imdb,default] [--steps 10] [--repeats 3] [--out FILE]
+    python scripts/bench/denormals_cost.py [--presets bherd_rnn_imdb,default] [--steps 10] [--repeats 3] [--out FILE]
 
 For each preset (``default``: the default experiment) it builds the run's model and data as ``fedrun`` does (on this
 machine's data), takes client 0's first ``--steps`` minibatches and times their loss and gradient at the initial
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [measure(p, compose_config([] if p == "default" else [f"experiment={p}"]), args.steps, args.repeats)
             for p in args.presets.split(",")]
-    command = "python scripts/denormals_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/bench/denormals_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = ["| preset | model, data | step, kept (ms) | step, flushed (ms) | kept / flushed | evaluation of 1000, "
              "kept (ms) | flushed (ms) | gradients' largest difference (relative) |",
              "|---|---|---|---|---|---|---|---|"]

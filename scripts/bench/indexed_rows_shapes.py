@@ -1,6 +1,6 @@
 """Where a one-layer model's step on its rows in place pays (issue #27): rounds with and without it, across shapes.
 
-    python scripts/indexed_rows_shapes.py [--repeats 5] [--out results/bench/X.md]
+    python scripts/bench/indexed_rows_shapes.py [--repeats 5] [--out results/bench/X.md]
 
 For each shape (a model of one Linear layer, its input width and classes, the cohort, the minibatch) it builds the
 workload as ``python -m fedrun.bench.workloads`` does (random inputs and labels from seed 0; one round of local SGD, E =
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    command = "python scripts/indexed_rows_shapes.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/bench/indexed_rows_shapes.py " + " ".join(argv if argv is not None else sys.argv[1:])
     import torch
 
     lines = ["# A one-layer model's step on its rows in place, across shapes (issue #27)", "",

@@ -1,7 +1,7 @@
 """Whether a change of the engine left every algorithm family's results as they were (issue #25's "behaviour
 unchanged"): one small run per family at another checkout and at this one, their metrics.csv compared.
 
-    python scripts/same_metrics.py --baseline PATH [--model mlp] [--this OVERRIDE ...] [--out FILE.md]
+    python scripts/bench/same_metrics.py --baseline PATH [--model mlp] [--this OVERRIDE ...] [--out FILE.md]
 
 PATH is a checkout of fedrun to compare with (``git worktree add ../base <commit>``); both run on this interpreter
 with PYTHONPATH pointing at the checkout, one thread, on the bundled digits (6 clients, 4 per round, 4 rounds). The
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(f"| {family} | `{' '.join(overrides)}` | {this.shape[0]} x {this.shape[1]} | "
                         f"{'DIFFERENT: ' + ', '.join(columns) if columns else 'identical'} |")
             print(rows[-1], flush=True)
-    command = "python scripts/same_metrics.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/bench/same_metrics.py " + " ".join(argv if argv is not None else sys.argv[1:])
     verdict = "every family identical" if not differ else f"{differ} of {len(FAMILIES)} families differ"
     text = (f"# Same results before and after (issue #25)\n\nMade by `{command}` on {time.strftime('%Y-%m-%d')}: "
             f"baseline at commit {git_commit(args.baseline)}, this at {git_commit(REPO)}"

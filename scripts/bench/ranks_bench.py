@@ -3,7 +3,7 @@ torchrun ranks (gloo on a CPU, NCCL on GPUs), its seconds per round, the seconds
 of the cohort's results and the megabytes rank 0 received, beside the model of that traffic, and how far the ranks'
 test losses moved from one process's.
 
-    python scripts/ranks_bench.py [--ranks 2] [--rounds 3] [--settings default,default_rows,...] [--out results/bench]
+    python scripts/bench/ranks_bench.py [--ranks 2] [--rounds 3] [--settings default,default_rows,...] [--out results/bench]
                                   [--extra KEY=VALUE ...]
 
 Writes <out>/ranks-<device>.md and .json. The one process uses every core (torch's threads); each of the R ranks
@@ -30,7 +30,7 @@ import torch
 
 from fedrun.rundir.files import device_name, git_commit
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SETTINGS = {  # name: (what it is, its overrides)
     "default": ("the default experiment (LeNet-5, MNIST, 10 clients, all each round; FedAvg's weighted mean "
                 "all-reduced)", []),
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{record['test_loss_gap']:.2e} | "
                         f"{record['final_test_acc'][0]:.4f} / {record['final_test_acc'][1]:.4f} |")
             print(rows[-1], flush=True)
-    command = "python scripts/ranks_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/bench/ranks_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"# One run over {args.ranks} ranks on {device_name(torch.device(device))}\n\n"
             f"Made by `{command}` on {time.strftime('%Y-%m-%d')} at commit {git_commit(REPO)}: "
             f"{' '.join(args.extra) or 'MNIST'}, seed 0, "

@@ -3,7 +3,7 @@ both, and their ratio, and each add-on's time (BHerd's herding, FedGH, DGT, GIFT
 targets are ratios over the starting commit, or over another setting such as ``--host-memory system``, which is
 process-wide and so needs a bench run of its own).
 
-    python scripts/bench_ratio.py BASE.json THIS.json [--base-label L] [--this-label L] [--out FILE.md]
+    python scripts/bench/bench_ratio.py BASE.json THIS.json [--base-label L] [--this-label L] [--out FILE.md]
 
 Both JSON files are the bench's ``--out``; the workloads both ran are compared. Take the two runs back to back on one
 machine (the ratio is only as good as the machine's steadiness between them: the table shows both runs' matmul
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     shared, shared_addons = set(base) & set(this), set(base_addons) & set(this_addons)
     if not shared and not shared_addons:
         parser.error(f"{args.base} and {args.this} share no workload")
-    command = "python scripts/bench_ratio.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/bench/bench_ratio.py " + " ".join(argv if argv is not None else sys.argv[1:])
     tables = ([table(base, this, args.base_label, args.this_label)] if shared else []) + (
         [addon_table(base_addons, this_addons, args.base_label, args.this_label)] if shared_addons else [])
     text = (f"# fedrun.bench.workloads: {args.this_label} against {args.base_label}\n\nMade by `{command}` "

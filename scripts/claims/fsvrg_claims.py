@@ -1,7 +1,7 @@
 """Zhao et al.'s bank scored every way its figures could have been (issue #23): does any reading give MA-/GA-FSVRG the
 paper's 97.8-98.1% at 10% participation, and do they then beat one-model FSVRG and the baselines?
 
-    python scripts/fsvrg_claims.py [--rounds T] [--level F] [--holdout H] [--seeds K] [--workers P] [--runs DIR]
+    python scripts/claims/fsvrg_claims.py [--rounds T] [--level F] [--holdout H] [--seeds K] [--workers P] [--runs DIR]
                                    [--out DIR] [hydra overrides for every job: a launcher...]
 
 ``experiment=fsvrg_mnist`` at participation ``--level`` (10%: 40 of 400 machines): MA-FSVRG and GA-FSVRG with eq. 64
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"fl.rounds={args.rounds}", f"eval.holdout={args.holdout}", "eval.personalized=true",
                          f"seed={seed}"])
     summaries = batch.run(jobs, args.runs, batch.every_job(args))
-    command = "python scripts/fsvrg_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/claims/fsvrg_claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
     rows = []
     for (name, seed), job in zip(keys, jobs):
         metrics = pd.read_csv(Path(batch.job_dir(job, args.runs)) / "metrics.csv")

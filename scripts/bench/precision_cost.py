@@ -1,7 +1,7 @@
 """The accuracy cost of ``hardware.precision``: the default experiment and a paper preset, each precision over the
 same seeds, as their final test accuracy and wall time, in one run on one machine.
 
-    python scripts/precision_cost.py [--seeds 0,1,2] [--precisions float32,bfloat16] [--out results/bench]
+    python scripts/bench/precision_cost.py [--seeds 0,1,2] [--precisions float32,bfloat16] [--out results/bench]
 
 Writes <out>/precision-<device>.md and .json (precision-<settings>-<device>.* for some of the settings). TF32 is a
 GPU's (run it there: --precisions float32,tf32,bfloat16).
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "final_test_acc": summary["final_test_acc"],
                                     "wall_s": time.perf_counter() - started})
                     print(json.dumps(records[-1]), flush=True)
-    command = "python scripts/precision_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/bench/precision_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
     rows = []
     for name in args.settings.split(","):
         base = {r["seed"]: r for r in records if r["setting"] == name and r["precision"] == "float32"}

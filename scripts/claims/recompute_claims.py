@@ -2,7 +2,7 @@
 ``results/<paper>/<artefact>_runs.csv`` (written by ``fedrun-table`` beside its table), the artefact's claims are
 checked again on those rows by the rule in fedrun/papers/claims.py and compared with ``<artefact>_claims.csv``.
 
-    python scripts/recompute_claims.py                 # exit 1 and name each difference, 0 when every one agrees
+    python scripts/claims/recompute_claims.py                 # exit 1 and name each difference, 0 when every one agrees
 
 A verdict file without its runs file (decided before fedrun kept them) cannot be recomputed and is listed as such.
 """
@@ -20,7 +20,7 @@ from fedrun.papers import claims
 from fedrun.papers.artefacts import papers
 from fedrun.papers.table_summary import RUNS_FILE_SUFFIX, read_runs, verdicts
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 COMPARED = ("says", "verdict", "pairs", "difference", "needs", "p", "p_sign", "power")
 
 

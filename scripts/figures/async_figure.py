@@ -1,6 +1,6 @@
 """Test accuracy against simulated hours for synchronous FedAvg, FedBuff and FedAsync on the same devices.
 
-    python scripts/async_figure.py [--seeds 5] [--runs DIR] [--out results/async] [--jobs 2]
+    python scripts/figures/async_figure.py [--seeds 5] [--runs DIR] [--out results/async] [--jobs 2]
 
 For each method it runs ``fedrun -m experiment=devices_<method>_mnist seed=0..S-1`` into ``--runs`` (finished runs
 are kept: run it again to resume), reads each run's metrics.csv, puts every run's test accuracy on a common grid of
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         finding += f"The first mean to reach {TARGET} is {METHODS[first]}'s, at {reached[first]:.2f} h."
     else:
         finding += f"No method's mean reaches {TARGET} within the budget."
-    command = "python scripts/async_figure.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/figures/async_figure.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = "\n".join([
         "# Synchronous FedAvg, FedBuff and FedAsync on the same devices",
         "",

@@ -1,9 +1,9 @@
 """The default test suite's time and coverage, at this commit and at a baseline, on clean clones: what the README's
 test line and docs/development.md cite.
 
-    python scripts/suite_time.py                          # time the default suite at HEAD
-    python scripts/suite_time.py --baseline bcd1a0b       # and at that commit, in the same session (a ratio)
-    python scripts/suite_time.py --baseline bcd1a0b --coverage    # and each one's line and branch coverage
+    python scripts/bench/suite_time.py                          # time the default suite at HEAD
+    python scripts/bench/suite_time.py --baseline bcd1a0b       # and at that commit, in the same session (a ratio)
+    python scripts/bench/suite_time.py --baseline bcd1a0b --coverage    # and each one's line and branch coverage
 
 Each commit is cloned into a temporary folder and its suite run there by this checkout's interpreter (``.venv``),
 with the clone first on the import path, so each measures its own code and tests with the same packages. The time is
@@ -11,7 +11,7 @@ pytest's own (``N passed ... in X s``), of ``pytest -q`` with the options of eac
 (at HEAD, xdist's workers), one commit after another, nothing else running. Coverage is coverage.py's line and branch
 coverage of ``fedrun/``, CLI subprocesses included, measured the same way at both commits (one rc file given to both,
 the per-test time budget off, two xdist workers: a coverage figure does not depend on time); its runs come after the
-timed ones. The figures go to results/newcomer/test-suite-cpu.json (read by scripts/readme_blocks.py) and .md.
+timed ones. The figures go to results/newcomer/test-suite-cpu.json (read by scripts/repo/readme_blocks.py) and .md.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "results" / "newcomer" / "test-suite-cpu.json"
 COVERAGE_RC = """[run]
 source = fedrun
@@ -102,7 +102,7 @@ def measure(commits: dict[str, str], coverage: bool) -> dict:
                 print(f"{name}: coverage {out[name]['coverage']}", file=sys.stderr)
     argv = " ".join(sys.argv[1:])
     return {"runs": out, "machine": f"{cpu_model()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
-            "command": f"python scripts/suite_time.py {argv}".strip()}
+            "command": f"python scripts/bench/suite_time.py {argv}".strip()}
 
 
 def write(m: dict) -> None:
