@@ -1,7 +1,8 @@
 """DP-SGD step time: fedrun's ``algo/local=dpsgd`` against Opacus on the same model and minibatch.
 
     pip install opacus   # the benchmark's only extra
-    python scripts/bench/dpsgd_speed.py [--model mlp] [--data digits] [--batch 64] [--steps 20] [--repeats 5] [--out FILE]
+    python scripts/bench/dpsgd_speed.py [--model mlp] [--data digits] [--batch 64] [--steps 20] [--repeats 5]
+                                        [--out FILE]
 
 Both take a DP-SGD step of one client (per-sample gradients, each clipped to norm 1, Gaussian noise of multiplier 1,
 the mean over the minibatch, an SGD step) on the same model, initial parameters and minibatches, on one thread: fedrun

@@ -3,8 +3,8 @@ torchrun ranks (gloo on a CPU, NCCL on GPUs), its seconds per round, the seconds
 of the cohort's results and the megabytes rank 0 received, beside the model of that traffic, and how far the ranks'
 test losses moved from one process's.
 
-    python scripts/bench/ranks_bench.py [--ranks 2] [--rounds 3] [--settings default,default_rows,...] [--out results/bench]
-                                  [--extra KEY=VALUE ...]
+    python scripts/bench/ranks_bench.py [--ranks 2] [--rounds 3] [--settings default,default_rows,...]
+                                        [--out results/bench] [--extra KEY=VALUE ...]
 
 Writes <out>/ranks-<device>.md and .json. The one process uses every core (torch's threads); each of the R ranks
 uses cores/R threads, so both use the same cores. The model (docs/running.md): with the updates' sums all-reduced

@@ -1,6 +1,7 @@
 """Process start-up of fedrun against another checkout of it (issue #27): what every job of a sweep pays once.
 
-    python scripts/bench/startup_bench.py --baseline PATH [--repeats 5] [--default-run] [--out results/bench/startup-cpu.md]
+    python scripts/bench/startup_bench.py --baseline PATH [--repeats 5] [--default-run]
+                                          [--out results/bench/startup-cpu.md]
 
 PATH is a checkout of fedrun to compare with (e.g. ``git worktree add ../base <commit>``); both run on this
 interpreter and its packages, with PYTHONPATH pointing at the checkout, in interleaved pairs (baseline, this), so

@@ -1,6 +1,7 @@
 """Why SVM-MNIST does not land on BHerd's Table II: FedAvg and BHerd under the settings the paper leaves open.
 
-    python scripts/claims/bherd_gap.py [--seeds K] [--workers P] [--runs DIR] [--out DIR] [hydra overrides for every job]
+    python scripts/claims/bherd_gap.py [--seeds K] [--workers P] [--runs DIR] [--out DIR]
+                                       [hydra overrides for every job]
 
 Every variant starts from the preset experiment=bherd_svm_mnist (the prototype system's smooth SVM: pixels in
 [0, 1], no intercept, w_0 = 0, lambda = 0.1; eta = 2e-4, B = 100, E = 1, T = 100, N = 5) and changes one thing.

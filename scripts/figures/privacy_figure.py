@@ -1,6 +1,7 @@
 """DP-FedAvg's privacy-utility trade-off: test accuracy against epsilon for several noise multipliers.
 
-    python scripts/figures/privacy_figure.py [--sigmas 0,0.5,1,2] [--seeds 3] [--runs DIR] [--out results/privacy] [--jobs 2]
+    python scripts/figures/privacy_figure.py [--sigmas 0,0.5,1,2] [--seeds 3] [--runs DIR] [--out results/privacy]
+                                             [--jobs 2]
 
 Runs ``fedrun -m experiment=dp_mnist algo.privacy.noise_multiplier=<sigmas> seed=0..S-1`` into ``--runs`` (finished
 runs are kept: run it again to resume), then plots, for each noise multiplier, the mean test accuracy over the seeds

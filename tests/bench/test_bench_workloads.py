@@ -228,8 +228,8 @@ def test_the_thousand_client_workloads_run_only_when_named(tmp_path):
 
 
 def test_the_denormals_benchmark_times_both_modes_on_a_runs_own_model_and_data(monkeypatch, cfg_factory):
-    """scripts/bench/denormals_cost.py: a config's model on its client 0's minibatches, each mode timed, and the two modes'
-    gradients the same to float rounding; the run's mode is set back to the config's when it is done."""
+    """scripts/bench/denormals_cost.py: a config's model on its client 0's minibatches, each mode timed, and the two
+    modes' gradients the same to float rounding; the run's mode is set back to the config's when it is done."""
     from conftest import load_script
 
     tiny(monkeypatch, "tokens")

@@ -1,5 +1,6 @@
 """Every verdict recomputable from results/ alone: ``fedrun-table`` keeps each artefact's per-run values
-(``<artefact>_runs.csv``) beside its verdicts, and scripts/claims/recompute_claims.py checks the claims again on them."""
+(``<artefact>_runs.csv``) beside its verdicts, and scripts/claims/recompute_claims.py checks the claims again on
+them."""
 
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ def claims_read(path):
 
 
 def test_every_committed_verdict_with_a_runs_file_is_what_its_runs_give():
-    """scripts/claims/recompute_claims.py over results/: every verdict file that has its runs file beside it recomputes to
-    the same verdicts, intervals and p-values (files decided before fedrun kept runs files are listed, not
+    """scripts/claims/recompute_claims.py over results/: every verdict file that has its runs file beside it recomputes
+    to the same verdicts, intervals and p-values (files decided before fedrun kept runs files are listed, not
     compared)."""
     found, _ = load_script("recompute_claims").recompute(REPO / "results")
     assert {name: diffs for name, diffs in found.items() if diffs} == {}

@@ -86,8 +86,8 @@ def test_fedrun_table_estimate_probes_each_preset_and_runs_nothing_else(tmp_path
 
 
 def test_the_too_long_presets_of_every_paper_are_estimated_into_the_file_their_reasons_cite(tmp_path, monkeypatch):
-    """scripts/claims/too_long_estimates.py: an artefact's presets whose not_run starts "too long here:" (not the ones whose
-    data is missing), with the seeds its claims need, estimated into results/<paper>/<artefact>-estimate.md."""
+    """scripts/claims/too_long_estimates.py: an artefact's presets whose not_run starts "too long here:" (not the ones
+    whose data is missing), with the seeds its claims need, estimated into results/<paper>/<artefact>-estimate.md."""
     import subprocess
 
     from conftest import load_script

@@ -1,5 +1,5 @@
-"""scripts/repo/claims_index.py: results/CLAIMS.md lists every claim of paper/*.yaml once, with its rule, the verdicts of
-its artefact's table counted, and its data."""
+"""scripts/repo/claims_index.py: results/CLAIMS.md lists every claim of paper/*.yaml once, with its rule, the verdicts
+of its artefact's table counted, and its data."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""scripts/bench/indexed_rows_shapes.py: every shape it lists takes the kernel's step, timed against the gathered one."""
+"""scripts/bench/indexed_rows_shapes.py: every shape it lists takes the kernel's step, timed against the gathered
+one."""
 
 import pytest
 from conftest import load_script

@@ -1,5 +1,5 @@
-"""The generated blocks of README.md and docs/ (scripts/repo/readme_blocks.py) are what conf/ and the committed measurement
-say, and the smoke command the README gives runs."""
+"""The generated blocks of README.md and docs/ (scripts/repo/readme_blocks.py) are what conf/ and the committed
+measurement say, and the smoke command the README gives runs."""
 
 from __future__ import annotations
 
