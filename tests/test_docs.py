@@ -100,11 +100,14 @@ def test_each_readme_command_runs_the_method_its_comment_names():
 
 
 def test_the_plug_points_examples_run():
-    """The runnable examples in the plug points' docstrings (a toy local rule, the mean aggregator, the server's SGD)
-    give what they show."""
+    """The runnable examples in the plug points' docstrings (a toy local rule, the fixed schedule, BHerd's step
+    selection, FedGH, the mean aggregator, the server's SGD, the bank's preferred models) give what they show."""
     import doctest
 
+    import fedrun.algorithms.bank.bank
     import fedrun.algorithms.base
 
     result = doctest.testmod(fedrun.algorithms.base)
-    assert result.failed == 0 and result.attempted >= 15
+    assert result.failed == 0 and result.attempted >= 22
+    bank = doctest.testmod(fedrun.algorithms.bank.bank)
+    assert bank.failed == 0 and bank.attempted >= 5

@@ -147,12 +147,17 @@ class LocalRule:
         raise NotImplementedError
 
     def server_init(self, params: torch.Tensor, num_clients: int) -> State:
+        """The rule's server state before round 1 (SCAFFOLD's c, FedDyn's h), from the initial model and the number
+        of clients; empty by default."""
         return {}
 
     def broadcast(self, server_state: State) -> dict[str, torch.Tensor]:
+        """What the server sends every client beside w_t (``ctx.extras``: SCAFFOLD's c); none by default."""
         return {}
 
     def client_init(self, ctx: ClientContext, client_state: State | None) -> State:
+        """A client's step state at the round's start, from the broadcast and its persistent state (None before it
+        first takes part): ``w`` (a copy of w_t), ``buffers`` and a zero ``direction``, plus what the rule adds."""
         return {"w": ctx.params.clone(), "buffers": {k: v.clone() for k, v in ctx.buffers.items()},
                 "direction": torch.zeros_like(ctx.params)}
 
@@ -167,15 +172,22 @@ class LocalRule:
 
     def client_step(self, model: FunctionalModel, ctx: ClientContext, state: State, x: torch.Tensor,
                     y: torch.Tensor) -> tuple[State, torch.Tensor]:
+        """One local step on the minibatch (x, y): (the new step state, the minibatch's loss). Its ``direction`` is
+        what a step selector herds."""
         raise NotImplementedError
 
     def client_final(self, ctx: ClientContext, state: State, client_state: State | None
                      ) -> tuple[torch.Tensor, State | None, dict[str, torch.Tensor]]:
+        """After the client's last step: (its update w_i - w_t, its new persistent state or None, extra uploads such
+        as FedNova's ``a`` or SCAFFOLD's control-variate change)."""
         return state["w"] - ctx.params, client_state, {}
 
     def server_update(self, server_state: State, aggregated: torch.Tensor, updates: torch.Tensor,
                       uploads: dict[str, torch.Tensor], weights: torch.Tensor, num_clients: int
                       ) -> tuple[torch.Tensor, State]:
+        """On the server, from the aggregate, the cohort's updates (K, d), its uploads and weights: (the update the
+        server optimiser applies, the rule's new server state); the aggregate and the state as they are by
+        default."""
         return aggregated, server_state
 
 
@@ -233,6 +245,46 @@ class ServerOptimizer(Protocol):
     def init(self, params: torch.Tensor) -> State: ...
 
     def apply(self, params: torch.Tensor, update: torch.Tensor, state: State) -> tuple[torch.Tensor, State]: ...
+
+
+class StepSelector(Protocol):
+    """Which of its local steps a client's update is made of (``algo/step_selector``): every one (the default),
+    BHerd's herded subset, GraB's balanced order, or a random subset. A selector that ``records_steps`` has each
+    client keep its step gradients z (tau_i, d), and ``select`` runs where the clients trained; ``finish`` runs on
+    the server. BHerd at alpha = 0.5 on one client's four steps keeps the two whose running mean stays nearest the
+    mean of all four, and sends -eta (E / alpha) times their sum:
+
+    >>> import torch
+    >>> from types import SimpleNamespace
+    >>> from fedrun.algorithms.schema import make
+    >>> herd = make("step_selector", "herd", alpha=0.5, local_epochs=1.0)
+    >>> z = torch.tensor([[1.0, 0.0], [0.0, 1.0], [3.0, 3.0], [1.0, 1.0]])
+    >>> ctx, plan = ClientContext(round=1, params=torch.zeros(2), buffers={}, lr=0.1), SimpleNamespace(id=0, tau=4)
+    >>> chosen = herd.select(herd.init(), -0.1 * z.sum(0, keepdim=True), [z], [plan], ctx)
+    >>> chosen.counts, chosen.sums, chosen.sent
+    (tensor([2]), tensor([[2., 1.]]), tensor([[-0.4000, -0.2000]]))
+    """
+
+    name: str
+    records_steps: bool  # the clients keep their step gradients for ``select``
+
+    def init(self, params: torch.Tensor | None = None, num_clients: int = 0) -> State:
+        """The selector's state before round 1 (GraB's stale step means; empty for the others)."""
+        ...
+
+    def select(self, state: State, updates: torch.Tensor, steps: list[torch.Tensor], plans: list,
+               ctx: ClientContext, block: int | None = None) -> Selection:
+        """With ``records_steps``, on the clients' side: from their updates (K, d), each one's step gradients
+        (tau_i, d) and plans (``id``, ``tau``), the :class:`Selection` (what each sends, and what the server's
+        diagnostics read); ``block``: the Gram matrix in column blocks of that many coordinates, or None."""
+        ...
+
+    def finish(self, state: State, updates: torch.Tensor, selection: Selection | None, plans: list,
+               uploads: dict[str, torch.Tensor], weights: torch.Tensor
+               ) -> tuple[State, torch.Tensor, dict[str, torch.Tensor], dict[str, float]]:
+        """On the server: (its new state, the updates it aggregates, the uploads, the round's metrics.csv columns);
+        ``selection`` is None for a selector that records no steps."""
+        ...
 
 
 @dataclass

@@ -172,9 +172,21 @@ def accelerate(models: torch.Tensor, anchors: torch.Tensor, m: torch.Tensor, v: 
 
 
 class ModelBank(StatefulPart):
-    """The server's C diversified global models, their moments and which model each client last preferred.
+    """The server's C diversified global models, their moments and which model each client last preferred
+    (``algo/bank``; Zhao et al.). Its ``apply`` owns the algorithm's round once the bank has started (after
+    ``threshold`` one-model rounds), ``init`` gives its state before round 1 and ``start`` the C copies of the
+    global model it begins with. ``kind``: ``none`` (one model: plain FSVRG or any other algorithm), ``ma`` or
+    ``ga``. Each client prefers the model of least local objective, its loss plus (weight_decay / 2) ||w||^2
+    (eq. 18):
 
-    ``kind``: ``none`` (one model: plain FSVRG or any other algorithm), ``ma`` or ``ga``."""
+    >>> import torch
+    >>> from fedrun.algorithms.schema import make
+    >>> bank = make("bank", "ma", models=2, threshold=1)
+    >>> models = bank.start(torch.zeros(2), num_clients=3)["models"] + torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    >>> losses = torch.tensor([[0.5, 0.2], [0.3, 0.9], [0.4, 0.4]])  # 3 clients' losses at the 2 models
+    >>> bank.preferences(losses, models, weight_decay=0.1)
+    tensor([1, 0, 0])
+    """
 
     name = "none"
     preferences = staticmethod(preferences)  # eq. 18, which the evaluation of a bank's models reads too
