@@ -302,3 +302,17 @@ class Selection:
     residuals: torch.Tensor
     means: torch.Tensor
     steps_mb: torch.Tensor
+
+
+@dataclass
+class CohortResult:
+    """What the cohort's training gives the round, per client in cohort order: the executors make it, the round
+    reads it."""
+
+    updates: torch.Tensor  # (K, d)
+    buffers: list[dict[str, torch.Tensor]]
+    mean_loss: torch.Tensor  # (K,) mean minibatch loss of each client
+    client_states: list[State | None]
+    uploads: dict[str, torch.Tensor]  # what else the clients sent, stacked: name -> (K, ...)
+    steps: list[torch.Tensor] | None  # with record=True: each client's step directions, (tau_i, d)
+    selection: Selection | None = None  # a step selector's work on the steps, which it replaces (the round's select)

@@ -19,10 +19,9 @@ import numpy as np
 import torch
 
 from fedrun.algorithms.aggregator.weighted import aggregate_buffers
-from fedrun.algorithms.base import ClientContext
+from fedrun.algorithms.base import ClientContext, CohortResult
 from fedrun.algorithms.harmonizer.gram import conflict_statistics, cosine_matrix
 from fedrun.algorithms.schedule.feedback import RoundFeedback
-from fedrun.engine.execution.executor import CohortResult
 
 if TYPE_CHECKING:
     from fedrun.engine.run.sampling import ClientPlan, Participants

@@ -1,6 +1,6 @@
-"""Modules imported on first use: a command that never touches a tensor (``fedrun-data list``) starts without
-paying for torch's import (over a second), while the modules that use it still name it at the top
-(``from ..lazy import torch``: the dataset modules)."""
+"""Modules imported on first use: a command that never touches a tensor (``fedrun-data list``, a config refused for a
+bad value) starts without paying for torch's import (over a second), while the modules that use it still name it at
+the top (``from fedrun.process.lazy import torch``: the dataset modules and the algorithm parts)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,18 @@ class _OnFirstUse(ModuleType):
     """Stands for a module not imported yet: an attribute it lacks imports the module (a plain import, so the real
     module is what ``sys.modules`` holds) and is read from it. Not the standard library's ``LazyLoader``, which runs
     the module's code inside a stand-in: on Python 3.12 a module that deletes one of its own attributes while it
-    runs (torch's ``__init__`` does) recurses there without end."""
+    runs (torch's ``__init__`` does) recurses there without end. Once imported, the module's names are copied into
+    the stand-in, so that reading them costs what reading them from the module costs (a step of a local rule reads
+    torch's functions thousands of times a round); a name the module makes later is read from it, and kept."""
 
     def __getattr__(self, attr: str):
-        return getattr(importlib.import_module(self.__name__), attr)
+        module = importlib.import_module(self.__name__)
+        if "__mirrored__" not in self.__dict__:
+            self.__dict__.update({k: v for k, v in vars(module).items() if not k.startswith("__")}, __mirrored__=True)
+        value = getattr(module, attr)
+        if not attr.startswith("__"):
+            self.__dict__[attr] = value
+        return value
 
 
 def lazy_import(name: str) -> ModuleType:

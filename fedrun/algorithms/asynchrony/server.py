@@ -9,9 +9,8 @@ import numpy as np
 import torch
 
 from fedrun.algorithms.aggregator.weighted import aggregate_buffers
-from fedrun.algorithms.base import ClientContext, State, StatefulPart
+from fedrun.algorithms.base import ClientContext, CohortResult, State, StatefulPart
 from fedrun.algorithms.round import RoundOutput, with_client_states
-from fedrun.engine.execution.executor import CohortResult
 from fedrun.errors import FedrunError
 
 _STARTS = 1_000_003  # keeps the draws of a version's later starts apart from its first (the synchronous round's)

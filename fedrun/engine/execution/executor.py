@@ -28,14 +28,14 @@ import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from fedrun.algorithms.base import ClientContext, LocalRule, Selection, State
+from fedrun.algorithms.base import ClientContext, CohortResult, LocalRule, State
 from fedrun.data.augment import minibatch, rows
 from fedrun.errors import ConfigError
 from fedrun.model.functional import FunctionalModel
@@ -46,19 +46,6 @@ from fedrun.engine.execution.precision import carried_to_threads
 from fedrun.engine.run.sampling import ClientPlan
 
 log = logging.getLogger("fedrun")
-
-
-@dataclass
-class CohortResult:
-    """Per-client outputs of a round, in cohort order."""
-
-    updates: torch.Tensor  # (K, d)
-    buffers: list[dict[str, torch.Tensor]]
-    mean_loss: torch.Tensor  # (K,) mean minibatch loss of each client
-    client_states: list[State | None]
-    uploads: dict[str, torch.Tensor]  # what else the clients sent, stacked: name -> (K, ...)
-    steps: list[torch.Tensor] | None  # with record=True: each client's step directions, (tau_i, d)
-    selection: Selection | None = None  # a step selector's work on the steps, which it replaces (Simulation.train)
 
 
 def _result(outputs: list[tuple]) -> CohortResult:

@@ -26,8 +26,7 @@ from datetime import timedelta
 
 import torch
 
-from fedrun.algorithms.base import Selection
-from fedrun.engine.execution.executor import CohortResult
+from fedrun.algorithms.base import CohortResult, Selection
 from fedrun.engine.run.state import to_device
 from fedrun.errors import ConfigError, FedrunError
 

@@ -18,7 +18,7 @@ import torch
 
 from fedrun.algorithms import build_algorithm
 from fedrun.algorithms.stateful import STATEFUL_PARTS
-from fedrun.algorithms.base import ClientContext, TrainingSet
+from fedrun.algorithms.base import ClientContext, CohortResult, TrainingSet
 from fedrun.algorithms.round import RoundOutput
 from fedrun.config.checks import validate
 from fedrun.config.settings import RunSettings
@@ -34,7 +34,6 @@ from fedrun.engine.run.sampling import (ClientPlan, Participants, earliest_repor
                                        report_delays, sample_clients)
 from fedrun.engine.execution.cuda_math import configure_cuda, free_bytes, share_memory, synchronize
 from fedrun.engine.run.evaluation import Evaluation
-from fedrun.engine.execution.executor import CohortResult
 from fedrun.engine.execution.executor_choice import make_executor
 from fedrun.engine.execution.full_batch import full_losses_and_gradients
 from fedrun.engine.execution.host_memory import keep_freed_memory

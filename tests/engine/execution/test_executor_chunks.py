@@ -129,7 +129,8 @@ def test_a_chunks_clients_finish_in_one_stacked_call_as_each_by_itself(cfg_facto
 def test_chunks_results_come_back_in_cohort_order():
     """``in_cohort_order``: chunks run in another order (by minibatch width, then longest first) give each client's
     rows, lists and uploads at its place in the cohort."""
-    from fedrun.engine.execution.executor import CohortResult, in_cohort_order
+    from fedrun.algorithms.base import CohortResult
+    from fedrun.engine.execution.executor import in_cohort_order
 
     def part(ids):
         t = torch.tensor(ids, dtype=torch.float64)

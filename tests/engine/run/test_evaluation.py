@@ -6,7 +6,7 @@ import torch
 from conftest import register_tiny
 
 from fedrun.engine.run.sampling import ClientPlan
-from fedrun.engine.execution.executor import CohortResult
+from fedrun.algorithms.base import CohortResult
 from fedrun.algorithms.round import RoundOutput
 from fedrun.engine.run.simulation import Simulation
 
