@@ -156,7 +156,7 @@ def keep_earlier_run(run_dir: Path, cfg) -> None:
 
 def app_help(args: list[str]) -> str:
     """``fedrun --help``: Hydra's help with the groups' options as ``conf/`` has them (Hydra's own listing would also
-    show the parts' schemas, which ConfigStore holds beside the options: ``sgd_schema``...)."""
+    show the parts' schemas, which ConfigStore holds beside the options: ``SGDConfig``...)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 

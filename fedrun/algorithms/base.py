@@ -8,11 +8,13 @@ holds tensors only, so an executor can stack it along a client axis.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
+from fedrun.process.lazy import torch
 
-from fedrun.model.functional import FunctionalModel
+if TYPE_CHECKING:
+    from fedrun.model.functional import FunctionalModel
+
 
 State = dict[str, Any]
 

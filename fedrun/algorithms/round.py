@@ -15,13 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-import torch
-
 from fedrun.algorithms.aggregator.weighted import aggregate_buffers
 from fedrun.algorithms.base import ClientContext, CohortResult
 from fedrun.algorithms.harmonizer.gram import conflict_statistics, cosine_matrix
 from fedrun.algorithms.schedule.feedback import RoundFeedback
+from fedrun.process.lazy import numpy as np
+from fedrun.process.lazy import torch
 
 if TYPE_CHECKING:
     from fedrun.engine.run.sampling import ClientPlan, Participants

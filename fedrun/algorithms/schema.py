@@ -1,100 +1,43 @@
-"""What every algorithm part's typed config shares: :class:`PartConfig`, :func:`register`, :func:`parse` and
-:func:`make`. Each part's options have theirs beside their classes (``fedrun/algorithms/<part>/schema.py``): its
-settings, their defaults (the one place they are written), their allowed ranges, and the class it builds.
+"""The algorithm parts' configs, registered and parsed: :func:`parse`, :func:`parse_algo` and :func:`make` over
+every option of fedrun's own parts (:data:`PART_MODULES`) and any part registered beside them. Each part's config
+is a dataclass beside its class, in the part's own module (``FedGHConfig`` beside ``FedGH`` in
+``fedrun/algorithms/harmonizer/fedgh.py``), deriving from :class:`~fedrun.algorithms.part_config.PartConfig`: its
+settings, their defaults (the one place they are written), their allowed ranges, and the class it builds. Those
+modules import torch on first use only (:mod:`fedrun.process.lazy`), so checking a config still loads no torch.
 
-Each config is registered in Hydra's ConfigStore as ``algo/<part>/<option>_schema``, the schema its YAML option
-(``conf/algo/<part>/<option>.yaml``) extends: Hydra refuses a key the part does not have and a value of the wrong
-type while composing, and :func:`parse` refuses a value out of range, each as one line naming the key, the value,
-the allowed range and the fix, before any data is loaded.
+Each config is registered in Hydra's ConfigStore under its class's name (``algo/harmonizer/FedGHConfig``), the
+schema its YAML option (``conf/algo/<part>/<option>.yaml``) names in its defaults and extends: Hydra refuses a key
+the part does not have and a value of the wrong type while composing, and :func:`parse` refuses a value out of
+range, each as one line naming the key, the value, the allowed range and the fix, before any data is loaded.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import numbers
+import importlib
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, ClassVar
 
-from hydra.core.config_store import ConfigStore
-from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from fedrun.algorithms.part_config import SCHEMAS, PartConfig, is_int, is_number, is_unit, register  # noqa: F401
 from fedrun.errors import ConfigError
-from fedrun.config.schema import Section
 
 
-def is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def is_number(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
-
-def is_unit(v) -> bool:
-    """A decay or momentum coefficient: a number in [0, 1)."""
-    return is_number(v) and 0 <= v < 1
-
-
-@dataclass
-class PartConfig(Section):
-    """A part's settings. ``rules`` states the range of each (refused on construction); ``build`` makes the part."""
-
-    part: ClassVar[str]  # the plug point: local, step_selector, ..., bank (SCHEMAS' keys)
-    target: ClassVar[str]  # the class this config builds, as a dotted path
-    options: ClassVar[tuple[str, ...]]  # the YAML options (conf/algo/<part>/<option>.yaml) this config is the schema of
-    name: str
-
-    @property
-    def prefix(self) -> str:
-        return f"algo.{self.part}"
-
-    def default(self, key: str):
-        """A part's defaults are its dataclass's: written once, beside its rules."""
-        field_ = next(f for f in dataclasses.fields(self) if f.name == key)
-        return field_.default if field_.default is not dataclasses.MISSING else field_.default_factory()
-
-    def __post_init__(self):
-        if self.name not in self.options:
-            raise ConfigError([f"algo.{self.part}.name={self.name!r}: must be one of {list(self.options)}. "
-                               f"Fix: algo/{self.part}={self.options[0]}"])
-        found = self.problems()
-        if found:
-            raise ConfigError(found)
-
-    def arguments(self) -> dict[str, Any]:
-        """The part's constructor arguments: every setting but its name (and the batch order, read by fl.reshuffle)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("name", "reshuffle")}
-
-    def build(self):
-        return get_class(self.target)(**self.arguments())
-
-
-SCHEMAS: dict[str, dict[str, type[PartConfig]]] = {}
-
-
-def register(cls: type[PartConfig]) -> type[PartConfig]:
-    """Make ``cls``'s options choosable as ``algo/<part>=<option>``: its schema goes to ConfigStore (as
-    ``algo/<part>/<option>_schema``, for the option's YAML to extend) and to :func:`parse`. A new part is a module
-    with its class and config, registered when imported, plus one YAML (docs/adding-a-part.md)."""
-    for option in cls.options:
-        SCHEMAS.setdefault(cls.part, {})[option] = cls
-        ConfigStore.instance().store(group=f"algo/{cls.part}", name=f"{option}_schema", node=cls)
-    return cls
-
-
-# each part's schema module registers its options (@register) when imported; in the order a round meets the parts
-from fedrun.algorithms.local import schema as _local  # noqa: E402,F401
-from fedrun.algorithms.step_selector import schema as _selector  # noqa: E402,F401
-from fedrun.algorithms.harmonizer import schema as _harmonizer  # noqa: E402,F401
-from fedrun.algorithms.aggregator import schema as _aggregator  # noqa: E402,F401
-from fedrun.algorithms.privacy import schema as _privacy  # noqa: E402,F401
-from fedrun.algorithms.server_opt import schema as _server_opt  # noqa: E402,F401
-from fedrun.algorithms.schedule import schema as _schedule  # noqa: E402,F401
-from fedrun.algorithms.bank import schema as _bank  # noqa: E402,F401
-from fedrun.algorithms.asynchrony import schema as _asynchrony  # noqa: E402,F401
+# the modules of fedrun's own parts, each registering its options' configs (@register) as it is imported: in the order
+# a round meets the plug points, and within one in the order its options are offered
+PART_MODULES = ("local.sgd", "local.dpsgd", "local.perfedavg", "local.variance_reduced", "local.fsvrg",
+                "step_selector.all_steps", "step_selector.herd", "step_selector.grab", "step_selector.random_subset",
+                "harmonizer.none", "harmonizer.fedgh", "harmonizer.dgt",
+                "aggregator.weighted",
+                "privacy.none", "privacy.dp_fedavg",
+                "server_opt.optimizers",
+                "schedule.fixed", "schedule.gift", "schedule.adacomm", "schedule.afl",
+                "bank.bank",
+                "asynchrony.none", "asynchrony.server")
+for _module in PART_MODULES:
+    importlib.import_module(f"fedrun.algorithms.{_module}")
 
 
 def parse(part: str, node) -> PartConfig:

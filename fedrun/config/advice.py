@@ -23,7 +23,7 @@ def preset_steps(conf_dir: str = CONF_DIR) -> dict[str, float]:
     """The largest step fedrun's default config and its experiment presets train each model with (the presets that
     name their model): ``fl.lr``, or for BHerd's own presets (``bherd_*``) the step lr x E / alpha they run BHerd
     with at the paper's alpha."""
-    from fedrun.algorithms.step_selector.schema import HerdConfig
+    from fedrun.algorithms.step_selector.herd import HerdConfig
 
     root = Path(conf_dir)
     steps: dict[str, float] = {}

@@ -1,10 +1,10 @@
 """Checks of a composed config, run once, before any data is loaded or any model is built.
 
 A value's own range is its schema's (the run's sections and the groups: ``fedrun/config/schema.py``; each algorithm
-part: ``fedrun/algorithms/<part>/schema.py``). What spans groups (a model against the dataset's inputs, a schedule
-against the time model) is declared here, in :data:`REQUIREMENTS`: one function per requirement, each given the
-config and the dataset's static description, returning its problem or None. Every problem names the key, the bad
-value, the allowed range and a fix; all problems are reported at once.
+part: its config beside its class, ``fedrun/algorithms/<part>/<module>.py``). What spans groups (a model against the
+dataset's inputs, a schedule against the time model) is declared here, in :data:`REQUIREMENTS`: one function per
+requirement, each given the typed settings and the dataset's static description, returning its problem or None.
+Every problem names the key, the bad value, the allowed range and a fix; all problems are reported at once.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from fedrun.algorithms import check_parts
-from fedrun.algorithms.schema import is_int
+from fedrun.algorithms.part_config import is_int
 from fedrun.config.settings import Kept, RunSettings, key_of, resolved, typed
 from fedrun.data import DATASETS
 from fedrun.data.base import DatasetSpec

@@ -9,8 +9,8 @@ each group's class as ``<group>/<group>_schema``, the schema its options' YAML f
 fedrun does not have and a value of the wrong type while composing (``fl.lr=fast``), and each class's ``problems``
 states every value out of range as one line naming the key, the value, the range and the fix. The values
 themselves, and the comments that say what each does, are written once, in the YAML files. The algorithm parts have
-their schemas in ``fedrun/algorithms/<part>/schema.py``; the checks that span groups (a partition's classes against the
-dataset's, a model against its inputs) are in :mod:`fedrun.config.checks`.
+theirs beside their classes (``fedrun/algorithms/schema.py`` says how); the checks that span groups (a partition's
+classes against the dataset's, a model against its inputs) are in :mod:`fedrun.config.checks`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Modules imported on first use: a command that never touches a tensor (``fedrun-data list``, a config refused for a
-bad value) starts without paying for torch's import (over a second), while the modules that use it still name it at
-the top (``from fedrun.process.lazy import torch``: the dataset modules and the algorithm parts)."""
+bad value, ``fedrun --help``) starts without paying for torch's import (over a second) or numpy's, while the modules
+that use them still name them at the top (``from fedrun.process.lazy import torch``: the dataset modules and the
+algorithm parts, whose configs the checks of a command line read)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,4 @@ def lazy_import(name: str) -> ModuleType:
 
 
 torch = lazy_import("torch")
+numpy = lazy_import("numpy")

@@ -49,7 +49,7 @@ class ClippedConfig(PartConfig):
         yield self.clip > 0, "clip", "must be > 0", DEFAULT
 '''
 
-TOY_YAML = "defaults:\n  - clipped_schema\n  - _self_\n\nname: clipped\n"
+TOY_YAML = "defaults:\n  - ClippedConfig\n  - _self_\n\nname: clipped\n"
 
 RUNNER = "import toy_clip  # noqa: F401  registers algo/local=clipped\nfrom fedrun.cli import main\n\nmain()\n"
 

@@ -24,10 +24,13 @@ def _options():
 
 @pytest.mark.parametrize("part,path", _options(), ids=lambda v: v.stem if isinstance(v, Path) else v)
 def test_an_option_file_sets_no_default_its_schema_already_has(part, path, cfg_factory):
-    """One place per default: an option's YAML names its schema and holds only what differs from it (prox: mu)."""
+    """One place per default: an option's YAML names its schema, the class beside the part's own in the module its
+    comment gives, and holds only what differs from it (prox: mu)."""
     text = yaml.safe_load(path.read_text())
     schema = SCHEMAS[part][text["name"]]
-    assert f"{text['name']}_schema" in text["defaults"]
+    assert schema.__name__ in text["defaults"]
+    module = schema.target.rsplit(".", 1)[0]
+    assert schema.__module__ == module and f"# {module.replace('.', '/')}.py:" in path.read_text()
     defaults = {f.name: f.default for f in dataclasses.fields(schema)}
     for key, value in text.items():
         if key not in ("defaults", "name"):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import Iterator
+
+from fedrun.algorithms.part_config import PartConfig, register
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import torch
 
 
 class WeightedMean:
@@ -54,3 +59,24 @@ def aggregate_buffers(buffers: list[dict[str, torch.Tensor]], weights: torch.Ten
         else:
             out[name] = stacked.max(dim=0).values
     return out
+
+
+@register
+@dataclass
+class MeanConfig(PartConfig):
+    """The weighted mean of the updates: ``samples``: p_i = n_i / n (NOTES.md 'Common'); ``uniform``: p_i = 1/K
+    (Per-FedAvg, FedDyn and DGT's Algorithm 1 as printed)."""
+
+    part, target, options = "aggregator", "fedrun.algorithms.aggregator.weighted.WeightedMean", ("mean",)
+    name: str = "mean"
+    weighting: str = "samples"
+
+    def rules(self) -> Iterator[Rule]:
+        yield self.weighting in ("samples", "uniform"), "weighting", "must be samples or uniform", DEFAULT
+
+
+@register
+@dataclass
+class FedNovaConfig(MeanConfig):
+    part, target, options = "aggregator", "fedrun.algorithms.aggregator.weighted.FedNova", ("fednova",)
+    name: str = "fednova"

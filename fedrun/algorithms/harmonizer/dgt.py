@@ -3,10 +3,16 @@ matrix of the round's updates (``gram.py``)."""
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import Iterator
 
 from fedrun.algorithms.base import State, StatefulPart
 from fedrun.algorithms.harmonizer.gram import harmonised
+from fedrun.algorithms.part_config import PartConfig, is_unit, register
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import torch
+
+DGT_MODES = ("calibrate", "norm_only")
 
 
 def dgt_coefficients(gram: torch.Tensor, baselines: torch.Tensor, momentum: float
@@ -61,3 +67,16 @@ class DGT(StatefulPart):
         state = {"baselines": baselines | {c: float(v) for c, v in zip(clients, new)}}
         sent, info = harmonised(updates, gram, coef, weights, self.mode, self.name)
         return state, sent, info | {"dgt_calibrated": float((coef.diagonal() != coef.sum(1)).double().mean())}
+
+
+@register
+@dataclass
+class DGTConfig(PartConfig):
+    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.dgt.DGT", ("dgt", "dgt_norm_only")
+    name: str = "dgt"
+    momentum: float = 0.5  # of each client's baseline
+    mode: str = "calibrate"  # calibrate (DGT) | norm_only (DGT_MODES)
+
+    def rules(self) -> Iterator[Rule]:
+        yield is_unit(self.momentum), "momentum", "must be in [0, 1)", DEFAULT
+        yield self.mode in DGT_MODES, "mode", f"must be one of {DGT_MODES}", DEFAULT

@@ -3,11 +3,21 @@ seeded order of the others per client, on the Gram matrix of the round's updates
 
 from __future__ import annotations
 
-import numpy as np
-import torch
+from dataclasses import dataclass
+from typing import Iterator
+
+from omegaconf import II
 
 from fedrun.algorithms.base import State, StatefulPart
 from fedrun.algorithms.harmonizer.gram import harmonised
+from fedrun.algorithms.part_config import PartConfig, is_int, register
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import numpy as np
+from fedrun.process.lazy import torch
+
+# the harmoniser's own rule | norm_only: the control, the clients' own updates scaled so that the aggregate is as
+# long as the harmoniser's (a longer server step without its directions)
+FEDGH_MODES = ("project", "norm_only")
 
 
 def fedgh_coefficients(gram: torch.Tensor, orders) -> torch.Tensor:
@@ -68,3 +78,16 @@ def partner_orders(seed: int, rnd: int, clients: list[int]) -> np.ndarray:
         perm = np.random.default_rng([seed, 0xF6, rnd, client]).permutation(len(clients) - 1)
         orders[k] = perm + (perm >= k)
     return orders
+
+
+@register
+@dataclass
+class FedGHConfig(PartConfig):
+    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.fedgh.FedGH", ("fedgh", "fedgh_norm_only")
+    name: str = "fedgh"
+    seed: int = II("seed")  # the random order in which conflicting pairs are projected
+    mode: str = "project"  # project (FedGH) | norm_only (FEDGH_MODES)
+
+    def rules(self) -> Iterator[Rule]:
+        yield is_int(self.seed), "seed", "must be an integer", DEFAULT
+        yield self.mode in FEDGH_MODES, "mode", f"must be one of {FEDGH_MODES}", DEFAULT

@@ -8,9 +8,8 @@ figures read (any algorithm may log them: ``diagnostics.conflicts``).
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-
+from fedrun.process.lazy import numpy as np
+from fedrun.process.lazy import torch
 
 NORM_ONLY = "norm_only"  # the step-length control of either harmoniser (see harmonised)
 

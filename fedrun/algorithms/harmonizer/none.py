@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
 from fedrun.algorithms.base import State, StatefulPart
+from fedrun.algorithms.part_config import PartConfig, register
+from fedrun.process.lazy import torch
 
 
 class NoHarmonizer(StatefulPart):
@@ -16,3 +18,10 @@ class NoHarmonizer(StatefulPart):
                  ) -> tuple[State, torch.Tensor, dict[str, float]]:
         """(new state, harmonised updates, the round's metrics.csv columns of the harmoniser)."""
         return state, updates, {}
+
+
+@register
+@dataclass
+class NoHarmonizerConfig(PartConfig):
+    part, target, options = "harmonizer", "fedrun.algorithms.harmonizer.none.NoHarmonizer", ("none",)
+    name: str = "none"

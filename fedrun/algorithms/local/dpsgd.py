@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import Iterator
+
+from omegaconf import II
 
 from fedrun.algorithms.base import ClientContext, State, TrainingSet
-from fedrun.algorithms.local.sgd import LocalSGD
-from fedrun.algorithms.privacy.schema import Sampling
+from fedrun.algorithms.local.sgd import LocalSGD, SGDConfig
+from fedrun.algorithms.privacy.accounting import Sampling
+from fedrun.algorithms.part_config import is_number, register
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import torch
 
 
 class DPSGD(LocalSGD):
@@ -79,3 +85,26 @@ class DPSGD(LocalSGD):
         steps = int(max(float(s["dp_steps"]) for s in clients.values()))
         rate = max(float(s["dp_rate"]) for s in clients.values())
         return {"sample_epsilon": epsilon("rdp", Sampling("poisson", rate, 0), 0, self.z, steps, self.delta)}
+
+
+@register
+@dataclass
+class DPSGDConfig(SGDConfig):
+    """DP-SGD inside each client (Abadi et al. 2016): per-sample gradients clipped to ``clip``, noised with
+    ``noise_multiplier`` x clip, averaged over the minibatch."""
+
+    part, target, options = "local", "fedrun.algorithms.local.dpsgd.DPSGD", ("dpsgd",)
+    name: str = "dpsgd"
+    clip: float = 1.0
+    noise_multiplier: float = 1.0
+    delta: float = 1e-5
+    batch_size: int = II("fl.batch_size")
+
+    def rules(self) -> Iterator[Rule]:
+        yield from super().rules()
+        yield is_number(self.clip) and self.clip > 0, "clip", "must be > 0", DEFAULT
+        yield is_number(self.noise_multiplier) and self.noise_multiplier >= 0, "noise_multiplier", "must be >= 0", \
+            DEFAULT
+        yield is_number(self.delta) and 0 < self.delta < 1, "delta", "must be in (0, 1)", DEFAULT
+        yield isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", \
+            "must be an integer >= 1 (fl.batch_size)", "64"

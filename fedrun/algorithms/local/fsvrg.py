@@ -27,9 +27,16 @@ which features it holds. A reading to test the printed one against, not Zhao et 
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import Iterator
 
 from fedrun.algorithms.base import ClientContext, LocalRule, State, TrainingSet
+from fedrun.algorithms.part_config import PartConfig, register
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import torch
+
+SCALINGS = ("features", "none")  # fsvrg: S_i from the features' frequencies, or none
+OMEGAS = ("all", "round")  # fsvrg: A from all clients' data, or this round's
 
 
 def feature_counts(x: torch.Tensor, client_indices: list) -> torch.Tensor:
@@ -125,3 +132,17 @@ class FSVRG(LocalRule):
     def server_update(self, server_state, aggregated, updates, uploads, weights, num_clients):
         """A_r (eq. 59) on the aggregated update (eq. 60 for one model)."""
         return self.a_r(server_state, uploads, len(updates)) * aggregated, server_state
+
+
+@register
+@dataclass
+class FSVRGConfig(PartConfig):
+    part, target, options = "local", "fedrun.algorithms.local.fsvrg.FSVRG", ("fsvrg",)
+    name: str = "fsvrg"
+    # features: Lambda_i and A_r from the clients' non-zero feature counts (model=logreg) | none: identity
+    scaling: str = "features"
+    omega: str = "all"  # A_r of eq. 59 counts omega^j over all machines (as printed) | round: the round's clients
+
+    def rules(self) -> Iterator[Rule]:
+        yield self.scaling in SCALINGS, "scaling", f"must be one of {SCALINGS}", DEFAULT
+        yield self.omega in OMEGAS, "omega", f"must be one of {OMEGAS}", DEFAULT

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import Iterator
 
 from fedrun.algorithms.base import ClientContext, LocalRule, State
+from fedrun.algorithms.part_config import PartConfig, is_number, register
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import torch
 
 
 class PerFedAvg(LocalRule):
@@ -46,3 +50,18 @@ class PerFedAvg(LocalRule):
         """The personalised model of a client: one SGD step of size alpha on its batch (x, y)."""
         _, g = model.loss_and_grad(ctx.params, {k: v.clone() for k, v in ctx.buffers.items()}, x, y)
         return ctx.params - ctx.lr * g
+
+
+@register
+@dataclass
+class PerFedAvgConfig(PartConfig):
+    part, target, options = "local", "fedrun.algorithms.local.perfedavg.PerFedAvg", ("perfedavg",)
+    name: str = "perfedavg"
+    beta: float = 1.0e-3  # the meta step
+    variant: str = "fo"  # fo (first-order) | hf (Hessian-free)
+    delta: float = 1.0e-3  # the Hessian-free finite difference
+
+    def rules(self) -> Iterator[Rule]:
+        yield is_number(self.beta) and self.beta > 0, "beta", "must be > 0", DEFAULT
+        yield self.variant in ("fo", "hf"), "variant", "must be fo (first-order) or hf (Hessian-free)", DEFAULT
+        yield is_number(self.delta) and self.delta > 0, "delta", "must be > 0", DEFAULT

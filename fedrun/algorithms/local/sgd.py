@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import Iterator
 
 from fedrun.algorithms.base import ClientContext, LocalRule, State
+from fedrun.algorithms.part_config import PartConfig, is_number, register
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import torch
 
 
 class LocalSGD(LocalRule):
@@ -169,3 +173,47 @@ class FedDyn(LocalSGD):
     def server_update(self, server_state, aggregated, updates, uploads, weights, num_clients):
         h = server_state["h"] - self.alpha * updates.sum(dim=0) / num_clients
         return aggregated - h / self.alpha, {"h": h}
+
+
+@register
+@dataclass
+class SGDConfig(PartConfig):
+    """Local SGD (BHerd eq. 1); mu > 0 adds FedProx's proximal term (mu = 0 is FedAvg)."""
+
+    part, target, options = "local", "fedrun.algorithms.local.sgd.LocalSGD", ("sgd",)
+    name: str = "sgd"
+    mu: float = 0.0
+
+    def rules(self) -> Iterator[Rule]:
+        yield is_number(self.mu) and self.mu >= 0, "mu", "must be >= 0 (FedProx's proximal weight; 0: none)", "0.01"
+
+
+@register
+@dataclass
+class ScaffoldConfig(SGDConfig):
+    part, target, options = "local", "fedrun.algorithms.local.sgd.Scaffold", ("scaffold",)
+    name: str = "scaffold"
+
+
+@register
+@dataclass
+class FedDynConfig(SGDConfig):
+    part, target, options = "local", "fedrun.algorithms.local.sgd.FedDyn", ("feddyn",)
+    name: str = "feddyn"
+    alpha: float = 0.01  # FedDyn's regulariser weight
+
+    def rules(self) -> Iterator[Rule]:
+        yield from super().rules()
+        yield is_number(self.alpha) and self.alpha > 0, "alpha", "must be > 0 (the server divides by it)", DEFAULT
+
+
+@register
+@dataclass
+class FedDecorrConfig(SGDConfig):
+    part, target, options = "local", "fedrun.algorithms.local.sgd.FedDecorr", ("feddecorr",)
+    name: str = "feddecorr"
+    beta: float = 0.1  # weight of the decorrelation loss
+
+    def rules(self) -> Iterator[Rule]:
+        yield from super().rules()
+        yield is_number(self.beta) and self.beta >= 0, "beta", "must be >= 0 (0: plain local SGD)", DEFAULT

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import Iterator
 
 from fedrun.algorithms.base import ClientContext, LocalRule, State
+from fedrun.algorithms.part_config import PartConfig, is_unit, register
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import torch
 
 
 class MimeSVRG(LocalRule):
@@ -97,3 +101,23 @@ class LoSAC(LocalRule):
 
     def server_update(self, server_state, aggregated, updates, uploads, weights, num_clients):
         return aggregated, {**server_state, "v": server_state["v"] + uploads["dh"].sum(dim=0) / num_clients}
+
+
+@register
+@dataclass
+class MimeConfig(PartConfig):
+    part, target, options = "local", "fedrun.algorithms.local.variance_reduced.MimeSVRG", ("mime",)
+    name: str = "mime"
+    momentum: float = 0.9
+    weighting: str = "uniform"  # how the full gradients are averaged into c: uniform (paper) | samples (fedjax)
+
+    def rules(self) -> Iterator[Rule]:
+        yield is_unit(self.momentum), "momentum", "must be in [0, 1)", DEFAULT
+        yield self.weighting in ("uniform", "samples"), "weighting", "must be uniform or samples", DEFAULT
+
+
+@register
+@dataclass
+class LoSACConfig(PartConfig):
+    part, target, options = "local", "fedrun.algorithms.local.variance_reduced.LoSAC", ("losac",)
+    name: str = "losac"

@@ -13,10 +13,9 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from dataclasses import dataclass
 
 from absl import logging as absl_logging  # dp-accounting's logging
-
-from fedrun.algorithms.privacy.schema import Sampling
 
 # the RDP accountant warns through absl when a fractional order's series does not converge and drops that order
 # (epsilon is then taken over the others, still a valid bound): not the user's to act on
@@ -77,3 +76,17 @@ def rounds_within(target: float, name: str, sampling: Sampling, population: int,
         else:
             high = mid - 1
     return low
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the run picks a round's clients, as the accountant needs it: ``poisson`` (each client independently at
+    ``rate``) or ``uniform`` (``per_round`` of the population without replacement)."""
+
+    name: str
+    rate: float | None
+    per_round: int
+
+    def expected(self, population: int) -> float:
+        """The expected cohort size: q N, or min(K, N)."""
+        return self.rate * population if self.name == "poisson" else float(min(self.per_round, population))

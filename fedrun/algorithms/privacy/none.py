@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
 from fedrun.algorithms.base import State, StatefulPart
+from fedrun.algorithms.part_config import PartConfig, register
+from fedrun.process.lazy import torch
 
 
 class NoPrivacy(StatefulPart):
@@ -21,3 +23,12 @@ class NoPrivacy(StatefulPart):
     def spent(self, state: State) -> dict[str, float]:
         """What an evaluated round's row says of the privacy spent so far (nothing here)."""
         return {}
+
+
+@register
+@dataclass
+class NoPrivacyConfig(PartConfig):
+    """The server sees every update as its client sent it."""
+
+    part, target, options = "privacy", "fedrun.algorithms.privacy.none.NoPrivacy", ("none",)
+    name: str = "none"

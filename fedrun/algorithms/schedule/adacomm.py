@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
-
+from dataclasses import dataclass
+from typing import Iterator, Optional
 
 from fedrun.algorithms.base import State, StatefulPart
 from fedrun.algorithms.schedule.feedback import Probing, RoundFeedback
+from fedrun.algorithms.part_config import PartConfig, is_int, is_number, register
+from fedrun.config.schema import DEFAULT, Rule
 
 
 class AdaComm(Probing, StatefulPart):
@@ -62,3 +65,23 @@ class AdaComm(Probing, StatefulPart):
                 state["tau"] = self.tau_for(loss, state["loss0"], feedback.lr, feedback.lr0)
             state["last_loss"] = loss
         return state, {"adacomm_loss": loss, "next_tau": float(state["tau"])}
+
+
+@register
+@dataclass
+class AdaCommConfig(PartConfig):
+    part, target, options = "schedule", "fedrun.algorithms.schedule.adacomm.AdaComm", ("adacomm",)
+    name: str = "adacomm"
+    tau0: int = 100  # initial local iterations (the paper picks it by grid search)
+    interval_s: Optional[float] = None  # null: a new tau every round (Paddle); seconds: every interval (timing)
+    form: str = "paper"  # paper: sqrt(ratio) * tau0 | paddle: sqrt(ratio * tau0)
+    halve_on_plateau: bool = True  # when F did not decrease over an interval, halve tau instead (GIFT Sec. 6.3)
+    tau_max: Optional[int] = None  # cap on tau (Paddle uses 16); null: none
+
+    def rules(self) -> Iterator[Rule]:
+        yield is_int(self.tau0) and self.tau0 >= 1, "tau0", "must be an integer >= 1", DEFAULT
+        yield (self.interval_s is None or (is_number(self.interval_s) and self.interval_s > 0), "interval_s",
+               "must be null (every round) or > 0 seconds of simulated time (with timing=simulated)", DEFAULT)
+        yield self.form in ("paper", "paddle"), "form", "must be paper or paddle", DEFAULT
+        yield (self.tau_max is None or (is_int(self.tau_max) and self.tau_max >= 1), "tau_max",
+               "must be null or an integer >= 1", DEFAULT)

@@ -3,11 +3,15 @@ iterate and at the new global model, and the time model's step and synchronisati
 
 from __future__ import annotations
 
-import numpy as np
-import torch
+from dataclasses import dataclass
+from typing import Iterator
 
 from fedrun.algorithms.base import State, StatefulPart
+from fedrun.algorithms.part_config import PartConfig, is_int, is_number, is_unit, register
 from fedrun.algorithms.schedule.feedback import Probing, RoundFeedback
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import numpy as np
+from fedrun.process.lazy import torch
 
 
 def afl_objective(tau: np.ndarray, beta: float, rho: float, delta: float, eta: float, phi: float, c: float,
@@ -90,3 +94,25 @@ class AFL(Probing, StatefulPart):
         if spent + c * (tau + 1) + 2 * b >= budget:  # the budget cannot pay for another round of this tau
             tau = min(tau, max(1, int((budget - spent - 2 * b - c) / c)))
         return {"tau": tau, "estimates": e}, {f"afl_{k}": v for k, v in e.items()} | {"next_tau": float(tau)}
+
+
+@register
+@dataclass
+class AFLConfig(PartConfig):
+    part, target, options = "schedule", "fedrun.algorithms.schedule.afl.AFL", ("afl",)
+    name: str = "afl"
+    phi: float = 5.0e-5  # control parameter: 5e-5 for CNNs, 0.025 for the smooth SVM (authors' config.py)
+    tau_init: int = 1
+    tau_max: int = 100
+    search_factor: int = 10  # search tau in 1..search_factor * previous tau
+    moving_average: float = 0.0  # holding weight of the estimates' moving average (authors' default 0)
+    beta_floor: float = 1.0e-5
+
+    def rules(self) -> Iterator[Rule]:
+        for key, fix in (("phi", "5e-5"), ("beta_floor", "1e-5")):
+            value = getattr(self, key)
+            yield is_number(value) and value > 0, key, "must be > 0", fix
+        for key, fix in (("tau_init", "1"), ("tau_max", "100"), ("search_factor", "10")):
+            value = getattr(self, key)
+            yield is_int(value) and value >= 1, key, "must be an integer >= 1", fix
+        yield is_unit(self.moving_average), "moving_average", "must be in [0, 1)", DEFAULT

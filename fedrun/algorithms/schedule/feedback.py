@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 from fedrun.algorithms.base import State
+from fedrun.process.lazy import torch
 
 
 @dataclass

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
-
+from dataclasses import dataclass
+from typing import Iterator, Optional
 
 from fedrun.algorithms.base import State, StatefulPart
 from fedrun.algorithms.schedule.feedback import Probing, RoundFeedback
+from fedrun.algorithms.part_config import PartConfig, is_int, register
+from fedrun.config.schema import DEFAULT, Rule
 
 
 class FixedSchedule(Probing, StatefulPart):
@@ -34,3 +37,21 @@ class FixedSchedule(Probing, StatefulPart):
         rounds = state["rounds"] + 1
         tau = int(self.switch_tau) if rounds + 1 >= self.switch_round else state["tau"]
         return {"rounds": rounds, "tau": tau}, ({} if tau is None else {"next_tau": float(tau)})
+
+
+@register
+@dataclass
+class FixedScheduleConfig(PartConfig):
+    part, target, options = "schedule", "fedrun.algorithms.schedule.fixed.FixedSchedule", ("fixed",)
+    name: str = "fixed"
+    tau: Optional[int] = None  # null: tau_i = floor(E n_i / B)
+    switch_round: Optional[int] = None  # from this round on every client takes switch_tau steps (GIFT Fig. 3)
+    switch_tau: Optional[int] = None
+
+    def rules(self) -> Iterator[Rule]:
+        yield (self.tau is None or (is_int(self.tau) and self.tau >= 1), "tau",
+               "must be null (tau_i = floor(E n_i / B)) or an integer >= 1", DEFAULT)
+        yield (self.switch_round is None or (is_int(self.switch_round) and self.switch_round >= 2), "switch_round",
+               "must be null (no switch) or the round (>= 2) from which every client takes switch_tau steps", DEFAULT)
+        yield (self.switch_round is None or (is_int(self.switch_tau) and self.switch_tau >= 1), "switch_tau",
+               "must be an integer >= 1 when switch_round is set (GIFT Fig. 3: 1)", "1")

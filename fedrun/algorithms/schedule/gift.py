@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import Iterator
 
 from fedrun.algorithms.base import State, StatefulPart
 from fedrun.algorithms.schedule.feedback import Probing, RoundFeedback
+from fedrun.algorithms.part_config import PartConfig, is_int, is_unit, register
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import torch
 
 
 def gradient_consistency(positive: torch.Tensor, negative: torch.Tensor) -> float:
@@ -77,3 +81,26 @@ class GIFT(Probing, StatefulPart):
         elif self.relax and state["halvings"] == 0 and state["decreasing"] >= self.relax_after:
             state |= {"tau": state["tau"] + self.relax_step, "decreasing": 0}
         return state
+
+
+@register
+@dataclass
+class GIFTConfig(PartConfig):
+    part, target, options = "schedule", "fedrun.algorithms.schedule.gift.GIFT", ("gift",)
+    name: str = "gift"
+    tau0: int = 100  # initial local iterations per round
+    beta: float = 0.9  # EMA coefficient of the pooled positive/negative update parts
+    patience: int = 2  # halve after this many consecutive rounds without a decrease of C_r
+    factor: int = 2  # tau <- floor(tau / factor)
+    relax: bool = False  # Sec. 6.4: tau += relax_step after relax_after decreasing rounds, until the first halving
+    relax_after: int = 10
+    relax_step: int = 5
+    warmup: int = 0  # rounds before C_r is compared (0: the paper's rule; the EMAs fill from zero meanwhile)
+
+    def rules(self) -> Iterator[Rule]:
+        yield is_int(self.tau0) and self.tau0 >= 1, "tau0", "must be an integer >= 1", DEFAULT
+        yield is_unit(self.beta), "beta", "must be in [0, 1)", DEFAULT
+        for key, low, fix in (("patience", 1, "2"), ("factor", 2, "2"), ("relax_after", 1, "10"),
+                              ("relax_step", 1, "5"), ("warmup", 0, "0")):
+            value = getattr(self, key)
+            yield is_int(value) and value >= low, key, f"must be an integer >= {low}", fix

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
 from fedrun.algorithms.base import State
-from fedrun.algorithms.step_selector.herd import Herd, centred_gram
+from fedrun.algorithms.part_config import register
+from fedrun.algorithms.step_selector.herd import Herd, HerdConfig, centred_gram
+from fedrun.process.lazy import torch
 
 
 def grab_order(z: torch.Tensor, stale_mean: torch.Tensor, block: int | None = None,
@@ -44,3 +46,10 @@ class GraB(Herd):
 
     def after(self, state, plans, selection):
         return {"stale_means": state["stale_means"] | {p.id: m for p, m in zip(plans, selection.means)}}
+
+
+@register
+@dataclass
+class GraBConfig(HerdConfig):
+    part, target, options = "step_selector", "fedrun.algorithms.step_selector.grab.GraB", ("grab",)
+    name: str = "grab"

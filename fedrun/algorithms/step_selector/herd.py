@@ -16,10 +16,15 @@ holds tau x block numbers, never tau x d.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Iterator
 
-import torch
+from omegaconf import II
 
 from fedrun.algorithms.base import Selection, State, StatefulPart
+from fedrun.algorithms.part_config import PartConfig, is_number, register
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import torch
 
 # Greedy scores within this fraction of the largest squared deviation of the minimum count as tied: exact ties (a
 # client with two steps has two opposite centred gradients) are then settled by the lowest index, as Algorithm 2's
@@ -144,3 +149,19 @@ class Herd(StatefulPart):
             uploads = {**uploads, "a": selection.counts.to(uploads["a"].device, uploads["a"].dtype)}
         return (self.after(state, plans, selection), selection.sent, uploads,
                 herd_diagnostics(selection, plans, weights))
+
+
+@register
+@dataclass
+class HerdConfig(PartConfig):
+    part, target, options = "step_selector", "fedrun.algorithms.step_selector.herd.Herd", ("herd",)
+    name: str = "herd"
+    alpha: float = 0.5  # BHerd's alpha, the fraction of steps sent (the Dirichlet alpha is partition.alpha)
+    local_epochs: float = II("fl.local_epochs")  # E of eq. 6
+    reshuffle: bool = False  # default of fl.reshuffle: BHerd Sec. III-A, a fixed order (Fig. 7: fl.reshuffle=true)
+
+    def rules(self) -> Iterator[Rule]:
+        yield (is_number(self.alpha) and 0 < self.alpha <= 1, "alpha",
+               "must be in (0, 1] (the fraction of each client's steps that is sent; 1: every step, FedAvg)", DEFAULT)
+        yield (is_number(self.local_epochs) and self.local_epochs > 0, "local_epochs", "must be > 0",
+               DEFAULT)

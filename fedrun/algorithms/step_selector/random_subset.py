@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
+from typing import Iterator
 
-from fedrun.algorithms.step_selector.herd import Herd
+from omegaconf import II
+
+from fedrun.algorithms.part_config import is_int, register
+from fedrun.algorithms.step_selector.herd import Herd, HerdConfig
+from fedrun.config.schema import DEFAULT, Rule
+from fedrun.process.lazy import numpy as np
 
 _RANDOM_SUBSET = 0x5E1EC7  # the stream of its draws, apart from every other seeded draw
 
@@ -22,3 +28,17 @@ class RandomSubset(Herd):
 
     def order(self, state, z, client, rnd, k, device, block=None):
         return np.random.default_rng([self.seed, _RANDOM_SUBSET, rnd, client]).permutation(len(z)).tolist()
+
+
+@register
+@dataclass
+class RandomSubsetConfig(HerdConfig):
+    """The control of herding: as many steps, taken at random."""
+
+    part, target, options = "step_selector", "fedrun.algorithms.step_selector.random_subset.RandomSubset", ("random",)
+    name: str = "random"
+    seed: int = II("seed")
+
+    def rules(self) -> Iterator[Rule]:
+        yield from super().rules()
+        yield is_int(self.seed), "seed", "must be an integer", DEFAULT

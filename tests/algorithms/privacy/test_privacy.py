@@ -11,7 +11,7 @@ from conftest import register_tiny, run_cli
 from dp_accounting import pld, rdp
 
 from fedrun.algorithms.privacy.accounting import epsilon, rounds_within
-from fedrun.algorithms.privacy.schema import Sampling
+from fedrun.algorithms.privacy.accounting import Sampling
 from fedrun.algorithms.schema import make
 from fedrun.engine.run.sampling import poisson_clients
 from fedrun.engine.run.simulation import Simulation
