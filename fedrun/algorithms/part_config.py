@@ -69,12 +69,9 @@ SCHEMAS: dict[str, dict[str, type[PartConfig]]] = {}
 
 def register(cls: type[PartConfig]) -> type[PartConfig]:
     """Make ``cls``'s options choosable as ``algo/<part>=<option>``: its schema goes to ConfigStore under its class's
-    name, for the option's YAML to extend (and, for an option's YAML written before, as ``<option>_schema``), and to
-    :func:`parse`. A new part is a module with its class and config, registered when imported, plus one YAML
-    (docs/adding-a-part.md)."""
-    store = ConfigStore.instance()
-    store.store(group=f"algo/{cls.part}", name=cls.__name__, node=cls)  # what the option's YAML names
+    name, for the option's YAML to name and extend, and to :func:`parse`. A new part is a module with its class and
+    config, registered when imported, plus one YAML (docs/adding-a-part.md)."""
+    ConfigStore.instance().store(group=f"algo/{cls.part}", name=cls.__name__, node=cls)  # what the YAML names
     for option in cls.options:
         SCHEMAS.setdefault(cls.part, {})[option] = cls
-        store.store(group=f"algo/{cls.part}", name=f"{option}_schema", node=cls)  # an option written before, kept
     return cls

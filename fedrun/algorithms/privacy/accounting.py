@@ -15,40 +15,54 @@ import logging
 import sys
 from dataclasses import dataclass
 
-from absl import logging as absl_logging  # dp-accounting's logging
 
-# the RDP accountant warns through absl when a fractional order's series does not converge and drops that order
-# (epsilon is then taken over the others, still a valid bound): not the user's to act on
-logging.getLogger("absl").setLevel(logging.ERROR)
-# absl's handler keeps the sys.stderr of its import and closes it when logging is configured again (Hydra does, per
-# run) if sys.stderr has been replaced since: a run in a process whose stderr is redirected (a notebook's cell, a test)
-# would close the stream its caller owns. The process's own stderr it never closes.
-absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+def tame_absl() -> None:
+    """dp-accounting's logging (absl), tamed: the RDP accountant warns through it when a fractional order's series
+    does not converge and drops that order (epsilon is then taken over the others, still a valid bound): not the
+    user's to act on; and absl's handler keeps the sys.stderr of its import and closes it when logging is configured
+    again (Hydra does, per run) if sys.stderr has been replaced since: a run in a process whose stderr is redirected
+    (a notebook's cell, a test) would close the stream its caller owns. The process's own stderr it never closes."""
+    from absl import logging as absl_logging
+
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
+if "absl.logging" in sys.modules:  # imported before fedrun (by dp-accounting, say): tamed now
+    tame_absl()
+
+
+@functools.cache
+def dp_accounting():
+    """The library, imported on first use (checking a config needs none of it), its logging tamed first."""
+    tame_absl()
+    import dp_accounting as library
+
+    return library
 
 
 def round_event(sampling: Sampling, population: int, noise_multiplier: float):
     """The dp-accounting event of one round."""
-    import dp_accounting
-
-    gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
+    library = dp_accounting()
+    gaussian = library.GaussianDpEvent(noise_multiplier)
     if sampling.name == "poisson":
-        return dp_accounting.PoissonSampledDpEvent(sampling.rate, gaussian)
+        return library.PoissonSampledDpEvent(sampling.rate, gaussian)
     if sampling.per_round >= population:  # every client, every round
         return gaussian
-    return dp_accounting.SampledWithoutReplacementDpEvent(population, sampling.per_round, gaussian)
+    return library.SampledWithoutReplacementDpEvent(population, sampling.per_round, gaussian)
 
 
 def accountant(name: str, sampling: Sampling):
     """A fresh dp-accounting accountant valid for ``sampling`` (ValueError for PLD with a fixed-size cohort)."""
-    import dp_accounting
+    library = dp_accounting()
     from dp_accounting import pld, rdp
 
     if name == "pld":
         if sampling.name != "poisson":
             raise ValueError("the PLD accountant has no bound for cohorts drawn without replacement")
         return pld.PLDAccountant()
-    relation = (dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE if sampling.name == "poisson"
-                else dp_accounting.NeighboringRelation.REPLACE_ONE)
+    relation = (library.NeighboringRelation.ADD_OR_REMOVE_ONE if sampling.name == "poisson"
+                else library.NeighboringRelation.REPLACE_ONE)
     return rdp.RdpAccountant(neighboring_relation=relation)
 
 

@@ -3,20 +3,21 @@ against dp-accounting's own computation and a published value."""
 
 import math
 
-import dp_accounting
 import numpy as np
 import pytest
 import torch
 from conftest import register_tiny, run_cli
-from dp_accounting import pld, rdp
 
-from fedrun.algorithms.privacy.accounting import epsilon, rounds_within
-from fedrun.algorithms.privacy.accounting import Sampling
+from fedrun.algorithms.privacy import accounting
+from fedrun.algorithms.privacy.accounting import Sampling, epsilon, rounds_within
 from fedrun.algorithms.schema import make
 from fedrun.engine.run.sampling import poisson_clients
 from fedrun.engine.run.simulation import Simulation
 from fedrun.engine.run.state import ServerState
 from fedrun.errors import ConfigError
+
+dp_accounting = accounting.dp_accounting()  # imported as fedrun imports it (its logging tamed first)
+pld, rdp = dp_accounting.pld, dp_accounting.rdp
 
 SMALL = ["data=digits", "model=mlp", "fl.clients_per_round=4", "fl.batch_size=32", "hardware.executor=loop",
          "hardware.dtype=float64"]
