@@ -269,6 +269,7 @@ class HardwareConfig(Section):
     layout: str = MISSING
     dtype: str = MISSING
     precision: str = MISSING
+    cudnn_benchmark: bool = MISSING
     deterministic: bool = MISSING
     num_threads: Optional[int] = MISSING
     host_memory: str = MISSING

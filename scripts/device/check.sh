@@ -45,6 +45,9 @@ if wanted limits; then
     step "limits-$form" 20 $PY -m fedrun.bench.limits --forms "$form" --only lenet5_cifar_1000,lenet5_cifar_100 \
       --repeats 2 $LIMITS --out "$WORK/limits-$form.json"
   done
+  # the speed levers, each an A/B pair beside the default form: cuDNN's timed algorithms, the other image layout
+  step limits-levers 20 $PY -m fedrun.bench.limits --forms vmap --only lenet5_cifar_100 --precisions float32 \
+    --levers cudnn_benchmark,layout --repeats 2 $LIMITS --out "$WORK/limits-levers.json"
 fi
 if wanted default; then
   # the default experiment end to end: the GPU's default path (vmap; the first, so it also pays CUDA's start) against

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from fedrun.bench.limits import graphs  # the limits table's own cell for a form's captures
+from fedrun.bench.limits import gain, graphs, lever  # the limits table's own cells
 
 
 def steps(work: Path) -> list[tuple[str, str, str]]:
@@ -43,8 +43,9 @@ def limits_rows(work: Path) -> list[str]:
     rows = []
     for path in sorted(work.glob("limits-*.json")):
         for r in json.loads(path.read_text()):
-            rows.append(f"| {r['workload']} | {r['form']} | {r['precision']} | {r['round_s'] * 1e3:.1f} | "
-                        f"{r['first_round_s']:.2f} | {r['peak_mem_mb']:.0f} | {graphs(r)} |")
+            rows.append(f"| {r['workload']} | {r['form']} | {r['precision']} | {lever(r)} | "
+                        f"{r['round_s'] * 1e3:.1f} | {gain(r)} | {r['first_round_s']:.2f} | {r['peak_mem_mb']:.0f} | "
+                        f"{graphs(r)} |")
     return rows
 
 
@@ -56,8 +57,8 @@ def main(work: Path) -> str:
     for name, rc, secs in steps(work):
         out.append(f"| {name} | {rc} | {secs} {run_row(work / 'runs' / name)}")
     if rows := limits_rows(work):
-        out += ["", "| workload | form | precision | round ms | first round s | peak MB | graphs captured / replayed "
-                "/ eager steps |", "|---|---|---|---|---|---|---|", *rows]
+        out += ["", "| workload | form | precision | lever | round ms | lever's gain | first round s | peak MB | "
+                "graphs captured / replayed / eager steps |", "|---|---|---|---|---|---|---|---|---|", *rows]
     sweeps = [(s.name, *finished_jobs(s)) for s in sorted((work / "sweeps").glob("*"))] \
         if (work / "sweeps").exists() else []
     if sweeps:

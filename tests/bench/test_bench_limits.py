@@ -34,6 +34,29 @@ def test_the_limits_table_puts_each_round_beside_its_floors(tmp_path, monkeypatc
     assert table.count(" | 0 / 0 / ") == 2
 
 
+def test_each_lever_is_timed_as_an_ab_pair_beside_the_form_without_it(tmp_path, monkeypatch):
+    """--levers: every form and precision timed again with the lever flipped, its gain the form's round without the
+    lever over its round with it; the layout lever runs the other layout; cuDNN's setting is as it was after."""
+    import torch
+
+    monkeypatch.setattr(limits, "matmul_peak", lambda device, precision, repeats=3: 1e11)
+    monkeypatch.setattr(limits, "copy_bandwidth", lambda device, repeats=3: 1e10)
+    out = tmp_path / "limits.json"
+    assert limits.main(["--device", "cpu", "--quick", "--only", "lenet5_mnist_10", "--forms", "vmap",
+                        "--precisions", "float32", "--levers", "cudnn_benchmark,layout", "--repeats", "1",
+                        "--out", str(out)]) == 0
+    plain, benchmarked, other_layout = json.loads(out.read_text())
+    assert [r["lever"] for r in (plain, benchmarked, other_layout)] == [None, "cudnn_benchmark", "layout"]
+    assert plain["gain"] is None and plain["layout"] == benchmarked["layout"] != other_layout["layout"]
+    for r in (benchmarked, other_layout):
+        assert r["gain"] == pytest.approx(plain["round_s"] / r["round_s"])
+    assert not torch.backends.cudnn.benchmark
+    table = out.with_suffix(".md").read_text()
+    assert f"| layout ({other_layout['layout']}) |" in table and f"{benchmarked['gain']:.2f}x" in table
+    with pytest.raises(SystemExit):
+        limits.main(["--device", "cpu", "--levers", "turbo"])
+
+
 def test_a_bad_form_or_tf32_on_a_cpu_is_refused():
     with pytest.raises(SystemExit):
         limits.main(["--device", "cpu", "--forms", "jit"])

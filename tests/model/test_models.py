@@ -355,3 +355,22 @@ def test_a_sequential_cnns_forward_runs_by_hand_with_the_modules_outputs_and_gra
 def test_a_cnn_with_batch_norm_evaluates_through_the_module():
     module, objective = build_model(mcfg("vgg16", batch_norm=True), "image", (3, 32, 32), 10)
     assert FunctionalModel(module, objective).image_layers is None
+
+
+def test_evaluation_sums_its_loss_on_the_device_and_reads_it_once(cfg_factory, monkeypatch):
+    """The mean test loss over many batches equals the host's batch-by-batch sum in float64 bit for bit, and the
+    model's tensors are read on the host twice in all (the loss, the count), not once or twice per batch."""
+    from fedrun.engine.run.simulation import Simulation
+
+    sim = Simulation.from_config(cfg_factory("data=digits", "model=mlp"))
+    model, state, x, y = sim.model, sim.state, sim.data.x_test, sim.data.y_test
+    host = 0.0
+    for s in range(0, len(y), 16):
+        out = model.forward(state.params, state.buffers, x[s:s + 16])
+        host += float(model.objective.loss(out, y[s:s + 16])) * float(model.objective.units(y[s:s + 16]).sum())
+    reads = []
+    to_float = torch.Tensor.__float__
+    monkeypatch.setattr(torch.Tensor, "__float__", lambda t: reads.append(1) or to_float(t))
+    hits, units, loss = model.evaluate_hits(state.params, state.buffers, x, y, 16)
+    assert len(y) > 20 * 16 and len(reads) == 2
+    assert loss == host / float(units.sum())

@@ -14,7 +14,6 @@ from fedrun.data.base import default_root
 from conftest import REPO
 
 
-
 @pytest.mark.slow  # the whole kit: about five minutes on a 2-core CPU
 def test_the_kit_runs_every_step_on_a_cpu_and_returns_one_tar_file(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
@@ -34,6 +33,7 @@ def test_the_kit_runs_every_step_on_a_cpu_and_returns_one_tar_file(tmp_path):
     assert all(f"| {name} | 0 |" in summary for name in names)
     assert "| serial | 16 | 16 |" in summary and "| shared | 16 | 16 |" in summary  # every sweep job finished
     assert "| lenet5_cifar_1000 | graph | float32 |" in summary
+    assert "| lenet5_cifar_100 | vmap | float32 | cudnn_benchmark |" in summary  # a lever's A/B row
     with tarfile.open(out / "kit.tar.gz") as packed:
         inside = packed.getnames()
     assert "./summary.md" in inside and "./limits-graph.json" in inside and not any(n.endswith(".pt") for n in inside)

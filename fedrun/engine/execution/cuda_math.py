@@ -15,14 +15,16 @@ import torch
 log = logging.getLogger("fedrun")
 
 
-def configure_cuda(deterministic: bool) -> None:
+def configure_cuda(deterministic: bool, benchmark: bool = False) -> None:
     """float32 products and convolutions in float32, as on a CPU (torch's own default runs cuDNN's convolutions on
     TF32 units; ``hardware.precision=tf32`` turns them on for the local steps alone: ``precision.tf32_units``).
     ``deterministic``: the same config and seed give the same model bit for bit: cuDNN's deterministic kernels,
     torch's deterministic algorithms (a warning names an operation that has none) and cuBLAS's fixed workspace
     (``CUBLAS_WORKSPACE_CONFIG``, unless already set). cuBLAS reads that variable when the process first uses it, so
     where CUDA was already in use (a second run in one process) a warning says the products may not repeat.
-    Process-wide settings: a run sets them before its first GPU computation."""
+    ``benchmark`` (``hardware.cudnn_benchmark``): cuDNN times its convolution algorithms for each new input shape and
+    keeps the fastest (under ``deterministic``, the fastest deterministic one). Process-wide settings: a run sets them
+    before its first GPU computation."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if deterministic and "CUBLAS_WORKSPACE_CONFIG" not in os.environ:
@@ -32,6 +34,7 @@ def configure_cuda(deterministic: bool) -> None:
                         "start each run in its own process, or export CUBLAS_WORKSPACE_CONFIG=:4096:8 before it")
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.benchmark = benchmark
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
 
 

@@ -71,7 +71,7 @@ class Simulation:
         self.device = resolve_device(run.hardware.device)
         check_device(run.hardware.precision, self.device)
         if self.device.type == "cuda":
-            configure_cuda(run.hardware.deterministic)
+            configure_cuda(run.hardware.deterministic, run.hardware.cudnn_benchmark)
             share_memory(run.hardware.memory_share, self.device)
         self.dtype = getattr(torch, run.hardware.dtype)
         self.data = (data or load_dataset(run.data, self.device)).to(self.device, self.dtype)

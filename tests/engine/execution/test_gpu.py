@@ -15,7 +15,8 @@ NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 def test_the_gpu_settings_follow_the_config_and_a_cpu_run_leaves_them(cfg_factory, monkeypatch, caplog):
     """A GPU run computes float32 in float32 outside its local steps, and TF32 (hardware.precision=tf32) inside them
     alone; deterministic sets cuDNN's, torch's and cuBLAS's settings, and says when cuBLAS may have read its own
-    before the run (CUDA in use already: a mocked state here)."""
+    before the run (CUDA in use already: a mocked state here); hardware.cudnn_benchmark turns cuDNN's timing of its
+    algorithms on."""
     from fedrun.engine.execution.cuda_math import configure_cuda
     from fedrun.engine.execution.precision import local_steps
 
@@ -39,9 +40,14 @@ def test_the_gpu_settings_follow_the_config_and_a_cpu_run_leaves_them(cfg_factor
         assert "CUDA was in use in this process before the run" in caplog.text
         configure_cuda(deterministic=False)
         assert not (torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled())
+        assert not torch.backends.cudnn.benchmark, "cuDNN's heuristic unless hardware.cudnn_benchmark=true"
+        configure_cuda(deterministic=False, benchmark=True)
+        assert torch.backends.cudnn.benchmark
+        configure_cuda(deterministic=False)
         Simulation.from_config(cfg_factory("data=digits", "model=logreg", "hardware.device=cpu",
-                                           "hardware.deterministic=true"))
+                                           "hardware.deterministic=true", "hardware.cudnn_benchmark=true"))
         assert not torch.are_deterministic_algorithms_enabled(), "a CPU run sets nothing (its kernels are)"
+        assert not torch.backends.cudnn.benchmark
     finally:
         configure_cuda(deterministic=False)
 
