@@ -27,7 +27,7 @@ def test_the_kit_runs_every_step_on_a_cpu_and_returns_one_tar_file(tmp_path):
     assert (out / "kit.tar.gz").stat().st_size < 16 * 2**20
     steps = [line.split("\t") for line in (work / "steps.tsv").read_text().splitlines()]
     names = [s[0] for s in steps]
-    assert names[:2] == ["tests-capture", "tests-gpu"] and len(names) == 2 + 4 + 4 + 2
+    assert names[:2] == ["tests-capture", "tests-gpu"] and len(names) == 2 + 5 + 4 + 2  # limits: 4 forms, the levers
     assert {s[0]: s[1] for s in steps} == {name: "0" for name in names}, "every step within its limit, exit 0"
     summary = (out / "summary.md").read_text()
     assert all(f"| {name} | 0 |" in summary for name in names)
